@@ -1,0 +1,36 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+    name: "Logbook",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
+    ],
+    targets: [
+        // Debian's liblz4-dev (`apt-get install liblz4-dev`).
+        .systemLibrary(
+            name: "CLZ4",
+            pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"]), .brew(["lz4"])]
+        ),
+        // CRC-32C with the CPU's CRC instructions where present.
+        .target(name: "CLogbookSupport"),
+        // The storage engine: bytes, keys, versions and transactions. Knows nothing of entities.
+        .target(
+            name: "LogbookEngine",
+            dependencies: ["CLZ4", "CLogbookSupport"],
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+        ),
+        // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
+        .executableTarget(
+            name: "LogbookCrashHelper",
+            dependencies: ["LogbookEngine"]
+        ),
+        .testTarget(
+            name: "LogbookEngineTests",
+            dependencies: ["LogbookEngine", "CLogbookSupport", "LogbookCrashHelper"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,14 @@
+#ifndef CLOGBOOK_SUPPORT_H
+#define CLOGBOOK_SUPPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), continuing from `crc`.
+/// Pass 0 for a fresh checksum. Uses the SSE4.2 / ARMv8 CRC instructions when the CPU has them.
+uint32_t logbook_crc32c(uint32_t crc, const void *data, size_t length);
+
+/// The portable table-driven path alone, for tests that compare it with the hardware path.
+uint32_t logbook_crc32c_software_only(uint32_t crc, const void *data, size_t length);
+
+#endif

@@ -1,0 +1,51 @@
+// A child process for the kill -9 tests (Tests/LogbookEngineTests/CrashRecoveryTests.swift).
+//
+//   LogbookCrashHelper STORE_DIR
+//
+// Opens the store with full durability and commits transactions forever, each writing a
+// pair of keys (2i, 2i+1) and a few padding records of varying size, and prints "i" on
+// standard output after each commit returns. The parent kills it at a random moment and then
+// checks that every acknowledged commit survived and that no commit survived in part.
+import LogbookEngine
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func printError(_ message: String) {
+    let line = message + "\n"
+    _ = line.withCString { write(2, $0, strlen($0)) }
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 2 else {
+    printError("usage: LogbookCrashHelper STORE_DIR")
+    exit(2)
+}
+do {
+    var options = StoreOptions()
+    options.durability = .full
+    options.segmentSize = 256 << 10
+    options.checkpointInterval = 128 << 10
+    options.compaction = .automatic(deadRatio: 0.3, minimumBytes: 256 << 10)
+    let store = try Store.open(at: arguments[1], options: options)
+    var i = UInt64(store.snapshot().count(inKeyspace: 1) / 2)
+    var rng = SystemRandomNumberGenerator()
+    while true {
+        var t = Transaction()
+        t.put(UInt64(1) << 48 | 2 * i, value: Array("a\(i)".utf8), indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
+        t.put(UInt64(1) << 48 | 2 * i + 1, value: Array("b\(i)".utf8))
+        let padding = Int.random(in: 0..<40, using: &rng)
+        for p in 0..<padding {
+            // Padding rewrites the same keys, so compaction has dead bytes to reclaim.
+            t.put(UInt64(2) << 48 | UInt64(p), value: [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: Int.random(in: 1..<600, using: &rng)))
+        }
+        t.addMembers([2 * i], toSet: UInt64(3) << 48 | i % 7)
+        try store.commit(t)
+        let line = "\(i)\n"
+        _ = line.withCString { write(1, $0, strlen($0)) }
+        i += 1
+    }
+} catch {
+    printError("LogbookCrashHelper: \(error)")
+    exit(1)
+}

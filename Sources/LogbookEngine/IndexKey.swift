@@ -1,0 +1,67 @@
+/// An entry for a secondary index: which index, and the key bytes to order by.
+///
+/// Index keys compare as unsigned bytes, so the caller encodes values order-preservingly
+/// (big-endian integers with the sign bit flipped, and so on; see `IndexKey.init(index:orderedInt64:)`).
+/// Keys up to 16 bytes are stored inline, without allocating.
+///
+/// ```swift
+/// let byDate = IndexKey(index: 1, orderedDouble: createdAt.timeIntervalSince1970)
+/// transaction.put(key, value: bytes, indexKeys: CollectionOfOne(byDate))
+/// ```
+public struct IndexKey: Sendable, Hashable {
+    public let index: UInt32
+    @usableFromInline enum Storage: Sendable, Hashable {
+        case inline(UInt64, UInt64, UInt8)
+        case heap([UInt8])
+    }
+    @usableFromInline let storage: Storage
+
+    public init(index: UInt32, bytes: [UInt8]) {
+        self.index = index
+        if bytes.count <= 16 {
+            var a: UInt64 = 0, b: UInt64 = 0
+            withUnsafeMutableBytes(of: &a) { p in for i in 0..<min(8, bytes.count) { p[i] = bytes[i] } }
+            withUnsafeMutableBytes(of: &b) { p in for i in 8..<max(8, bytes.count) { p[i - 8] = bytes[i] } }
+            storage = .inline(a, b, UInt8(bytes.count))
+        } else {
+            storage = .heap(bytes)
+        }
+    }
+
+    /// An 8-byte key that orders like the unsigned integer.
+    public init(index: UInt32, orderedUInt64 value: UInt64) {
+        self.index = index
+        storage = .inline(value.bigEndian, 0, 8)
+    }
+
+    /// An 8-byte key that orders like the signed integer.
+    public init(index: UInt32, orderedInt64 value: Int64) {
+        self.init(index: index, orderedUInt64: UInt64(bitPattern: value) ^ (1 << 63))
+    }
+
+    /// An 8-byte key that orders like the double (NaN sorts last).
+    public init(index: UInt32, orderedDouble value: Double) {
+        let bits = value.bitPattern
+        self.init(index: index, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
+    }
+
+    /// Calls `body` with the key bytes.
+    @inlinable
+    public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        switch storage {
+        case .inline(let a, let b, let n):
+            var pair = (a, b)
+            return try withUnsafeBytes(of: &pair) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(n)])) }
+        case .heap(let bytes):
+            return try bytes.withUnsafeBytes(body)
+        }
+    }
+
+    public var bytes: [UInt8] { withBytes { Array($0) } }
+    public var count: Int {
+        switch storage {
+        case .inline(_, _, let n): return Int(n)
+        case .heap(let b): return b.count
+        }
+    }
+}

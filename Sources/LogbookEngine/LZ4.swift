@@ -1,0 +1,47 @@
+import CLZ4
+
+/// LZ4 block compression through the system's liblz4.
+enum LZ4 {
+    /// Compresses `source`, appending `uncompressedLength u32 · block` to `output`.
+    /// Returns false (and leaves `output` unchanged) when compression does not save space.
+    static func compress(_ source: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]) -> Bool {
+        guard source.count > 64, source.count <= Int(LZ4_MAX_INPUT_SIZE) else { return false }
+        let bound = Int(LZ4_compressBound(Int32(source.count)))
+        let start = output.count
+        output.reserveCapacity(start + 4 + bound)
+        var written = 0
+        withUnsafeBytes(of: UInt32(source.count).littleEndian) { output.append(contentsOf: $0) }
+        output.append(contentsOf: repeatElement(0, count: bound))
+        output.withUnsafeMutableBytes { out in
+            written = Int(LZ4_compress_default(
+                source.baseAddress!.assumingMemoryBound(to: CChar.self),
+                out.baseAddress!.advanced(by: start + 4).assumingMemoryBound(to: CChar.self),
+                Int32(source.count), Int32(bound)))
+        }
+        if written <= 0 || written + 4 >= source.count {
+            output.removeSubrange(start...)
+            return false
+        }
+        output.removeSubrange((start + 4 + written)...)
+        return true
+    }
+
+    /// Decodes an `uncompressedLength u32 · block` payload with the safe decompressor.
+    /// Returns nil when the payload is malformed or declares more than `limit` bytes.
+    static func decompress(_ payload: UnsafeRawBufferPointer, limit: Int) -> [UInt8]? {
+        guard payload.count >= 4 else { return nil }
+        let length = Int(payload.loadLE(at: 0, as: UInt32.self))
+        guard length > 0, length <= limit else { return nil }
+        let compressed = UnsafeRawBufferPointer(rebasing: payload[4...])
+        guard compressed.count > 0 else { return nil }
+        var decoded = 0
+        let result = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
+            decoded = Int(LZ4_decompress_safe(
+                compressed.baseAddress!.assumingMemoryBound(to: CChar.self),
+                UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
+                Int32(compressed.count), Int32(length)))
+            initialized = decoded == length ? length : 0
+        }
+        return decoded == length ? result : nil
+    }
+}

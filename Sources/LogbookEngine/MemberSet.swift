@@ -1,0 +1,89 @@
+/// The members of one to-many relationship set: sorted, distinct 64-bit keys.
+///
+/// A value type over a shared, copy-on-write buffer, so that a snapshot's sets cost nothing
+/// until the writer changes one of them.
+struct MemberSet: RadixSlot {
+    final class Storage {
+        var members: [UInt64]
+        init(_ members: [UInt64]) { self.members = members }
+    }
+
+    private(set) var storage: Storage?
+
+    static var absent: MemberSet { MemberSet(storage: nil) }
+    var isAbsent: Bool { storage == nil }
+
+    var members: [UInt64] { storage?.members ?? [] }
+    var count: Int { storage?.members.count ?? 0 }
+
+    func contains(_ member: UInt64) -> Bool {
+        guard let m = storage?.members else { return false }
+        let i = Self.lowerBound(m, member)
+        return i < m.count && m[i] == member
+    }
+
+    @inline(__always)
+    static func lowerBound(_ m: [UInt64], _ value: UInt64) -> Int {
+        var lo = 0, hi = m.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if m[mid] < value { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    private mutating func makeUnique() {
+        if storage == nil { storage = Storage([]) }
+        else if !isKnownUniquelyReferenced(&storage!) { storage = Storage(storage!.members) }
+    }
+
+    /// Adds sorted, distinct members; returns how many were new.
+    @discardableResult
+    mutating func add(sorted new: [UInt64]) -> Int {
+        guard !new.isEmpty else { return 0 }
+        makeUnique()
+        let old = storage!.members
+        if old.isEmpty || old.last! < new.first! {
+            storage!.members.append(contentsOf: new)
+            return new.count
+        }
+        var merged: [UInt64] = []
+        merged.reserveCapacity(old.count + new.count)
+        var i = 0, j = 0
+        while i < old.count || j < new.count {
+            if j == new.count || (i < old.count && old[i] < new[j]) { merged.append(old[i]); i += 1 }
+            else if i == old.count || new[j] < old[i] { merged.append(new[j]); j += 1 }
+            else { merged.append(old[i]); i += 1; j += 1 }
+        }
+        let added = merged.count - old.count
+        storage!.members = merged
+        return added
+    }
+
+    /// Removes sorted members; returns how many were present. An emptied set becomes absent.
+    @discardableResult
+    mutating func remove(sorted gone: [UInt64]) -> Int {
+        guard let current = storage?.members, !current.isEmpty, !gone.isEmpty else { return 0 }
+        var kept: [UInt64] = []
+        kept.reserveCapacity(current.count)
+        var j = 0
+        for m in current {
+            while j < gone.count && gone[j] < m { j += 1 }
+            if j < gone.count && gone[j] == m { continue }
+            kept.append(m)
+        }
+        let removed = current.count - kept.count
+        guard removed > 0 else { return 0 }
+        if kept.isEmpty { storage = nil; return removed }
+        makeUnique()
+        storage!.members = kept
+        return removed
+    }
+
+    mutating func replace(sorted members: [UInt64]) {
+        storage = members.isEmpty ? nil : Storage(members)
+    }
+}
+
+// The storage is replaced, never mutated, when it is shared (`makeUnique`).
+extension MemberSet: @unchecked Sendable {}

@@ -1,0 +1,242 @@
+/// A value that can live in a `RadixMap` slot, with a distinguished "absent" value so that
+/// leaves are plain arrays without optionals.
+protocol RadixSlot {
+    static var absent: Self { get }
+    var isAbsent: Bool { get }
+}
+
+extension UInt64: RadixSlot {
+    static var absent: UInt64 { 0 }
+    var isAbsent: Bool { self == 0 }
+}
+
+/// A persistent map from 64-bit keys to values: a copy is O(1) and shares all nodes; a write
+/// copies only the nodes on its path that are shared (copy-on-write through
+/// `isKnownUniquelyReferenced`). Snapshots are copies.
+///
+/// Keys are split into a 16-bit keyspace (high bits) and a 48-bit id. Each keyspace is a radix
+/// trie of fan-out 64 whose height grows with its largest id, so dense ids (as the object layer
+/// allocates them) cost about 8 bytes of leaf per key, and each keyspace keeps its own count.
+struct RadixMap<Value: RadixSlot> {
+    static var bits: Int { 6 }
+    static var fanout: Int { 64 }
+
+    final class Node {
+        var children: [Node?]
+        var slots: [Value]
+        var occupied: Int
+
+        init(leaf: Bool) {
+            if leaf {
+                children = []
+                slots = Array(repeating: .absent, count: RadixMap.fanout)
+            } else {
+                children = Array(repeating: nil, count: RadixMap.fanout)
+                slots = []
+            }
+            occupied = 0
+        }
+
+        init(copying other: Node) {
+            children = other.children
+            slots = other.slots
+            occupied = other.occupied
+        }
+
+        var isLeaf: Bool { children.isEmpty }
+    }
+
+    struct Space {
+        var id: UInt16
+        var root: Node?
+        /// Number of levels; the trie holds ids below 64^height.
+        var height: Int
+        var count: Int
+    }
+
+    private(set) var spaces: [Space] = []
+
+    var count: Int { spaces.reduce(0) { $0 + $1.count } }
+
+    func count(inKeyspace keyspace: UInt16) -> Int {
+        spaceIndex(keyspace).map { spaces[$0].count } ?? 0
+    }
+
+    var keyspaces: [UInt16] { spaces.filter { $0.count > 0 }.map(\.id) }
+
+    @inline(__always)
+    private func spaceIndex(_ id: UInt16) -> Int? {
+        // Few keyspaces (one per entity or relationship): a linear scan beats hashing.
+        for i in spaces.indices where spaces[i].id == id { return i }
+        return nil
+    }
+
+    @inline(__always)
+    static func split(_ key: UInt64) -> (UInt16, UInt64) {
+        (UInt16(truncatingIfNeeded: key >> 48), key & 0xFFFF_FFFF_FFFF)
+    }
+
+    subscript(key: UInt64) -> Value? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks) else { return nil }
+        let space = spaces[si]
+        guard var node = space.root, id >> UInt64(Self.bits * space.height) == 0 || space.height >= 8 else { return nil }
+        var shift = Self.bits * (space.height - 1)
+        while shift > 0 {
+            guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
+            node = child
+            shift -= Self.bits
+        }
+        let value = node.slots[Int(id & 63)]
+        return value.isAbsent ? nil : value
+    }
+
+    /// Sets `value` for `key` (which must not be absent); returns the previous value.
+    @discardableResult
+    mutating func set(_ key: UInt64, _ value: Value) -> Value? {
+        modify(key) { slot in
+            let old = slot
+            slot = value
+            return old.isAbsent ? nil : old
+        }
+    }
+
+    @discardableResult
+    mutating func remove(_ key: UInt64) -> Value? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks), spaces[si].root != nil else { return nil }
+        guard spaces[si].height >= 8 || id >> UInt64(Self.bits * spaces[si].height) == 0 else { return nil }
+        guard self[key] != nil else { return nil }
+        return modify(key) { slot in
+            let old = slot
+            slot = .absent
+            return old
+        }
+    }
+
+    /// Calls `body` with the slot of `key` (absent if none), creating the path, and keeps the
+    /// per-node and per-keyspace counts in step with what `body` leaves in the slot.
+    mutating func modify<R>(_ key: UInt64, _ body: (inout Value) -> R) -> R {
+        let (ks, id) = Self.split(key)
+        let si: Int
+        if let found = spaceIndex(ks) {
+            si = found
+        } else {
+            spaces.append(Space(id: ks, root: nil, height: 1, count: 0))
+            si = spaces.count - 1
+        }
+        return spaces.withUnsafeMutableBufferPointer { buffer in
+            Self.modify(&buffer[si], id: id, body)
+        }
+    }
+
+    private static func modify<R>(_ space: inout Space, id: UInt64, _ body: (inout Value) -> R) -> R {
+        // Grow until the id fits.
+        while space.height < 8 && id >> UInt64(bits * space.height) != 0 {
+            if let old = space.root {
+                let parent = Node(leaf: false)
+                parent.children[0] = old
+                parent.occupied = 1
+                space.root = parent
+            }
+            space.height += 1
+        }
+        if space.root == nil { space.root = Node(leaf: space.height == 1) }
+        if !isKnownUniquelyReferenced(&space.root!) { space.root = Node(copying: space.root!) }
+        var delta = 0
+        let result = modifyNode(space.root!, id: id, shift: bits * (space.height - 1), delta: &delta, body)
+        space.count += delta
+        if space.count == 0 { space.root = nil; space.height = 1 }
+        return result
+    }
+
+    /// `node` is uniquely referenced by the caller's path.
+    private static func modifyNode<R>(_ node: Node, id: UInt64, shift: Int, delta: inout Int, _ body: (inout Value) -> R) -> R {
+        if shift == 0 {
+            let i = Int(id & 63)
+            let wasAbsent = node.slots[i].isAbsent
+            let result = body(&node.slots[i])
+            let isAbsent = node.slots[i].isAbsent
+            if wasAbsent != isAbsent {
+                delta = isAbsent ? -1 : 1
+                node.occupied += delta
+            }
+            return result
+        }
+        let i = Int((id >> UInt64(shift)) & 63)
+        if node.children[i] == nil {
+            node.children[i] = Node(leaf: shift == bits)
+            node.occupied += 1
+        } else if !isKnownUniquelyReferenced(&node.children[i]!) {
+            node.children[i] = Node(copying: node.children[i]!)
+        }
+        let child = node.children[i]!
+        let result = modifyNode(child, id: id, shift: shift - bits, delta: &delta, body)
+        if child.occupied == 0 {
+            node.children[i] = nil
+            node.occupied -= 1
+        }
+        return result
+    }
+
+    /// Visits the entries of one keyspace in ascending key order, starting at `from` (a full
+    /// key); stops when `body` returns false. Returns false if stopped.
+    @discardableResult
+    func forEach(inKeyspace keyspace: UInt16, from: UInt64 = 0, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+        guard let si = spaceIndex(keyspace), let root = spaces[si].root else { return true }
+        let base = UInt64(keyspace) << 48
+        let start = from >> 48 == UInt64(keyspace) ? from & 0xFFFF_FFFF_FFFF : (from >> 48 > UInt64(keyspace) ? UInt64.max : 0)
+        if start == UInt64.max { return true }
+        return try Self.visit(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1), start: start, base: base, body)
+    }
+
+    private static func visit(_ node: Node, prefix: UInt64, shift: Int, start: UInt64, base: UInt64, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+        if shift == 0 {
+            let first = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
+            var i = first
+            while i < 64 {
+                let v = node.slots[i]
+                if !v.isAbsent, try !body(base | (prefix + UInt64(i)), v) { return false }
+                i += 1
+            }
+            return true
+        }
+        let span = UInt64(1) << UInt64(shift)
+        for i in 0..<64 {
+            guard let child = node.children[i] else { continue }
+            let childPrefix = prefix + UInt64(i) * span
+            if childPrefix + span <= start { continue }
+            if try !visit(child, prefix: childPrefix, shift: shift - bits, start: start, base: base, body) { return false }
+        }
+        return true
+    }
+
+    /// Visits every entry of every keyspace, keyspaces in ascending order.
+    @discardableResult
+    func forEach(_ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+        for ks in spaces.map(\.id).sorted() {
+            if try !forEach(inKeyspace: ks, body) { return false }
+        }
+        return true
+    }
+
+    /// An estimate of the heap bytes the map's nodes take (for statistics).
+    func estimatedBytes(valueSize: Int = MemoryLayout<Value>.stride) -> Int {
+        var total = 0
+        func walk(_ node: Node) {
+            if node.isLeaf {
+                total += 48 + 32 + 64 * valueSize
+            } else {
+                total += 48 + 32 + 64 * 8
+                for case let child? in node.children { walk(child) }
+            }
+        }
+        for space in spaces { if let root = space.root { walk(root) } }
+        return total
+    }
+}
+
+// Nodes are mutated only through a path on which every node is uniquely referenced
+// (`isKnownUniquelyReferenced`), so a node reachable from more than one map value (a snapshot
+// and the writer) is never mutated again: sharing copies between threads is safe.
+extension RadixMap: @unchecked Sendable {}

@@ -1,0 +1,344 @@
+/// Opening a store: the lock, the manifest, clean-up of interrupted work, the checkpoint,
+/// and the replay of the journal after it, cutting a torn tail and refusing damage before
+/// the last commit.
+struct Recovery {
+    let directory: String
+    let options: StoreOptions
+    let fs: any FileSystem
+    var report = RecoveryReport()
+    let readOnly: Bool
+    let cache: FrameCache
+
+    init(directory: String, options: StoreOptions, fileSystem: any FileSystem) {
+        self.directory = directory
+        self.options = options
+        self.fs = fileSystem
+        self.readOnly = options.readOnly || options.salvage
+        self.cache = FrameCache(capacityBytes: options.cacheSize)
+    }
+
+    func path(_ name: String) -> String { joinPath(directory, name) }
+
+    mutating func run() throws -> Store {
+        if !fs.isDirectory(directory) {
+            if fs.fileExists(directory) {
+                throw EngineError(.notAStore, "the path is a file, not a store directory", path: directory)
+            }
+            guard options.createIfMissing && !readOnly else {
+                throw EngineError(.notAStore, "there is no store here", path: directory)
+            }
+            try fs.createDirectory(directory)
+            try fs.syncDirectory(parentDirectory(directory))
+        }
+        let lockPath = path(JournalFormat.lockFileName)
+        let lock: (any FileLock)?
+        if readOnly && !fs.fileExists(lockPath) {
+            lock = nil
+        } else {
+            lock = try fs.lockFile(lockPath, exclusive: !readOnly, create: !readOnly)
+        }
+        do {
+            return try openLocked(lock: lock)
+        } catch {
+            lock?.unlock()
+            throw error
+        }
+    }
+
+    private mutating func openLocked(lock: (any FileLock)?) throws -> Store {
+        let manifestPath = path(JournalFormat.manifestFileName)
+        var names = try fs.listDirectory(directory)
+        if !names.contains(JournalFormat.manifestFileName) {
+            let others = names.filter { $0 != JournalFormat.lockFileName && !$0.hasSuffix(JournalFormat.temporarySuffix) }
+            if !others.isEmpty {
+                throw EngineError(.notAStore, "the directory holds files but no MANIFEST; it is not a Logbook store", path: directory)
+            }
+            if readOnly { throw EngineError(.notAStore, "the directory holds no store", path: directory) }
+            try initialize()
+            names = try fs.listDirectory(directory)
+        }
+        let manifestHandle = try fs.openFile(manifestPath, writable: false, create: false, exclusive: false)
+        let manifestBytes = try manifestHandle.read(count: try manifestHandle.size(), at: 0)
+        manifestHandle.close()
+        let manifest = try Manifest.decode(manifestBytes, path: manifestPath)
+        guard !manifest.segments.isEmpty else {
+            throw EngineError.corruption("the manifest lists no segment", path: manifestPath, offset: 0)
+        }
+        if !readOnly { try cleanUp(names: names, manifest: manifest) }
+
+        // Open every segment and check its header.
+        var files: [UInt64: SegmentFile] = [:]
+        for (i, number) in manifest.segments.enumerated() {
+            files[number] = try openSegment(number, isLast: i == manifest.segments.count - 1)
+        }
+        var segments = SegmentSet(files)
+
+        // Start from the checkpoint when it is sound.
+        var state = IndexState()
+        var startIndex = 0
+        var startOffset = JournalFormat.fileHeaderSize
+        var checkpointVersion: UInt64 = 0
+        if manifest.checkpoint != 0 {
+            let ckptPath = path(Checkpoint.fileName(manifest.checkpoint))
+            do {
+                let loaded = try Checkpoint.read(path: ckptPath, number: manifest.checkpoint, fileSystem: fs)
+                guard let index = manifest.segments.firstIndex(of: loaded.segment),
+                      let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size else {
+                    throw EngineError.corruption("the checkpoint points past the journal", path: ckptPath, offset: 0)
+                }
+                state = loaded.state
+                startIndex = index
+                startOffset = loaded.offset
+                checkpointVersion = loaded.state.version
+                report.checkpoint = manifest.checkpoint
+            } catch {
+                report.checkpointProblem = "\(error)"
+            }
+        }
+
+        // Replay the journal after it.
+        var appendOffset = JournalFormat.fileHeaderSize
+        replay: for i in startIndex..<manifest.segments.count {
+            let number = manifest.segments[i]
+            let file = files[number]!
+            let isLast = i == manifest.segments.count - 1
+            let from = i == startIndex ? startOffset : JournalFormat.fileHeaderSize
+            let reader = BlockReader(segments: segments, cache: cache)
+            do {
+                appendOffset = try replaySegment(file, from: from, isLast: isLast, state: &state, reader: reader)
+            } catch let error as EngineError where error.code == .corruption && options.salvage {
+                report.salvageStop = error
+                break replay
+            }
+        }
+        report.version = state.version
+        if !readOnly {
+            // A file that became part of the store (a torn header rewritten) must be durable.
+            segments = SegmentSet(files)
+        }
+        let active = files[manifest.segments.last!]
+        var writer = Store.WriterState(working: state, segments: segments, active: readOnly ? nil : active,
+                                       appendOffset: appendOffset, manifest: manifest)
+        writer.checkpointVersion = report.checkpoint != nil ? checkpointVersion : 0
+        writer.lastWritten = state.version
+        if readOnly { writer.failure = nil }
+        return Store(directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
+                     writer: writer, cache: cache)
+    }
+
+    /// A new store: segment 1 with its header, and a manifest naming it.
+    private func initialize() throws {
+        var manifest = Manifest()
+        let number = try manifest.allocateFileNumber()
+        let p = path(SegmentFile.fileName(number))
+        let handle = try fs.openFile(p, writable: true, create: true, exclusive: false)
+        try handle.truncate(to: 0)
+        try handle.write(FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt()).encoded(), at: 0)
+        try handle.sync()
+        handle.close()
+        manifest.segments = [number]
+        let tmp = path(JournalFormat.manifestFileName + JournalFormat.temporarySuffix)
+        try? fs.removeFile(tmp)
+        let m = try fs.openFile(tmp, writable: true, create: true, exclusive: true)
+        try m.write(manifest.encoded(), at: 0)
+        try m.sync()
+        m.close()
+        try fs.rename(tmp, to: path(JournalFormat.manifestFileName))
+        try fs.syncDirectory(directory)
+    }
+
+    /// Removes what an interrupted rollover, checkpoint or compaction left behind.
+    private mutating func cleanUp(names: [String], manifest: Manifest) throws {
+        var removed: [String] = []
+        for name in names {
+            var remove = name.hasSuffix(JournalFormat.temporarySuffix)
+            if let n = Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix), !manifest.segments.contains(n) { remove = true }
+            if let n = Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix), n != manifest.checkpoint { remove = true }
+            if remove {
+                try fs.removeFile(path(name))
+                removed.append(name)
+            }
+        }
+        if !removed.isEmpty { try fs.syncDirectory(directory) }
+        report.removedFiles = removed
+    }
+
+    static func number(_ name: String, _ prefix: String, _ suffix: String) -> UInt64? {
+        guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count == prefix.count + 12 + suffix.count else { return nil }
+        return UInt64(name.dropFirst(prefix.count).dropLast(suffix.count), radix: 16)
+    }
+
+    private mutating func openSegment(_ number: UInt64, isLast: Bool) throws -> SegmentFile {
+        let p = path(SegmentFile.fileName(number))
+        guard fs.fileExists(p) else {
+            throw EngineError.corruption("segment \(number), listed in the manifest, is missing", path: p, offset: 0)
+        }
+        let handle = try fs.openFile(p, writable: !readOnly, create: false, exclusive: false)
+        let bytes = try handle.read(count: JournalFormat.fileHeaderSize, at: 0)
+        let decoded = FileHeader.decode(bytes, magic: JournalFormat.segmentMagic)
+        switch decoded {
+        case .success(let header):
+            guard header.number == number else {
+                throw EngineError.corruption("segment header names number \(header.number), expected \(number)", path: p, offset: 16)
+            }
+            return SegmentFile(number: number, salt: header.salt, path: p, handle: handle, fileSystem: fs)
+        case .failure(.short) where isLast:
+            // A header cut short holds no commit: the segment is empty.
+            let fresh = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
+            if !readOnly {
+                try handle.truncate(to: 0)
+                try handle.write(fresh.encoded(), at: 0)
+                try handle.sync()
+            }
+            noteCut(file: p, at: 0, bytes: bytes.count, reason: "incomplete segment header")
+            return SegmentFile(number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs)
+        case .failure(.unsupportedVersion(let v)):
+            throw EngineError(.unsupportedFormat, "segment format version \(v); this build reads version \(JournalFormat.version)", path: p)
+        case .failure(.wrongMagic):
+            throw EngineError.corruption("not a Logbook segment (bad magic)", path: p, offset: 0)
+        case .failure:
+            throw EngineError.corruption("segment header is damaged", path: p, offset: 0)
+        }
+    }
+
+    private mutating func noteCut(file: String, at offset: Int, bytes: Int, reason: String) {
+        report.truncatedFile = file
+        report.truncatedOffset = offset
+        report.truncatedBytes += bytes
+        report.truncationReason = reason
+    }
+
+    /// Replays the committed transactions of one segment from `offset`; returns the end of
+    /// its last commit. Cuts a torn tail of the last segment; throws `.corruption` for
+    /// damage before the last commit.
+    private mutating func replaySegment(_ file: SegmentFile, from offset: Int, isLast: Bool,
+                                        state: inout IndexState, reader: BlockReader) throws -> Int {
+        let size = try file.handle.size()
+        let data = try file.handle.read(count: size, at: 0)
+        var pending: [(Int, [UInt8])] = []
+        var pendingOperations = 0
+        var lastCommitEnd = offset
+        var position = offset
+        var damage: (Int, String)?
+        try data.withUnsafeBytes { raw in
+            scan: while true {
+                switch Frame.parse(raw, at: position, salt: file.salt) {
+                case .end:
+                    if !pending.isEmpty { damage = (lastCommitEnd, "a transaction without its commit record") }
+                    break scan
+                case .invalid(let reason):
+                    damage = (position, reason)
+                    break scan
+                case .frame(let frame):
+                    switch frame.type {
+                    case .operations:
+                        guard let block = Frame.decode(raw, frame) else {
+                            damage = (position, "malformed LZ4 payload")
+                            break scan
+                        }
+                        pending.append((position, block))
+                    case .commit:
+                        guard let commit = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload])),
+                              commit.operationFrames == pending.count,
+                              commit.firstFrameOffset == (pending.first?.0 ?? position),
+                              commit.version >= state.version else {
+                            throw EngineError.corruption("a commit record does not match its transaction", path: file.path, offset: position)
+                        }
+                        let before = options.salvage ? state : nil
+                        do {
+                            for (frameOffset, block) in pending {
+                                try state.apply(block: block, segment: file.number, frameOffset: frameOffset, reader: reader)
+                            }
+                        } catch {
+                            if let before { state = before }
+                            throw error
+                        }
+                        pendingOperations += commit.operations
+                        state.version = commit.version
+                        pending.removeAll()
+                        report.commitsReplayed += 1
+                        lastCommitEnd = frame.end
+                    default:
+                        damage = (position, "a \(frame.type) frame inside a segment")
+                        break scan
+                    }
+                    position = frame.end
+                }
+            }
+        }
+        guard let (at, reason) = damage else { return lastCommitEnd }
+        // Damage. Before the last commit it is corruption; after it, a torn tail.
+        let laterCommit = data.withUnsafeBytes { Self.findCommitFrame(in: $0, after: at, salt: file.salt) }
+        if !isLast || laterCommit != nil {
+            throw EngineError.corruption("\(reason) before the last commit", path: file.path, offset: at)
+        }
+        if size > lastCommitEnd {
+            if !readOnly {
+                try file.handle.truncate(to: lastCommitEnd)
+                try file.handle.sync()
+            }
+            noteCut(file: file.path, at: lastCommitEnd, bytes: size - lastCommitEnd, reason: reason)
+        }
+        return lastCommitEnd
+    }
+
+    /// The offset of a valid commit frame after `offset`, if there is one: proof that damage
+    /// at `offset` is not a torn tail.
+    static func findCommitFrame(in raw: UnsafeRawBufferPointer, after offset: Int, salt: UInt32) -> Int? {
+        let frameSize = JournalFormat.frameHeaderSize + JournalFormat.commitPayloadSize
+        guard raw.count >= frameSize else { return nil }
+        var o = offset + 1
+        while o <= raw.count - frameSize {
+            if raw[o + 8] == JournalFormat.FrameType.commit.rawValue && raw[o + 9] == 0
+                && raw.loadLE(at: o + 4, as: UInt32.self) == UInt32(JournalFormat.commitPayloadSize),
+               case .frame = Frame.parse(raw, at: o, salt: salt) {
+                return o
+            }
+            o += 1
+        }
+        return nil
+    }
+}
+
+func parentDirectory(_ path: String) -> String {
+    var p = path
+    while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
+    guard let slash = p.lastIndex(of: "/") else { return "." }
+    return slash == p.startIndex ? "/" : String(p[..<slash])
+}
+
+/// The payload of a commit frame.
+struct CommitRecord {
+    var version: UInt64
+    var operationFrames: Int
+    var operations: Int
+    var firstFrameOffset: Int
+    var timestampMillis: UInt64
+
+    init(version: UInt64, operationFrames: Int, operations: Int, firstFrameOffset: Int, timestampMillis: UInt64) {
+        self.version = version
+        self.operationFrames = operationFrames
+        self.operations = operations
+        self.firstFrameOffset = firstFrameOffset
+        self.timestampMillis = timestampMillis
+    }
+
+    init?(_ raw: UnsafeRawBufferPointer) {
+        guard raw.count == JournalFormat.commitPayloadSize else { return nil }
+        version = raw.loadLE(at: 0, as: UInt64.self)
+        operationFrames = Int(raw.loadLE(at: 8, as: UInt32.self))
+        operations = Int(raw.loadLE(at: 12, as: UInt32.self))
+        firstFrameOffset = Int(raw.loadLE(at: 16, as: UInt64.self))
+        timestampMillis = raw.loadLE(at: 24, as: UInt64.self)
+    }
+
+    func encoded() -> [UInt8] {
+        var w = ByteWriter(capacity: JournalFormat.commitPayloadSize)
+        w.appendLE(version)
+        w.appendLE(UInt32(operationFrames))
+        w.appendLE(UInt32(truncatingIfNeeded: operations))
+        w.appendLE(UInt64(firstFrameOffset))
+        w.appendLE(timestampMillis)
+        return w.bytes
+    }
+}

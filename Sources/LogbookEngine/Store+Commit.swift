@@ -1,0 +1,170 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension Store {
+    /// Commits a transaction and returns its version. When this returns, the transaction is
+    /// visible to new snapshots and, with `.full` or `.normal` durability, on disk.
+    ///
+    /// A failed write or sync makes the store refuse all further writes (code `.failed`) until
+    /// it is reopened; a commit that throws may or may not survive a crash, but never in part.
+    @discardableResult
+    public func commit(_ transaction: Transaction) throws -> UInt64 {
+        if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
+        let blocks = transaction.finishedBlocks()
+        if blocks.isEmpty { return try writer.withLock { w in try w.checkWritable(); return w.working.version } }
+        let durability = options.durability
+        let version: UInt64 = try writer.withLock { w in
+            try w.checkWritable()
+            if w.appendOffset >= options.segmentSize { try rollover(&w) }
+            guard let active = w.active else { throw EngineError(.readOnly, "no active segment") }
+            let version = w.working.version + 1
+            var out: [UInt8] = []
+            out.reserveCapacity(min(transaction.encodedSize / 2 + 4096, 8 << 20 + 4096))
+            var frameOffsets: [Int] = []
+            frameOffsets.reserveCapacity(blocks.count)
+            var outStart = w.appendOffset
+            do {
+                for block in blocks {
+                    frameOffsets.append(outStart + out.count)
+                    Frame.append(type: .operations, payload: block, compress: true, salt: active.salt, to: &out)
+                    if out.count >= 8 << 20 {
+                        try checkSize(outStart + out.count)
+                        try active.handle.write(out, at: outStart)
+                        outStart += out.count
+                        out.removeAll(keepingCapacity: true)
+                    }
+                }
+                let record = CommitRecord(version: version, operationFrames: blocks.count, operations: transaction.operationCount,
+                                          firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
+                Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: active.salt, to: &out)
+                try checkSize(outStart + out.count)
+            } catch {
+                // Nothing after `appendOffset` counts until a commit record is there: the next
+                // commit overwrites what was written.
+                throw error
+            }
+            do {
+                try active.handle.write(out, at: outStart)
+                if durability == .full { try active.handle.sync() }
+            } catch {
+                w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                throw error
+            }
+            let end = outStart + out.count
+            do {
+                let reader = BlockReader(segments: w.segments, cache: cache)
+                for (i, block) in blocks.enumerated() {
+                    cache.insert(Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey, block)
+                    try w.working.apply(block: block, segment: active.number, frameOffset: frameOffsets[i], reader: reader)
+                }
+            } catch {
+                w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                throw error
+            }
+            w.working.version = version
+            w.bytesSinceCheckpoint += end - w.appendOffset
+            w.appendOffset = end
+            w.lastWritten = version
+            if durability != .normal {
+                publish(w)
+                if durability == .full { groupSync.setSynced(version) }
+            }
+            return version
+        }
+        if durability == .normal { try waitDurable(version) }
+        scheduleMaintenanceIfNeeded()
+        return version
+    }
+
+    private func checkSize(_ end: Int) throws {
+        guard end <= JournalFormat.maxSegmentSize else {
+            throw EngineError(.invalidArgument, "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes")
+        }
+    }
+
+    static func nowMillis() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+    }
+
+    /// Group commit: the first committer to find no sync running syncs everything written so
+    /// far and publishes it; the others wait for a sync that covers their version.
+    func waitDurable(_ version: UInt64) throws {
+        let g = groupSync
+        g.lock.lock()
+        defer { g.lock.unlock() }
+        while g.synced < version {
+            if let failure = g.failure { throw failure }
+            if g.syncing { g.lock.wait(); continue }
+            g.syncing = true
+            g.lock.unlock()
+            var outcome: Result<UInt64, EngineError>
+            do {
+                let (target, file, p) = try writer.withLock { w in
+                    try w.checkWritable()
+                    return (w.lastWritten, w.active, Published(state: w.working, segments: w.segments))
+                }
+                do {
+                    try file?.handle.sync()
+                } catch {
+                    writer.withLock { $0.failure = error as? EngineError ?? EngineError(.io, "\(error)") }
+                    throw error
+                }
+                published.withLock { if $0.state.version < p.state.version { $0 = p } }
+                outcome = .success(target)
+            } catch {
+                outcome = .failure(error as? EngineError ?? EngineError(.io, "\(error)"))
+            }
+            g.lock.lock()
+            g.syncing = false
+            switch outcome {
+            case .success(let target): g.synced = max(g.synced, target)
+            case .failure(let error): g.failure = error
+            }
+            g.lock.broadcast()
+        }
+    }
+
+    /// Queues a checkpoint or a compaction in the background when the options ask for one.
+    func scheduleMaintenanceIfNeeded() {
+        let (checkpointDue, compactionDue) = writer.withLock { w -> (Bool, Bool) in
+            let ckpt = options.checkpointInterval > 0 && w.bytesSinceCheckpoint >= options.checkpointInterval
+            var compact = false
+            if case let .automatic(ratio, minimum) = options.compaction, w.working.totalBytes >= minimum {
+                compact = Double(w.working.totalBytes - w.working.liveBytes) > ratio * Double(w.working.totalBytes)
+            }
+            return (ckpt, compact)
+        }
+        guard checkpointDue || compactionDue else { return }
+        let alreadyQueued = maintenance.withLock { queued -> Bool in
+            defer { queued = true }
+            return queued
+        }
+        if alreadyQueued { return }
+        background.async { [self] in
+            maintenance.withLock { queued in
+                queued = false
+                if compactionDue { _ = try? runCompaction() } else { try? writeCheckpoint() }
+            }
+        }
+    }
+}
+
+/// The state of group commit, guarded by `lock`.
+final class GroupSync: @unchecked Sendable {
+    let lock = ConditionLock()
+    /// Highest version known durable. Guarded by `lock`.
+    var synced: UInt64 = 0
+    /// A committer is syncing. Guarded by `lock`.
+    var syncing = false
+    /// A sync failed. Guarded by `lock`.
+    var failure: EngineError?
+
+    func setSynced(_ version: UInt64) {
+        lock.withLock { synced = max(synced, version) }
+    }
+}

@@ -1,0 +1,126 @@
+/// A set of writes that become visible together, or not at all.
+///
+/// Operations are encoded as they are added, into blocks that become the journal's frames,
+/// so building a transaction of a million puts makes no per-operation allocation.
+///
+/// ```swift
+/// var transaction = Transaction()
+/// transaction.put(42, value: Array("hello".utf8))
+/// transaction.addMembers([7, 9], toSet: 1000)
+/// let version = try store.commit(transaction)
+/// ```
+public struct Transaction: Sendable {
+    var blocks: [[UInt8]] = []
+    var current = ByteWriter()
+    /// The number of operations added so far.
+    public private(set) var operationCount = 0
+    private var scratch: [UInt64] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { operationCount == 0 }
+
+    /// Bytes encoded so far (before compression).
+    public var encodedSize: Int { blocks.reduce(current.count) { $0 + $1.count } }
+
+    /// Writes `value` under `key`, replacing any earlier value, with the given secondary index
+    /// entries (the previous version's entries are removed from their indexes).
+    public mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, indexKeys: some Sequence<IndexKey> = EmptyCollection()) {
+        precondition(value.count <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
+        if current.bytes.capacity == 0 { current.bytes.reserveCapacity(JournalFormat.blockTargetSize + 256) }
+        current.append(JournalFormat.OperationCode.put.rawValue)
+        current.appendVarint(key)
+        current.appendVarint(value.count)
+        current.append(value)
+        let countAt = current.count
+        current.append(0)
+        var n = 0
+        for ik in indexKeys {
+            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
+            current.appendVarint(UInt64(ik.index))
+            current.appendVarint(ik.count)
+            ik.withBytes { current.append($0) }
+            n += 1
+        }
+        if n >= 0x80 {
+            // Rare: more than 127 index entries need a longer count varint.
+            var tail = Array(current.bytes[(countAt + 1)...])
+            current.bytes.removeSubrange(countAt...)
+            current.appendVarint(n)
+            current.bytes.append(contentsOf: tail)
+            tail.removeAll()
+        } else {
+            current.bytes[countAt] = UInt8(n)
+        }
+        finishOperation()
+    }
+
+    public mutating func put(_ key: UInt64, value: [UInt8], indexKeys: some Sequence<IndexKey> = EmptyCollection()) {
+        value.withUnsafeBytes { put(key, value: $0, indexKeys: indexKeys) }
+    }
+
+    /// Removes `key` and its index entries. Removing a missing key does nothing.
+    public mutating func delete(_ key: UInt64) {
+        current.append(JournalFormat.OperationCode.delete.rawValue)
+        current.appendVarint(key)
+        finishOperation()
+    }
+
+    /// Adds members to the membership set `set` (for example a to-many relationship).
+    public mutating func addMembers(_ members: some Sequence<UInt64>, toSet set: UInt64) {
+        setOperation(.setAdd, set, members)
+    }
+
+    /// Removes members from the membership set `set`.
+    public mutating func removeMembers(_ members: some Sequence<UInt64>, fromSet set: UInt64) {
+        setOperation(.setRemove, set, members)
+    }
+
+    /// Makes `members` the whole of the set `set` (an empty sequence removes the set).
+    public mutating func replaceMembers(_ members: some Sequence<UInt64>, ofSet set: UInt64) {
+        setOperation(.setReplace, set, members)
+    }
+
+    private mutating func setOperation(_ code: JournalFormat.OperationCode, _ set: UInt64, _ members: some Sequence<UInt64>) {
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(contentsOf: members)
+        scratch.sort()
+        var w = 0
+        for i in scratch.indices where i == 0 || scratch[i] != scratch[i - 1] {
+            scratch[w] = scratch[i]
+            w += 1
+        }
+        scratch.removeSubrange(w...)
+        if scratch.isEmpty && code != .setReplace { return }
+        // Very large sets are split so that an operation stays well inside a frame.
+        let chunk = 1 << 20
+        var start = 0
+        repeat {
+            let end = min(scratch.count, start + chunk)
+            current.append((start == 0 ? code : (code == .setReplace ? .setAdd : code)).rawValue)
+            current.appendVarint(set)
+            current.appendVarint(end - start)
+            var previous: UInt64 = 0
+            for i in start..<end {
+                current.appendVarint(i == start ? scratch[i] : scratch[i] - previous)
+                previous = scratch[i]
+            }
+            finishOperation()
+            start = end
+        } while start < scratch.count
+    }
+
+    @inline(__always)
+    private mutating func finishOperation() {
+        operationCount += 1
+        if current.count >= JournalFormat.blockTargetSize {
+            blocks.append(current.bytes)
+            current = ByteWriter(capacity: JournalFormat.blockTargetSize + 256)
+        }
+    }
+
+    /// The finished blocks, the last one included.
+    func finishedBlocks() -> [[UInt8]] {
+        current.count > 0 ? blocks + [current.bytes] : blocks
+    }
+}

@@ -1,0 +1,183 @@
+import Testing
+@testable import LogbookEngine
+
+/// Truncation at every byte offset and flipped bytes: recovery keeps exactly a prefix of the
+/// commits or names the damage, and never returns wrong data.
+@Suite struct CorruptionTests {
+    /// A store of `commits` small commits; commit i writes key i (and rewrites key 0), so the
+    /// commits present after a reopen can be read off the keys.
+    func makeStore(_ dir: TemporaryDirectory, commits: Int, checkpointAt: Int? = nil) throws -> (String, [UInt8], [Int]) {
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        var ends: [Int] = []
+        for i in 1...commits {
+            var t = Transaction()
+            t.put(key(1, UInt64(i)), value: bytes("v\(i)"), indexKeys: [IndexKey(index: 1, orderedUInt64: UInt64(i))])
+            t.put(key(1, 0), value: bytes("last \(i)"))
+            if i % 3 == 0 { t.delete(key(1, UInt64(i - 1))) }
+            t.addMembers([UInt64(i)], toSet: key(2, 1))
+            try store.commit(t)
+            ends.append(store.writer.withLock { $0.appendOffset })
+            if i == checkpointAt { try store.checkpoint() }
+        }
+        try store.close()
+        let segment = dir.store() + "/" + listDirectory(dir.store()).first { $0.hasPrefix("journal-") }!
+        return (segment, fileBytes(segment), ends)
+    }
+
+    /// What the store must hold after exactly `n` commits.
+    func expected(_ n: Int) -> [UInt64: String] {
+        var m: [UInt64: String] = [:]
+        guard n > 0 else { return m }
+        for i in 1...n {
+            m[UInt64(i)] = "v\(i)"
+            m[0] = "last \(i)"
+            if i % 3 == 0 { m[UInt64(i - 1)] = nil }
+        }
+        return m
+    }
+
+    func check(_ store: Store, commits n: Int) throws {
+        let s = store.snapshot()
+        #expect(s.version == UInt64(n))
+        #expect(try contents(s) == expected(n))
+        #expect(s.members(ofSet: key(2, 1)) == (n == 0 ? [] : (1...n).map(UInt64.init)))
+        #expect(s.indexCount(index: 1) == expected(n).count - (n > 0 ? 1 : 0))
+    }
+
+    @Test func truncationAtEveryOffsetLeavesExactlyAPrefixOfCommits() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let commits = 200
+        let (segment, original, ends) = try makeStore(dir, commits: commits)
+        var readOnly = quietOptions()
+        readOnly.readOnly = true
+        for length in 0...original.count {
+            writeFileBytes(segment, Array(original[0..<length]))
+            let n = ends.lastIndex { $0 <= length }.map { $0 + 1 } ?? 0
+            let store = try Store.open(at: dir.store(), options: readOnly)
+            #expect(store.snapshot().version == UInt64(n), "cut at \(length)")
+            if length % 97 == 0 || n == commits || length < 40 { try check(store, commits: n) }
+        }
+        // A writer cuts the torn tail and says so, then appends after it.
+        let cut = ends[99] + 17
+        writeFileBytes(segment, Array(original[0..<cut]))
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(store.recoveryReport.truncatedBytes == 17)
+        #expect(store.recoveryReport.truncatedOffset == ends[99])
+        try check(store, commits: 100)
+        var t = Transaction()
+        t.put(key(3, 1), value: bytes("after the cut"))
+        try store.commit(t)
+        try store.close()
+        let again = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(again.recoveryReport.truncatedBytes == 0)
+        #expect(string(try again.snapshot().value(forKey: key(3, 1))) == "after the cut")
+        #expect(again.snapshot().version == 101)
+    }
+
+    @Test func truncationBelowACheckpointFallsBackToAPrefix() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let (segment, original, ends) = try makeStore(dir, commits: 60, checkpointAt: 40)
+        var readOnly = quietOptions()
+        readOnly.readOnly = true
+        for length in stride(from: 0, through: original.count, by: 7) {
+            writeFileBytes(segment, Array(original[0..<length]))
+            let n = ends.lastIndex { $0 <= length }.map { $0 + 1 } ?? 0
+            let store = try Store.open(at: dir.store(), options: readOnly)
+            try check(store, commits: n)
+        }
+    }
+
+    @Test func zeroFillAfterTheLastCommitIsATornTail() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let (segment, original, _) = try makeStore(dir, commits: 20)
+        writeFileBytes(segment, original + [UInt8](repeating: 0, count: 4096))
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(store.recoveryReport.truncatedBytes == 4096)
+        #expect(store.recoveryReport.truncationReason == "zero fill")
+        try check(store, commits: 20)
+    }
+
+    @Test func flippedBytesAreDetectedAndNeverReturnWrongData() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let commits = 60
+        let (segment, original, ends) = try makeStore(dir, commits: commits)
+        var readOnly = quietOptions()
+        readOnly.readOnly = true
+        var detectedAsCorruption = 0, detectedAsTail = 0
+        for offset in stride(from: 0, to: original.count, by: 5) {
+            var damaged = original
+            damaged[offset] ^= UInt8(1 << (offset % 8))
+            writeFileBytes(segment, damaged)
+            do {
+                let store = try Store.open(at: dir.store(), options: readOnly)
+                // Opening succeeded: only a torn last commit may explain it, and the data
+                // must be exactly the prefix that is left.
+                let n = Int(store.snapshot().version)
+                #expect(n == commits - 1 && offset >= ends[commits - 2], "flip at \(offset) went unnoticed")
+                #expect(store.recoveryReport.truncatedBytes > 0)
+                try check(store, commits: n)
+                detectedAsTail += 1
+            } catch let error as EngineError {
+                #expect(error.code == .corruption, "\(error)")
+                #expect(error.path != nil && error.offset != nil, "the error names file and offset: \(error)")
+                detectedAsCorruption += 1
+            }
+        }
+        #expect(detectedAsCorruption > 0 && detectedAsTail > 0)
+        // Salvage opens up to the damage, read-only.
+        var damaged = original
+        damaged[ends[29] + 20] ^= 0xFF
+        writeFileBytes(segment, damaged)
+        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: { ($0 as? EngineError)?.code == .corruption }
+        var salvage = quietOptions()
+        salvage.salvage = true
+        let salvaged = try Store.open(at: dir.store(), options: salvage)
+        #expect(salvaged.isReadOnly)
+        #expect(salvaged.recoveryReport.salvageStop != nil)
+        try check(salvaged, commits: 30)
+    }
+
+    @Test func damagedManifestAndMissingSegmentAreNamed() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let (segment, _, _) = try makeStore(dir, commits: 5)
+        let manifest = dir.store() + "/MANIFEST"
+        let original = fileBytes(manifest)
+        var damaged = original
+        damaged[20] ^= 1
+        writeFileBytes(manifest, damaged)
+        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: { error in
+            let e = error as? EngineError
+            return e?.code == .corruption && e?.path == manifest
+        }
+        writeFileBytes(manifest, original)
+        let data = fileBytes(segment)
+        _ = unlink(segment)
+        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: { error in
+            (error as? EngineError)?.code == .corruption && "\(error)".contains("missing")
+        }
+        writeFileBytes(segment, data)
+        try check(try Store.open(at: dir.store(), options: quietOptions()), commits: 5)
+    }
+
+    @Test func leftoversOfInterruptedWorkAreRemoved() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        _ = try makeStore(dir, commits: 5)
+        writeFileBytes(dir.store() + "/MANIFEST.tmp", bytes("half a manifest"))
+        writeFileBytes(dir.store() + "/journal-0000000000ff.lbj", bytes("an unlisted segment"))
+        writeFileBytes(dir.store() + "/checkpoint-0000000000fe.lbc", bytes("an unlisted checkpoint"))
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(Set(store.recoveryReport.removedFiles) == ["MANIFEST.tmp", "journal-0000000000ff.lbj", "checkpoint-0000000000fe.lbc"])
+        #expect(!listDirectory(dir.store()).contains("MANIFEST.tmp"))
+        try check(store, commits: 5)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,0 +1,217 @@
+@testable import LogbookEngine
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An in-memory file system that counts every mutating I/O step (create, write, sync,
+/// truncate, rename, remove, directory sync), can fail any chosen step, and can simulate a
+/// power loss: file contents fall back to what was last synced, and directory entries
+/// (creations, renames, removals) to what the last directory sync made durable.
+final class FaultFileSystem: FileSystem, @unchecked Sendable {
+    enum Fault { case error(Int32), crash }
+
+    struct FileData {
+        var current: [UInt8] = []
+        var durable: [UInt8] = []
+    }
+
+    // Everything below is guarded by `mutex`.
+    private let mutex = Mutex(())
+    private var files: [Int: FileData] = [:]
+    private var entries: [String: Int] = [:]
+    private var durableEntries: [String: Int] = [:]
+    private var directories: Set<String> = ["/"]
+    private var locks: [String: Int] = [:]
+    private var lockTokens = 0
+    private var nextID = 1
+    private(set) var steps = 0
+    private var failAt: Int?
+    private var fault: Fault = .crash
+    private(set) var crashed = false
+    /// Steps at which a fault was injected (for messages).
+    private(set) var stepNames: [String] = []
+
+    func inject(_ fault: Fault, atStep step: Int) {
+        mutex.withLock { _ in
+            self.fault = fault
+            failAt = step
+        }
+    }
+
+    func clearFaults() { mutex.withLock { _ in failAt = nil } }
+
+    /// Drops everything that was never synced, releases locks, and lets I/O work again.
+    func powerLoss() {
+        mutex.withLock { _ in
+            entries = durableEntries
+            let alive = Set(entries.values)
+            files = files.filter { alive.contains($0.key) }
+            for id in files.keys { files[id]!.current = files[id]!.durable }
+            locks = [:]
+            crashed = false
+            failAt = nil
+        }
+    }
+
+    private func step(_ name: String, _ path: String) throws {
+        try mutex.withLock { _ in try stepLocked(name, path) }
+    }
+
+    private func stepLocked(_ name: String, _ path: String) throws {
+        if crashed { throw EngineError.systemCall(name, path: path, errno: EIO) }
+        steps += 1
+        stepNames.append("\(name) \(path.split(separator: "/").last ?? "")")
+        if steps == failAt {
+            switch fault {
+            case .crash:
+                crashed = true
+                throw EngineError.systemCall(name, path: path, errno: EIO)
+            case .error(let code):
+                throw EngineError.systemCall(name, path: path, errno: code)
+            }
+        }
+    }
+
+    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any LogbookEngine.FileHandle {
+        try mutex.withLock { _ in
+            if let id = entries[path] {
+                if exclusive { throw EngineError.systemCall("open", path: path, errno: EEXIST) }
+                return FaultFileHandle(fs: self, id: id, path: path)
+            }
+            guard create else { throw EngineError.systemCall("open", path: path, errno: ENOENT) }
+            try stepLocked("create", path)
+            let id = nextID
+            nextID += 1
+            files[id] = FileData()
+            entries[path] = id
+            return FaultFileHandle(fs: self, id: id, path: path)
+        }
+    }
+
+    func rename(_ from: String, to: String) throws {
+        try mutex.withLock { _ in
+            try stepLocked("rename", from)
+            guard let id = entries.removeValue(forKey: from) else { throw EngineError.systemCall("rename", path: from, errno: ENOENT) }
+            entries[to] = id
+        }
+    }
+
+    func removeFile(_ path: String) throws {
+        try mutex.withLock { _ in
+            guard entries[path] != nil else { return }
+            try stepLocked("remove", path)
+            entries[path] = nil
+        }
+    }
+
+    func syncDirectory(_ path: String) throws {
+        try mutex.withLock { _ in
+            try stepLocked("syncdir", path)
+            let prefix = path.hasSuffix("/") ? path : path + "/"
+            durableEntries = durableEntries.filter { !$0.key.hasPrefix(prefix) || $0.key.dropFirst(prefix.count).contains("/") }
+            for (name, id) in entries where name.hasPrefix(prefix) && !name.dropFirst(prefix.count).contains("/") {
+                durableEntries[name] = id
+            }
+        }
+    }
+
+    func listDirectory(_ path: String) throws -> [String] {
+        mutex.withLock { _ in
+            let prefix = path.hasSuffix("/") ? path : path + "/"
+            return entries.keys.filter { $0.hasPrefix(prefix) && !$0.dropFirst(prefix.count).contains("/") }
+                .map { String($0.dropFirst(prefix.count)) }.sorted()
+        }
+    }
+
+    func fileExists(_ path: String) -> Bool { mutex.withLock { _ in entries[path] != nil || directories.contains(path) } }
+    func isDirectory(_ path: String) -> Bool { mutex.withLock { _ in directories.contains(path) } }
+    func createDirectory(_ path: String) throws { mutex.withLock { _ in _ = directories.insert(path) } }
+
+    func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
+        try mutex.withLock { _ in
+            if locks[path] != nil { throw EngineError(.locked, "locked", path: path) }
+            lockTokens += 1
+            locks[path] = lockTokens
+            return FaultLock(fs: self, path: path, token: lockTokens)
+        }
+    }
+
+    fileprivate func unlock(_ path: String, token: Int) { mutex.withLock { _ in if locks[path] == token { locks[path] = nil } } }
+
+    // MARK: File access for handles and tests
+
+    fileprivate func read(_ id: Int, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        mutex.withLock { _ in
+            guard let data = files[id]?.current, offset < data.count else { return 0 }
+            let n = min(buffer.count, data.count - offset)
+            data.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + n])) }
+            return n
+        }
+    }
+
+    fileprivate func write(_ id: Int, _ bytes: UnsafeRawBufferPointer, at offset: Int, path: String) throws {
+        try mutex.withLock { _ in
+            try stepLocked("write", path)
+            guard files[id] != nil else { return }
+            if files[id]!.current.count < offset + bytes.count {
+                files[id]!.current.append(contentsOf: repeatElement(0, count: offset + bytes.count - files[id]!.current.count))
+            }
+            files[id]!.current.withUnsafeMutableBytes { dst in
+                UnsafeMutableRawBufferPointer(rebasing: dst[offset..<offset + bytes.count]).copyMemory(from: bytes)
+            }
+        }
+    }
+
+    fileprivate func sync(_ id: Int, path: String) throws {
+        try mutex.withLock { _ in
+            try stepLocked("sync", path)
+            if let current = files[id]?.current { files[id]!.durable = current }
+        }
+    }
+
+    fileprivate func size(_ id: Int) -> Int { mutex.withLock { _ in files[id]?.current.count ?? 0 } }
+
+    fileprivate func truncate(_ id: Int, to size: Int, path: String) throws {
+        try mutex.withLock { _ in
+            try stepLocked("truncate", path)
+            guard files[id] != nil else { return }
+            if size < files[id]!.current.count { files[id]!.current.removeSubrange(size...) }
+            else { files[id]!.current.append(contentsOf: repeatElement(0, count: size - files[id]!.current.count)) }
+        }
+    }
+
+    /// The current bytes of a file (tests use this to damage files).
+    func contents(_ path: String) -> [UInt8]? { mutex.withLock { _ in entries[path].flatMap { files[$0]?.current } } }
+
+    func setContents(_ path: String, _ bytes: [UInt8]) {
+        mutex.withLock { _ in
+            if let id = entries[path] { files[id] = FileData(current: bytes, durable: bytes) }
+        }
+    }
+}
+
+final class FaultFileHandle: LogbookEngine.FileHandle, @unchecked Sendable {
+    let fs: FaultFileSystem
+    let id: Int
+    let path: String
+    init(fs: FaultFileSystem, id: Int, path: String) { self.fs = fs; self.id = id; self.path = path }
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int { fs.read(id, into: buffer, at: offset) }
+    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws { try fs.write(id, buffer, at: offset, path: path) }
+    func sync() throws { try fs.sync(id, path: path) }
+    func size() throws -> Int { fs.size(id) }
+    func truncate(to size: Int) throws { try fs.truncate(id, to: size, path: path) }
+    func close() {}
+}
+
+final class FaultLock: FileLock, @unchecked Sendable {
+    let fs: FaultFileSystem
+    let path: String
+    let token: Int
+    private let released = Mutex(false)
+    init(fs: FaultFileSystem, path: String, token: Int) { self.fs = fs; self.path = path; self.token = token }
+    func unlock() {
+        let first = released.withLock { r -> Bool in defer { r = true }; return !r }
+        if first { fs.unlock(path, token: token) }
+    }
+}

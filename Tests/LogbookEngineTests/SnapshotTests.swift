@@ -1,0 +1,152 @@
+import Testing
+import Synchronization
+import Dispatch
+@testable import LogbookEngine
+
+@Suite struct SnapshotTests {
+    @Test func snapshotsSeeWholeCommitsWhileAWriterCommits() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions(.none))
+        // Invariant of every commit: keys 0..<50 all hold the same round number, and the
+        // index holds exactly 50 entries for that round.
+        func commitRound(_ round: Int) throws {
+            var t = Transaction()
+            for i in UInt64(0)..<50 {
+                t.put(key(1, i), value: bytes("\(round)"), indexKeys: [IndexKey(index: 1, orderedInt64: Int64(round))])
+            }
+            try store.commit(t)
+        }
+        try commitRound(0)
+        let done = Atomic<Bool>(false)
+        let violations = Atomic<Int>(0)
+        let reads = Atomic<Int>(0)
+        let group = DispatchGroup()
+        for _ in 0..<2 {
+            DispatchQueue.global().async(group: group) {
+                while !done.load(ordering: .acquiring) {
+                    let s = store.snapshot()
+                    let values = Set((0..<50).map { string(try? s.value(forKey: key(1, $0))) ?? "missing" })
+                    guard values.count == 1, let round = Int(values.first!) else {
+                        violations.add(1, ordering: .relaxed)
+                        continue
+                    }
+                    let r = IndexKey(index: 1, orderedInt64: Int64(round)).bytes
+                    if s.indexCount(index: 1) != 50 || s.indexCount(index: 1, from: IndexBound(r, inclusive: true), to: IndexBound(r, inclusive: true)) != 50 {
+                        violations.add(1, ordering: .relaxed)
+                    }
+                    if s.version != UInt64(round + 1) { violations.add(1, ordering: .relaxed) }
+                    reads.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        for round in 1...300 { try commitRound(round) }
+        done.store(true, ordering: .releasing)
+        group.wait()
+        #expect(violations.load(ordering: .relaxed) == 0)
+        #expect(reads.load(ordering: .relaxed) > 0)
+    }
+
+    @Test func aPinnedSnapshotKeepsItsVersionAndItsSegmentsThroughCompaction() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var options = quietOptions()
+        options.segmentSize = 16 << 10
+        let store = try Store.open(at: dir.store(), options: options)
+        for round in 0..<5 {
+            var t = Transaction()
+            for i in UInt64(0)..<500 {
+                t.put(key(1, i), value: bytes("round \(round) item \(i)"), indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
+            }
+            t.addMembers([UInt64(round)], toSet: key(5, 1))
+            try store.commit(t)
+        }
+        var t = Transaction()
+        for i in UInt64(0)..<100 { t.delete(key(1, i)) }
+        try store.commit(t)
+        let pinned = store.snapshot()
+        let before = try contents(pinned)
+        let filesBefore = Set(listDirectory(dir.store()).filter { $0.hasPrefix("journal-") })
+        let statsBefore = store.statistics()
+
+        let report = try store.compact()
+        #expect(report.segmentsRemoved > 0)
+        #expect(report.bytesAfter < report.bytesBefore)
+        // The pinned snapshot still reads the old segments, which are still on disk.
+        let stillThere = Set(listDirectory(dir.store()).filter { $0.hasPrefix("journal-") })
+        #expect(filesBefore.isSubset(of: stillThere))
+        #expect(try contents(pinned) == before)
+        // New snapshots read the compacted segments and see the same data.
+        let fresh = store.snapshot()
+        #expect(try contents(fresh) == before)
+        #expect(fresh.members(ofSet: key(5, 1)) == [0, 1, 2, 3, 4])
+        #expect(fresh.indexCount(index: 1) == 400)
+        let statsAfter = store.statistics()
+        #expect(statsAfter.deadBytes < statsBefore.deadBytes / 10, "dead bytes are reclaimed")
+        // Writers go on after compaction.
+        var after = Transaction()
+        after.put(key(1, 7), value: bytes("new"))
+        try store.commit(after)
+        // Releasing the snapshot deletes the replaced segments.
+        _ = consume pinned
+        let remaining = Set(listDirectory(dir.store()).filter { $0.hasPrefix("journal-") })
+        #expect(remaining.isDisjoint(with: filesBefore))
+        try store.close()
+        let reopened = try Store.open(at: dir.store(), options: options)
+        var expected = before
+        expected[7] = "new"
+        #expect(try contents(reopened.snapshot()) == expected)
+        #expect(reopened.snapshot().members(ofSet: key(5, 1)) == [0, 1, 2, 3, 4])
+    }
+
+    @Test func compactionRunsWhileAWriterCommits() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var options = quietOptions(.normal)
+        options.segmentSize = 32 << 10
+        let store = try Store.open(at: dir.store(), options: options)
+        let writerDone = Atomic<Bool>(false)
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) {
+            for round in 0..<200 {
+                var t = Transaction()
+                for i in UInt64(0)..<20 { t.put(key(1, i), value: bytes("r\(round)")) }
+                t.put(key(2, UInt64(round)), value: bytes("log \(round)"))
+                try! store.commit(t)
+            }
+            writerDone.store(true, ordering: .releasing)
+        }
+        var compactions = 0
+        while !writerDone.load(ordering: .acquiring) {
+            _ = try store.compact()
+            compactions += 1
+        }
+        group.wait()
+        #expect(compactions > 0)
+        let s = store.snapshot()
+        #expect(try contents(s).values.allSatisfy { $0 == "r199" })
+        #expect(s.count(inKeyspace: 2) == 200)
+        try store.close()
+        let reopened = try Store.open(at: dir.store(), options: options)
+        #expect(try contents(reopened.snapshot()).values.allSatisfy { $0 == "r199" })
+        #expect(reopened.snapshot().count(inKeyspace: 2) == 200)
+    }
+
+    @Test func groupCommitSharesSyncsAcrossThreads() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions(.normal))
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for i in 0..<50 {
+                var t = Transaction()
+                t.put(key(1, UInt64(thread * 1000 + i)), value: bytes("t\(thread) i\(i)"))
+                let v = try! store.commit(t)
+                // A returned commit is visible to new snapshots.
+                #expect(store.snapshot().version >= v)
+            }
+        }
+        #expect(store.snapshot().count(inKeyspace: 1) == 400)
+        try store.close()
+        #expect(try Store.open(at: dir.store(), options: quietOptions()).snapshot().count(inKeyspace: 1) == 400)
+    }
+}

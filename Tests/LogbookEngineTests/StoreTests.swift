@@ -1,0 +1,220 @@
+import Testing
+@testable import LogbookEngine
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite struct StoreTests {
+    /// Writes every kind of record: puts with and without index keys, overwrites, deletes,
+    /// set additions, removals and replacements.
+    func writeEveryKind(_ store: Store) throws {
+        var t = Transaction()
+        for i in UInt64(1)...100 {
+            t.put(key(1, i), value: bytes("value \(i)"), indexKeys: [IndexKey(index: 1, orderedInt64: Int64(i % 10)),
+                                                                     IndexKey(index: 2, bytes: bytes("name \(i)"))])
+        }
+        t.put(key(2, 1), value: [])
+        t.put(key(2, 2), value: [UInt8](repeating: 7, count: 200_000))
+        t.addMembers([key(1, 3), key(1, 1), key(1, 2)], toSet: key(9, 1))
+        t.addMembers([key(1, 50)], toSet: key(9, 2))
+        try store.commit(t)
+        var u = Transaction()
+        u.put(key(1, 5), value: bytes("five"), indexKeys: [IndexKey(index: 1, orderedInt64: 100)])
+        u.delete(key(1, 6))
+        u.delete(key(1, 999))
+        u.removeMembers([key(1, 1)], fromSet: key(9, 1))
+        u.replaceMembers([key(1, 7), key(1, 8)], ofSet: key(9, 2))
+        u.addMembers([key(1, 4)], toSet: key(9, 1))
+        try store.commit(u)
+    }
+
+    func checkEveryKind(_ s: Snapshot) throws {
+        #expect(s.count(inKeyspace: 1) == 99)
+        #expect(string(try s.value(forKey: key(1, 1))) == "value 1")
+        #expect(string(try s.value(forKey: key(1, 5))) == "five")
+        #expect(try s.value(forKey: key(1, 6)) == nil)
+        #expect(try s.value(forKey: key(2, 1)) == [])
+        #expect(try s.value(forKey: key(2, 2)) == [UInt8](repeating: 7, count: 200_000))
+        #expect(s.members(ofSet: key(9, 1)) == [key(1, 2), key(1, 3), key(1, 4)])
+        #expect(s.members(ofSet: key(9, 2)) == [key(1, 7), key(1, 8)])
+        // Index 1: an entry for each of the 99 keys left (key 5's moved to 100); index 2: key 5's is gone.
+        #expect(s.indexCount(index: 1) == 99)
+        #expect(s.indexCount(index: 2) == 98)
+        let three = IndexKey(index: 1, orderedInt64: 3).bytes
+        var withThree: [UInt64] = []
+        s.forEachIndexEntry(index: 1, from: IndexBound(three, inclusive: true), to: IndexBound(three, inclusive: true)) { _, pk in
+            withThree.append(pk & 0xFFFF)
+            return true
+        }
+        #expect(withThree == [3, 13, 23, 33, 43, 53, 63, 73, 83, 93])
+        #expect(try s.indexKeys(forKey: key(1, 5)).map(\.index) == [1])
+    }
+
+    @Test func everyRecordKindRoundTripsAndSurvivesReopen() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        try writeEveryKind(store)
+        try checkEveryKind(store.snapshot())
+        #expect(store.version == 2)
+        try store.close()
+        let reopened = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(reopened.recoveryReport.commitsReplayed == 2)
+        #expect(reopened.recoveryReport.truncatedBytes == 0)
+        try checkEveryKind(reopened.snapshot())
+        try reopened.close()
+    }
+
+    @Test func checkpointThenTailReplay() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        try writeEveryKind(store)
+        try store.checkpoint()
+        var t = Transaction()
+        t.put(key(1, 1000), value: bytes("after the checkpoint"))
+        t.delete(key(1, 1))
+        try store.commit(t)
+        try store.close()
+        #expect(listDirectory(dir.store()).contains { $0.hasPrefix("checkpoint-") })
+        let reopened = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(reopened.recoveryReport.checkpoint != nil)
+        #expect(reopened.recoveryReport.commitsReplayed == 1, "only the commit after the checkpoint is replayed")
+        let s = reopened.snapshot()
+        #expect(string(try s.value(forKey: key(1, 1000))) == "after the checkpoint")
+        #expect(try s.value(forKey: key(1, 1)) == nil)
+        #expect(s.members(ofSet: key(9, 1)) == [key(1, 2), key(1, 3), key(1, 4)])
+        #expect(s.indexCount(index: 2) == 97)
+        try reopened.close()
+    }
+
+    @Test func aDamagedCheckpointFallsBackToTheWholeJournal() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        try writeEveryKind(store)
+        try store.checkpoint()
+        try store.close()
+        let name = listDirectory(dir.store()).first { $0.hasPrefix("checkpoint-") }!
+        var data = fileBytes(dir.store() + "/" + name)
+        data[data.count / 2] ^= 0x55
+        writeFileBytes(dir.store() + "/" + name, data)
+        let reopened = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(reopened.recoveryReport.checkpointProblem != nil)
+        #expect(reopened.recoveryReport.commitsReplayed == 2)
+        try checkEveryKind(reopened.snapshot())
+    }
+
+    @Test func segmentsRollOverAndReopen() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var options = quietOptions()
+        options.segmentSize = 4096
+        let store = try Store.open(at: dir.store(), options: options)
+        for i in UInt64(0)..<300 {
+            var t = Transaction()
+            t.put(key(1, i), value: bytes("record \(i) " + String(repeating: "x", count: Int(i % 50))))
+            try store.commit(t)
+        }
+        let stats = store.statistics()
+        #expect(stats.segments.count > 5)
+        #expect(stats.keyCount == 300)
+        try store.close()
+        let reopened = try Store.open(at: dir.store(), options: options)
+        let all = try contents(reopened.snapshot())
+        #expect(all.count == 300)
+        #expect(all[299] == "record 299 " + String(repeating: "x", count: 49))
+        #expect(reopened.recoveryReport.commitsReplayed == 300)
+    }
+
+    @Test func aSecondWriterIsRefusedAndReadersOfAClosedStoreAreFine() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        var t = Transaction()
+        t.put(key(1, 1), value: bytes("one"))
+        try store.commit(t)
+        #expect(throws: EngineError.self) { _ = try Store.open(at: dir.store(), options: quietOptions()) }
+        do {
+            _ = try Store.open(at: dir.store(), options: quietOptions())
+        } catch let error as EngineError {
+            #expect(error.code == .locked)
+            #expect(error.description.contains("only one writer"))
+        }
+        try store.close()
+        var readOnly = quietOptions()
+        readOnly.readOnly = true
+        let reader = try Store.open(at: dir.store(), options: readOnly)
+        #expect(string(try reader.snapshot().value(forKey: key(1, 1))) == "one")
+        #expect(throws: EngineError.self) { try reader.commit(t) }
+        let second = try Store.open(at: dir.store(), options: readOnly)
+        #expect(second.snapshot().keyCount == 1)
+    }
+
+    @Test func filesAreCreatedWithMode0600() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        var t = Transaction()
+        t.put(1, value: bytes("x"))
+        try store.commit(t)
+        try store.checkpoint()
+        try store.close()
+        for name in listDirectory(dir.store()) {
+            var st = stat()
+            #expect(stat(dir.store() + "/" + name, &st) == 0)
+            #expect(st.st_mode & 0o777 == 0o600, "\(name) has mode \(String(st.st_mode & 0o777, radix: 8))")
+        }
+    }
+
+    @Test func somethingThatIsNotAStoreIsRefusedClearly() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        // A directory of other files.
+        let other = dir.store("other")
+        mkdir(other, 0o700)
+        writeFileBytes(other + "/notes.txt", bytes("hello"))
+        #expect { _ = try Store.open(at: other) } throws: { ($0 as? EngineError)?.code == .notAStore }
+        // A plain file.
+        writeFileBytes(dir.store("file"), bytes("hello"))
+        #expect { _ = try Store.open(at: dir.store("file")) } throws: { ($0 as? EngineError)?.code == .notAStore }
+        // A MANIFEST that is not ours.
+        let fake = dir.store("fake")
+        mkdir(fake, 0o700)
+        writeFileBytes(fake + "/MANIFEST", bytes("this is not a manifest"))
+        #expect { _ = try Store.open(at: fake) } throws: { ($0 as? EngineError)?.code == .notAStore }
+        // Nothing there, read-only.
+        var readOnly = StoreOptions()
+        readOnly.readOnly = true
+        #expect { _ = try Store.open(at: dir.store("missing"), options: readOnly) } throws: { ($0 as? EngineError)?.code == .notAStore }
+        // A segment of a future format version.
+        let future = dir.store("future")
+        let s = try Store.open(at: future, options: quietOptions())
+        try s.close()
+        let segment = future + "/" + listDirectory(future).first { $0.hasPrefix("journal-") }!
+        var data = fileBytes(segment)
+        data[8] = 99
+        writeFileBytes(segment, data)
+        #expect { _ = try Store.open(at: future) } throws: { ($0 as? EngineError)?.code != nil }
+    }
+
+    @Test func statisticsReportLiveAndDeadBytesAndSnapshots() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        for round in 0..<3 {
+            var t = Transaction()
+            for i in UInt64(0)..<1000 { t.put(key(1, i), value: bytes("round \(round) item \(i)")) }
+            try store.commit(t)
+        }
+        let pinned = store.snapshot()
+        let stats = store.statistics()
+        #expect(stats.keyCount == 1000)
+        #expect(stats.keysPerKeyspace[1] == 1000)
+        #expect(stats.deadBytes > stats.liveBytes, "two rounds of three are superseded")
+        #expect(stats.pinnedSnapshots == 1)
+        #expect(stats.oldestSnapshotAge != nil)
+        #expect(stats.fileBytes > 0)
+        _ = pinned
+    }
+}

@@ -1,0 +1,73 @@
+@testable import LogbookEngine
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A fresh directory under the system's temporary directory, removed by `cleanUp()`.
+struct TemporaryDirectory {
+    let path: String
+
+    init() {
+        let base = String(cString: getenv("TMPDIR") ?? strdup("/tmp"))
+        var template = Array("\(base)/logbook-test-XXXXXX".utf8CString)
+        let result = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        precondition(result != nil, "mkdtemp failed")
+        path = String(cString: template)
+    }
+
+    func store(_ name: String = "store") -> String { path + "/" + name }
+
+    func cleanUp() {
+        _ = path.withCString { p in
+            system("rm -rf '\(String(cString: p))'")
+        }
+    }
+}
+
+func key(_ keyspace: UInt16, _ id: UInt64) -> UInt64 { UInt64(keyspace) << 48 | id }
+
+func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+func string(_ b: [UInt8]?) -> String? { b.map { String(decoding: $0, as: UTF8.self) } }
+
+/// Every key → value of a keyspace, read through a snapshot.
+func contents(_ snapshot: Snapshot, keyspace: UInt16 = 1) throws -> [UInt64: String] {
+    var result: [UInt64: String] = [:]
+    var keys: [UInt64] = []
+    snapshot.forEachKey(inKeyspace: keyspace) { keys.append($0); return true }
+    for k in keys { result[k & 0xFFFF_FFFF_FFFF] = string(try snapshot.value(forKey: k)) }
+    return result
+}
+
+/// Options for deterministic tests: no background work.
+func quietOptions(_ durability: Durability = .full) -> StoreOptions {
+    var o = StoreOptions()
+    o.durability = durability
+    o.checkpointInterval = 0
+    o.checkpointOnClose = false
+    o.compaction = .manual
+    return o
+}
+
+func fileBytes(_ path: String) -> [UInt8] {
+    guard let f = fopen(path, "rb") else { return [] }
+    defer { fclose(f) }
+    var result: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let n = fread(&buffer, 1, buffer.count, f)
+        if n <= 0 { break }
+        result.append(contentsOf: buffer[0..<n])
+    }
+    return result
+}
+
+func writeFileBytes(_ path: String, _ bytes: [UInt8]) {
+    guard let f = fopen(path, "wb") else { fatalError("cannot write \(path)") }
+    _ = bytes.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, f) }
+    fclose(f)
+}
+
+func listDirectory(_ path: String) -> [String] {
+    (try? PosixFileSystem().listDirectory(path)) ?? []
+}

@@ -25,6 +25,14 @@ struct ByteWriter {
     @inline(__always)
     mutating func appendVarint(_ value: Int) { appendVarint(UInt64(value)) }
 
+    /// A key as two varints: keyspace (high 16 bits), then id (low 48 bits), so that the
+    /// common small ids of any keyspace take a few bytes.
+    @inline(__always)
+    mutating func appendKey(_ key: UInt64) {
+        appendVarint(key >> 48)
+        appendVarint(key & 0xFFFF_FFFF_FFFF)
+    }
+
     @inline(__always)
     mutating func appendLE<T: FixedWidthInteger>(_ value: T) {
         withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
@@ -87,6 +95,14 @@ struct ByteReader {
             shift += 7
             if shift > 63 { throw OutOfBounds() }
         }
+    }
+
+    @inline(__always)
+    mutating func readKey() throws(OutOfBounds) -> UInt64 {
+        let keyspace = try readVarint()
+        let id = try readVarint()
+        guard keyspace <= 0xFFFF, id <= 0xFFFF_FFFF_FFFF else { throw OutOfBounds() }
+        return keyspace << 48 | id
     }
 
     /// A varint that must fit in `limit` (a length or count), so callers can allocate safely.

@@ -76,14 +76,15 @@ public enum JournalFormat {
     /// version u64 · operationFrames u32 · operations u32 · firstFrameOffset u64 · timestampMillis u64.
     public static let commitPayloadSize = 32
 
-    /// Operation codes inside an operations block.
+    /// Operation codes inside an operations block. A `key` is written as two uvarints,
+    /// keyspace (high 16 bits) then id (low 48 bits).
     public enum OperationCode: UInt8, Sendable {
-        /// key uvarint · valueLength uvarint · value · indexKeyCount uvarint ·
+        /// key · valueLength uvarint · value · indexKeyCount uvarint ·
         /// (index uvarint · keyLength uvarint · key)*
         case put = 1
-        /// key uvarint
+        /// key
         case delete = 2
-        /// setKey uvarint · count uvarint · first member uvarint · (delta uvarint ≥ 1)*
+        /// setKey (a key) · count uvarint · first member (a key) · (delta uvarint ≥ 1)*
         case setAdd = 3
         /// Same layout as `setAdd`; removes the members.
         case setRemove = 4

@@ -13,7 +13,7 @@ enum Operation {
             guard let code = JournalFormat.OperationCode(rawValue: try r.readByte()) else { throw Malformed(offset: offset) }
             switch code {
             case .put:
-                let key = try r.readVarint()
+                let key = try r.readKey()
                 let length = try r.readLength(limit: JournalFormat.maxValueLength)
                 let valueStart = r.offset
                 try r.skip(length)
@@ -26,15 +26,15 @@ enum Operation {
                 }
                 return (.put(key: key, value: value, indexKeys: keysStart..<r.offset, indexKeyCount: count), r.offset)
             case .delete:
-                return (.delete(key: try r.readVarint()), r.offset)
+                return (.delete(key: try r.readKey()), r.offset)
             case .setAdd, .setRemove, .setReplace:
-                let set = try r.readVarint()
+                let set = try r.readKey()
                 let count = try r.readLength(limit: r.remaining)
                 var members: [UInt64] = []
                 members.reserveCapacity(count)
                 var previous: UInt64 = 0
                 for i in 0..<count {
-                    let v = try r.readVarint()
+                    let v = i == 0 ? try r.readKey() : try r.readVarint()
                     if i > 0 {
                         guard v > 0 else { throw Malformed(offset: offset) }
                         let (sum, overflow) = previous.addingReportingOverflow(v)

@@ -29,7 +29,7 @@ public struct Transaction: Sendable {
         precondition(value.count <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
         if current.bytes.capacity == 0 { current.bytes.reserveCapacity(JournalFormat.blockTargetSize + 256) }
         current.append(JournalFormat.OperationCode.put.rawValue)
-        current.appendVarint(key)
+        current.appendKey(key)
         current.appendVarint(value.count)
         current.append(value)
         let countAt = current.count
@@ -62,7 +62,7 @@ public struct Transaction: Sendable {
     /// Removes `key` and its index entries. Removing a missing key does nothing.
     public mutating func delete(_ key: UInt64) {
         current.append(JournalFormat.OperationCode.delete.rawValue)
-        current.appendVarint(key)
+        current.appendKey(key)
         finishOperation()
     }
 
@@ -98,12 +98,10 @@ public struct Transaction: Sendable {
         repeat {
             let end = min(scratch.count, start + chunk)
             current.append((start == 0 ? code : (code == .setReplace ? .setAdd : code)).rawValue)
-            current.appendVarint(set)
+            current.appendKey(set)
             current.appendVarint(end - start)
-            var previous: UInt64 = 0
             for i in start..<end {
-                current.appendVarint(i == start ? scratch[i] : scratch[i] - previous)
-                previous = scratch[i]
+                if i == start { current.appendKey(scratch[i]) } else { current.appendVarint(scratch[i] - scratch[i - 1]) }
             }
             finishOperation()
             start = end

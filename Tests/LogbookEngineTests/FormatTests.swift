@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import CLogbookSupport
 @testable import LogbookEngine
@@ -128,4 +129,29 @@ import CLogbookSupport
         #expect(long.bytes == Array(repeating: 9, count: 40))
         #expect(IndexKey(index: 3, bytes: bytes("abc")).bytes == bytes("abc"))
     }
+}
+
+/// The worked example of docs/journal-format.md, byte for byte.
+@Suite struct WorkedExampleTests {
+    static func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined(separator: " ") }
+
+    @Test func theDocumentedBytesAreTheBytesWritten() {
+        var t = Transaction()
+        t.put(key(1, 5), value: bytes("hi"), indexKeys: [IndexKey(index: 1, orderedUInt64: 7)])
+        t.addMembers([key(1, 9), key(1, 7)], toSet: key(2, 5))
+        let block = t.finishedBlocks()[0]
+        #expect(Self.hex(block) == Self.documentedBlock, "\(Self.hex(block))")
+        var frames: [UInt8] = []
+        let salt: UInt32 = 0x0102_0304
+        Frame.append(type: .operations, payload: block, compress: true, salt: salt, to: &frames)
+        let commit = CommitRecord(version: 1, operationFrames: 1, operations: 2, firstFrameOffset: 32, timestampMillis: 1_700_000_000_000)
+        Frame.append(type: .commit, payload: commit.encoded(), compress: false, salt: salt, to: &frames)
+        #expect(Self.hex(frames) == Self.documentedFrames, "\(Self.hex(frames))")
+        let header = FileHeader(magic: JournalFormat.segmentMagic, number: 1, salt: salt).encoded()
+        #expect(Self.hex(header) == Self.documentedHeader, "\(Self.hex(header))")
+    }
+
+    static let documentedBlock = "01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02"
+    static let documentedFrames = "71 1d 44 ef 18 00 00 00 01 00 00 00 01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02 13 a6 98 f5 20 00 00 00 02 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 20 00 00 00 00 00 00 00 00 68 e5 cf 8b 01 00 00"
+    static let documentedHeader = "4c 42 4b 4a 52 4e 4c 00 01 00 20 00 00 00 00 00 01 00 00 00 00 00 00 00 04 03 02 01 88 cf 56 d4"
 }

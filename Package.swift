@@ -6,6 +6,10 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
+        .executable(name: "logbook", targets: ["LogbookCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         // Debian's liblz4-dev (`apt-get install liblz4-dev`).
@@ -21,6 +25,14 @@ let package = Package(
             name: "LogbookEngine",
             dependencies: ["CLZ4", "CLogbookSupport"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+        ),
+        // The `logbook` tool (named so that it does not clash with the `Logbook` module).
+        .executableTarget(
+            name: "LogbookCLI",
+            dependencies: [
+                "LogbookEngine",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(

@@ -1,25 +1,52 @@
-/// Appends little-endian integers and LEB128 varints to a byte array.
+/// Appends little-endian integers and LEB128 varints to a byte buffer.
+///
+/// The buffer grows ahead of use (zero filled) and is written through a raw pointer, so an
+/// append costs a bounds check and a store rather than an Array append: building a block of
+/// operations is the engine's hottest loop.
 struct ByteWriter {
-    var bytes: [UInt8]
+    private var storage: [UInt8]
+    private(set) var count = 0
 
     init(capacity: Int = 0) {
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        storage = capacity > 0 ? [UInt8](repeating: 0, count: capacity) : []
     }
 
-    var count: Int { bytes.count }
+    /// The bytes written so far.
+    var bytes: [UInt8] {
+        get { storage.count == count ? storage : Array(storage[0..<count]) }
+        set { storage = newValue; count = newValue.count }
+    }
+
+    var capacity: Int { storage.count }
 
     @inline(__always)
-    mutating func append(_ byte: UInt8) { bytes.append(byte) }
+    private mutating func reserve(_ n: Int) {
+        if count + n > storage.count { grow(n) }
+    }
+
+    @inline(never)
+    private mutating func grow(_ n: Int) {
+        let target = Swift.max(count + n, Swift.max(64, storage.count * 2))
+        storage.append(contentsOf: repeatElement(0, count: target - storage.count))
+    }
+
+    /// Writes `n` bytes through `body` (which gets a pointer to the first one).
+    @inline(__always)
+    mutating func write(_ n: Int, _ body: (UnsafeMutableRawPointer) -> Void) {
+        reserve(n)
+        let at = count
+        storage.withUnsafeMutableBytes { body($0.baseAddress! + at) }
+        count += n
+    }
+
+    @inline(__always)
+    mutating func append(_ byte: UInt8) {
+        write(1) { $0.storeBytes(of: byte, as: UInt8.self) }
+    }
 
     @inline(__always)
     mutating func appendVarint(_ value: UInt64) {
-        var v = value
-        while v >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
-            v >>= 7
-        }
-        bytes.append(UInt8(v))
+        write(varintSize(value)) { p in _ = storeVarint(value, at: p) }
     }
 
     @inline(__always)
@@ -35,19 +62,44 @@ struct ByteWriter {
 
     @inline(__always)
     mutating func appendLE<T: FixedWidthInteger>(_ value: T) {
-        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+        write(MemoryLayout<T>.size) { $0.storeBytes(of: value.littleEndian, as: T.self) }
     }
 
-    mutating func append(contentsOf data: some Sequence<UInt8>) { bytes.append(contentsOf: data) }
+    mutating func append(contentsOf data: some Sequence<UInt8>) {
+        for byte in data { append(byte) }
+    }
 
-    mutating func append(_ buffer: UnsafeRawBufferPointer) { bytes.append(contentsOf: buffer) }
+    @inline(__always)
+    mutating func append(_ buffer: UnsafeRawBufferPointer) {
+        guard buffer.count > 0 else { return }
+        write(buffer.count) { $0.copyMemory(from: buffer.baseAddress!, byteCount: buffer.count) }
+    }
+
+    mutating func append(contentsOf data: [UInt8]) {
+        data.withUnsafeBytes { append($0) }
+    }
 
     /// Overwrites a little-endian integer at `offset`.
     mutating func patchLE<T: FixedWidthInteger>(_ value: T, at offset: Int) {
-        withUnsafeBytes(of: value.littleEndian) { raw in
-            for i in 0..<raw.count { bytes[offset + i] = raw[i] }
-        }
+        precondition(offset + MemoryLayout<T>.size <= count)
+        storage.withUnsafeMutableBytes { $0.storeBytes(of: value.littleEndian, toByteOffset: offset, as: T.self) }
     }
+
+    mutating func removeAll() { count = 0 }
+}
+
+/// Stores a varint at `p`; returns its size.
+@inline(__always)
+func storeVarint(_ value: UInt64, at p: UnsafeMutableRawPointer) -> Int {
+    var v = value
+    var i = 0
+    while v >= 0x80 {
+        p.storeBytes(of: UInt8(truncatingIfNeeded: v) | 0x80, toByteOffset: i, as: UInt8.self)
+        v >>= 7
+        i += 1
+    }
+    p.storeBytes(of: UInt8(v), toByteOffset: i, as: UInt8.self)
+    return i + 1
 }
 
 /// Number of bytes `value` takes as a varint.

@@ -116,21 +116,26 @@ enum Checkpoint {
                 for _ in 0..<spaces {
                     let ks = try r.readLength(limit: 0xFFFF)
                     let count = try r.readLength(limit: r.remaining)
+                    var keys = [UInt64](repeating: 0, count: count)
+                    var locations = [UInt64](repeating: 0, count: count)
                     var id: UInt64 = 0
                     var location: UInt64 = 0
                     for i in 0..<count {
                         let d = try r.readVarint()
+                        guard i == 0 || d > 0 else { throw Malformed() }
                         id = i == 0 ? d : id &+ d
                         location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
                         guard id <= 0xFFFF_FFFF_FFFF, location != 0 else { throw Malformed() }
-                        state.primary.set(UInt64(ks) << 48 | id, location)
+                        keys[i] = UInt64(ks) << 48 | id
+                        locations[i] = location
                     }
+                    state.primary.setMany(count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
                 }
                 let indexCount = try r.readLength(limit: 1 << 20)
                 for _ in 0..<indexCount {
                     let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
                     let count = try r.readLength(limit: r.remaining)
-                    var index = OrderedIndex()
+                    var builder = OrderedIndex.Builder()
                     var key: [UInt8] = []
                     var pk: UInt64 = 0
                     for _ in 0..<count {
@@ -139,9 +144,9 @@ enum Checkpoint {
                         key.removeSubrange(shared...)
                         key.append(contentsOf: try r.readBytes(suffix))
                         pk = pk &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
-                        key.withUnsafeBytes { _ = index.insert($0, pk) }
+                        key.withUnsafeBytes { builder.append($0, pk) }
                     }
-                    state.indexes[id] = index
+                    state.indexes[id] = builder.build()
                 }
                 let setSpaces = try r.readLength(limit: 1 << 16)
                 for _ in 0..<setSpaces {

@@ -1,3 +1,5 @@
+import Dispatch
+
 /// Everything the engine keeps in memory about the store at one version: the primary index
 /// (key → location of its latest put), the ordered secondary indexes, the membership sets,
 /// and byte counts for the compaction policy. A value: copying it is O(1) and is how a
@@ -13,84 +15,212 @@ struct IndexState: Sendable {
     /// Uncompressed bytes of all operations in the store's segments.
     var totalBytes = 0
 
-    /// Applies every operation of a committed block at `frame`.
-    /// `reader` finds the previous version of an overwritten key, to remove its index entries.
-    mutating func apply(block: [UInt8], segment: UInt64, frameOffset: Int, reader: BlockReader) throws {
-        try block.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                guard offset < (1 << JournalFormat.locationBlockOffsetBits) else {
-                    throw EngineError(.corruption, "an operation starts beyond the addressable part of its block",
-                                      path: reader.segments.files[segment]?.path, offset: frameOffset)
+    /// Applies a committed transaction: its blocks, in order, at their frame offsets.
+    ///
+    /// Two passes that touch disjoint structures: the primary index and the sets (in operation
+    /// order, collecting each key whose previous version was replaced), and the secondary
+    /// indexes (every put's new entries). For a large transaction they run on two threads.
+    /// A sequential fix-up then removes the entries of replaced versions that the key's final
+    /// version does not have, and takes their bytes off the live count.
+    mutating func apply(transaction blocks: [(frameOffset: Int, block: [UInt8])], segment: UInt64, reader: BlockReader) throws {
+        guard !blocks.isEmpty else { return }
+        let path = reader.segments.files[segment]?.path
+        var primaryPass = PrimaryPass(primary: primary, sets: sets)
+        var indexPass = IndexPass(indexes: indexes)
+        primary = RadixMap()
+        sets = RadixMap()
+        indexes = [:]
+        if blocks.count >= 8 {
+            let p = UncheckedSendable(withUnsafeMutablePointer(to: &primaryPass) { $0 })
+            let q = UncheckedSendable(withUnsafeMutablePointer(to: &indexPass) { $0 })
+            let b = UncheckedSendable(blocks)
+            // Each thread owns one pass; both end before the passes are read again.
+            DispatchQueue.concurrentPerform(iterations: 2) { worker in
+                if worker == 0 { p.value.pointee.run(b.value, segment: segment, path: path) }
+                else { q.value.pointee.run(b.value, path: path) }
+            }
+        } else {
+            primaryPass.run(blocks, segment: segment, path: path)
+            indexPass.run(blocks, path: path)
+        }
+        primary = primaryPass.primary
+        sets = primaryPass.sets
+        indexes = indexPass.indexes
+        totalBytes += primaryPass.totalBytes
+        liveBytes += primaryPass.liveBytes
+        if let error = primaryPass.error ?? indexPass.error { throw error }
+        // Fix-up of replaced versions.
+        guard !primaryPass.replaced.isEmpty else { return }
+        var local: [UInt64: [UInt8]] = [:]
+        for (offset, block) in blocks { local[Location(segment: segment, frameOffset: offset, blockOffset: 0).frameKey] = block }
+        func block(_ loc: Location) throws -> [UInt8] {
+            if let b = local[loc.frameKey] { return b }
+            return try reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
+        }
+        func putOperation(_ loc: Location, _ raw: UnsafeRawBufferPointer) throws -> (indexKeys: Range<Int>, count: Int, end: Int) {
+            guard case let (.put(_, _, keys, count), end)? = try? Operation.decode(raw, at: loc.blockOffset) else {
+                throw EngineError(.corruption, "a key's location does not hold a put",
+                                  path: reader.segments.files[loc.segment]?.path, offset: loc.frameOffset)
+            }
+            return (keys, count, end)
+        }
+        for (key, previous) in primaryPass.replaced {
+            let old = Location(packed: previous)
+            let oldBlock = try block(old)
+            let final = primary[key].map(Location.init(packed:))
+            let finalBlock = try final.map(block)
+            try oldBlock.withUnsafeBytes { oldRaw in
+                let o = try putOperation(old, oldRaw)
+                liveBytes -= o.end - old.blockOffset
+                guard o.count > 0 else { return }
+                // The final version's index section, to keep what it still has.
+                var finalSection: [UInt8] = []
+                if let final, let finalBlock {
+                    try finalBlock.withUnsafeBytes { f in
+                        let n = try putOperation(final, f)
+                        finalSection = Array(f[n.indexKeys])
+                        finalSection.insert(UInt8(truncatingIfNeeded: n.count), at: 0)
+                    }
                 }
-                let (op, end): (Operation, Int)
-                do { (op, end) = try Operation.decode(raw, at: offset) } catch let error as Operation.Malformed {
-                    throw EngineError(.corruption, "malformed operation at block offset \(error.offset)",
-                                      path: reader.segments.files[segment]?.path, offset: frameOffset)
-                }
-                let size = end - offset
-                totalBytes += size
-                switch op {
-                case let .put(key, _, keys, keyCount):
-                    let location = Location(segment: segment, frameOffset: frameOffset, blockOffset: offset).packed
-                    let previous = primary.set(key, location)
-                    var sameKeys = false
-                    if let previous {
-                        sameKeys = try removePrevious(key: key, location: previous, reader: reader, unlessKeys: (raw, keys))
-                    }
-                    if !sameKeys && keyCount > 0 {
-                        Operation.forEachIndexKey(raw, keys, count: keyCount) { index, bytes in
-                            indexes[index, default: OrderedIndex()].insert(bytes, key)
-                        }
-                    }
-                    liveBytes += size
-                case let .delete(key):
-                    if let previous = primary.remove(key) {
-                        _ = try removePrevious(key: key, location: previous, reader: reader, unlessKeys: nil)
-                    }
-                case let .set(code, set, members):
-                    sets.modify(set) { s in
-                        let before = s.count
-                        switch code {
-                        case .setAdd: s.add(sorted: members)
-                        case .setRemove: s.remove(sorted: members)
-                        default: s.replace(sorted: members)
-                        }
-                        liveBytes += (s.count - before) * 8
+                var oldSection = Array(oldRaw[o.indexKeys])
+                oldSection.insert(UInt8(truncatingIfNeeded: o.count), at: 0)
+                if oldSection == finalSection { return }
+                var finalKeys: [(UInt32, [UInt8])] = []
+                if finalSection.count > 1 {
+                    finalSection.withUnsafeBytes { f in
+                        Operation.forEachIndexKey(f, 1..<f.count, count: Int(finalSection[0])) { finalKeys.append(($0, Array($1))) }
                     }
                 }
-                offset = end
+                Operation.forEachIndexKey(oldRaw, o.indexKeys, count: o.count) { index, bytes in
+                    if finalKeys.contains(where: { $0.0 == index && $0.1.elementsEqual(bytes) }) { return }
+                    if indexes[index]?.remove(bytes, key) == true, indexes[index]?.count == 0 { indexes[index] = nil }
+                }
             }
         }
     }
 
-    /// Removes the index entries of the put at `location` and its bytes from the live count.
-    /// When the put's index section equals `unlessKeys`, leaves the entries and returns true.
-    private mutating func removePrevious(key: UInt64, location: UInt64, reader: BlockReader,
-                                         unlessKeys: (UnsafeRawBufferPointer, Range<Int>)?) throws -> Bool {
-        let loc = Location(packed: location)
-        let block = try reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
-        return try block.withUnsafeBytes { old in
-            let decoded: (Operation, Int)
-            do { decoded = try Operation.decode(old, at: loc.blockOffset) } catch {
-                throw EngineError(.corruption, "malformed operation at block offset \(loc.blockOffset)",
-                                  path: reader.segments.files[loc.segment]?.path, offset: loc.frameOffset)
+    /// Applies one block as a transaction of its own (tests and tools).
+    mutating func apply(block: [UInt8], segment: UInt64, frameOffset: Int, reader: BlockReader) throws {
+        try apply(transaction: [(frameOffset, block)], segment: segment, reader: reader)
+    }
+}
+
+/// The primary index and sets, in operation order.
+struct PrimaryPass {
+    var primary: RadixMap<UInt64>
+    var sets: RadixMap<MemberSet>
+    /// Keys whose previous version a put or delete replaced, with that version's location.
+    var replaced: [(UInt64, UInt64)] = []
+    var totalBytes = 0
+    var liveBytes = 0
+    var error: EngineError?
+
+    init(primary: RadixMap<UInt64>, sets: RadixMap<MemberSet>) {
+        self.primary = primary
+        self.sets = sets
+    }
+
+    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], segment: UInt64, path: String?) {
+        var keys: [UInt64] = []
+        var locations: [UInt64] = []
+        keys.reserveCapacity(2048)
+        locations.reserveCapacity(2048)
+        func flush() {
+            guard !keys.isEmpty else { return }
+            primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }) { _, key, old in
+                replaced.append((key, old))
             }
-            guard case let .put(_, _, keys, keyCount) = decoded.0 else {
-                throw EngineError(.corruption, "a key's location does not hold a put",
-                                  path: reader.segments.files[loc.segment]?.path, offset: loc.frameOffset)
-            }
-            liveBytes -= decoded.1 - loc.blockOffset
-            if let (newBlock, newKeys) = unlessKeys, newKeys.count == keys.count,
-               compareBytes(UnsafeRawBufferPointer(rebasing: newBlock[newKeys]), UnsafeRawBufferPointer(rebasing: old[keys])) == 0 {
-                return true
-            }
-            Operation.forEachIndexKey(old, keys, count: keyCount) { index, bytes in
-                if indexes[index]?.remove(bytes, key) == true, indexes[index]?.count == 0 {
-                    indexes[index] = nil
+            keys.removeAll(keepingCapacity: true)
+            locations.removeAll(keepingCapacity: true)
+        }
+        for (frameOffset, block) in blocks {
+            block.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count {
+                    guard offset < (1 << JournalFormat.locationBlockOffsetBits) else {
+                        error = EngineError(.corruption, "an operation starts beyond the addressable part of its block", path: path, offset: frameOffset)
+                        return
+                    }
+                    let (op, end): (Operation, Int)
+                    do throws(Operation.Malformed) { (op, end) = try Operation.decode(raw, at: offset) } catch {
+                        self.error = EngineError(.corruption, "malformed operation at block offset \(error.offset)", path: path, offset: frameOffset)
+                        return
+                    }
+                    let size = end - offset
+                    totalBytes += size
+                    switch op {
+                    case let .put(key, _, _, _):
+                        keys.append(key)
+                        locations.append(Location(segment: segment, frameOffset: frameOffset, blockOffset: offset).packed)
+                        liveBytes += size
+                    case let .delete(key):
+                        flush()
+                        if let previous = primary.remove(key) { replaced.append((key, previous)) }
+                    case let .set(code, set, members):
+                        flush()
+                        sets.modify(set) { s in
+                            let before = s.count
+                            switch code {
+                            case .setAdd: s.add(sorted: members)
+                            case .setRemove: s.remove(sorted: members)
+                            default: s.replace(sorted: members)
+                            }
+                            liveBytes += (s.count - before) * 8
+                        }
+                    }
+                    offset = end
                 }
             }
-            return false
+            if error != nil { return }
+        }
+        flush()
+    }
+}
+
+/// The secondary indexes: every put's new entries.
+struct IndexPass {
+    var indexes: [UInt32: OrderedIndex]
+    var error: EngineError?
+
+    init(indexes: [UInt32: OrderedIndex]) { self.indexes = indexes }
+
+    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) {
+        var pending: [(UInt32, PendingEntries)] = []
+        for (frameOffset, block) in blocks {
+            block.withUnsafeBytes { raw in
+                for p in pending.indices { pending[p].1.removeAll() }
+                var offset = 0
+                while offset < raw.count {
+                    let (op, end): (Operation, Int)
+                    do throws(Operation.Malformed) { (op, end) = try Operation.decode(raw, at: offset) } catch {
+                        self.error = EngineError(.corruption, "malformed operation at block offset \(error.offset)", path: path, offset: frameOffset)
+                        return
+                    }
+                    if case let .put(key, _, keys, count) = op, count > 0 {
+                        Operation.forEachIndexKeyRange(raw, keys, count: count) { index, range in
+                            if let p = pending.firstIndex(where: { $0.0 == index }) {
+                                pending[p].1.append(range, key)
+                            } else {
+                                var entries = PendingEntries()
+                                entries.append(range, key)
+                                pending.append((index, entries))
+                            }
+                        }
+                    }
+                    offset = end
+                }
+                // Entries after everything in their index go in a leaf at a time.
+                for (id, entries) in pending where entries.count > 0 {
+                    var index = indexes.removeValue(forKey: id) ?? OrderedIndex()
+                    if !index.appendAscending(entries, raw) {
+                        for j in 0..<entries.count {
+                            index.insert(UnsafeRawBufferPointer(rebasing: raw[entries.keys[j]]), entries.primaryKeys[j])
+                        }
+                    }
+                    indexes[id] = index
+                }
+            }
+            if error != nil { return }
         }
     }
 }

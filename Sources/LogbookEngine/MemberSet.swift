@@ -4,7 +4,7 @@
 /// until the writer changes one of them.
 struct MemberSet: RadixSlot {
     final class Storage {
-        var members: [UInt64]
+        @exclusivity(unchecked) var members: [UInt64]
         init(_ members: [UInt64]) { self.members = members }
     }
 

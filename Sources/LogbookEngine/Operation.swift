@@ -54,6 +54,18 @@ enum Operation {
         }
     }
 
+    /// Calls `body` for each (index, range of the key in `block`) of a put's index section.
+    static func forEachIndexKeyRange(_ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,
+                                     _ body: (UInt32, Range<Int>) -> Void) {
+        var r = ByteReader(block, offset: range.lowerBound)
+        for _ in 0..<count {
+            guard let index = try? r.readVarint(), let length = try? r.readLength(limit: JournalFormat.maxIndexKeyLength) else { return }
+            let start = r.offset
+            guard (try? r.skip(length)) != nil else { return }
+            body(UInt32(truncatingIfNeeded: index), start..<(start + length))
+        }
+    }
+
     /// Calls `body` for each (index, key bytes) of a put's index section.
     static func forEachIndexKey(_ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,
                                 _ body: (UInt32, UnsafeRawBufferPointer) -> Void) {

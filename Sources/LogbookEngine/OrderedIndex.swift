@@ -4,101 +4,302 @@ import Glibc
 import Darwin
 #endif
 
+/// A key as the index compares it: its first 8 bytes as a big-endian integer (zero padded),
+/// its length, and the bytes after the eighth. Comparing two keys compares the prefixes as
+/// integers first, so keys of 8 bytes or less (integers, dates, doubles) never touch memory
+/// beyond two words.
+struct IndexKeyProbe {
+    var prefix: UInt64
+    var length: Int
+    var tail: UnsafeRawBufferPointer
+
+    @inline(__always)
+    init(_ key: UnsafeRawBufferPointer) {
+        length = key.count
+        if key.count >= 8 {
+            prefix = UInt64(bigEndian: key.loadUnaligned(as: UInt64.self))
+            tail = UnsafeRawBufferPointer(rebasing: key[8...])
+        } else {
+            var p: UInt64 = 0
+            for i in 0..<key.count { p |= UInt64(key[i]) << UInt64(56 - 8 * i) }
+            prefix = p
+            tail = UnsafeRawBufferPointer(start: nil, count: 0)
+        }
+    }
+}
+
+extension IndexKeyProbe {
+    /// The key's bytes (prefix and tail put back together).
+    func asBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        var word = prefix.bigEndian
+        if length <= 8 { return withUnsafeBytes(of: &word) { body(UnsafeRawBufferPointer(rebasing: $0[0..<length])) } }
+        var bytes = withUnsafeBytes(of: &word) { Array($0) }
+        bytes.append(contentsOf: tail)
+        return bytes.withUnsafeBytes(body)
+    }
+}
+
+/// Index entries waiting to go into one index: keys as ranges of a block, and primary keys.
+struct PendingEntries {
+    var keys: [Range<Int>] = []
+    var primaryKeys: [UInt64] = []
+    var count: Int { keys.count }
+
+    mutating func append(_ key: Range<Int>, _ pk: UInt64) {
+        keys.append(key)
+        primaryKeys.append(pk)
+    }
+
+    mutating func removeAll() {
+        keys.removeAll(keepingCapacity: true)
+        primaryKeys.removeAll(keepingCapacity: true)
+    }
+
+    @inline(__always)
+    func probe(_ i: Int, _ block: UnsafeRawBufferPointer) -> IndexKeyProbe {
+        IndexKeyProbe(UnsafeRawBufferPointer(rebasing: block[keys[i]]))
+    }
+
+    func compare(_ a: Int, _ b: Int, _ block: UnsafeRawBufferPointer) -> Int {
+        let c = compareBytes(UnsafeRawBufferPointer(rebasing: block[keys[a]]), UnsafeRawBufferPointer(rebasing: block[keys[b]]))
+        if c != 0 { return c }
+        return primaryKeys[a] == primaryKeys[b] ? 0 : (primaryKeys[a] < primaryKeys[b] ? -1 : 1)
+    }
+}
+
+/// An owned copy of a key, for inner nodes' routing entries.
+struct StoredKey {
+    var prefix: UInt64
+    var length: Int
+    var tail: [UInt8]
+
+    init(_ probe: IndexKeyProbe) {
+        prefix = probe.prefix
+        length = probe.length
+        tail = probe.tail.isEmpty ? [] : Array(probe.tail)
+    }
+
+    init(prefix: UInt64, length: Int, tail: [UInt8]) {
+        self.prefix = prefix
+        self.length = length
+        self.tail = tail
+    }
+
+    @inline(__always)
+    func compare(_ probe: IndexKeyProbe) -> Int {
+        if prefix != probe.prefix { return prefix < probe.prefix ? -1 : 1 }
+        if length <= 8 && probe.length <= 8 { return length == probe.length ? 0 : (length < probe.length ? -1 : 1) }
+        return tail.withUnsafeBytes { compareBytes($0, probe.tail) }
+    }
+}
+
 /// A persistent B+tree of `(key bytes, primary key)` entries, ordered by key bytes
 /// (lexicographically) and then by primary key, with subtree counts so that the number of
 /// entries in any key range is found in O(log n) without visiting them.
 ///
-/// Leaves pack their keys into one byte array, so an entry costs its key length plus about
-/// 12 bytes. Copies share nodes; writes copy the shared nodes on their path.
+/// Leaves hold fixed arrays of 8-byte key prefixes, lengths and primary keys (about 18 bytes
+/// an entry for keys of 8 bytes or less), plus the bytes beyond the eighth of longer keys.
+/// Copies share nodes; writes copy the shared nodes on their path.
 struct OrderedIndex {
     static var leafCapacity: Int { 128 }
     static var innerCapacity: Int { 64 }
 
     final class Node {
-        // Leaf fields.
-        var keyBytes: [UInt8] = []
-        /// End offset in `keyBytes` of each entry's key.
-        var keyEnds: [UInt32] = []
-        var primaryKeys: [UInt64] = []
-        // Inner fields.
-        var children: [Node] = []
-        /// Entry count of each child's subtree.
-        var counts: [Int] = []
-        /// Each child's greatest entry, to route searches.
-        var maxKeys: [[UInt8]] = []
-        var maxPrimaryKeys: [UInt64] = []
         let isLeaf: Bool
+        // Exclusivity is guaranteed by construction (a node is mutated only by the writer,
+        // only while uniquely referenced), so the runtime checks are turned off.
+        // Leaf storage: `leafCapacity` slots each, `count` in use.
+        @exclusivity(unchecked) var count = 0
+        let prefixes: UnsafeMutablePointer<UInt64>
+        let lengths: UnsafeMutablePointer<UInt16>
+        let primaryKeys: UnsafeMutablePointer<UInt64>
+        /// Bytes beyond the eighth of each key, concatenated; `tailEnds` (allocated on the
+        /// first long key) gives each entry's end offset.
+        @exclusivity(unchecked) var tails: [UInt8] = []
+        @exclusivity(unchecked) var tailEnds: UnsafeMutablePointer<UInt32>?
+        // Inner storage.
+        @exclusivity(unchecked) var children: [Node] = []
+        /// Entry count of each child's subtree.
+        @exclusivity(unchecked) var counts: [Int] = []
+        /// Each child's smallest entry, to route searches (rarely rewritten: ascending keys
+        /// never change a child's first entry).
+        @exclusivity(unchecked) var minKeys: [StoredKey] = []
+        @exclusivity(unchecked) var minPrimaryKeys: [UInt64] = []
 
-        init(leaf: Bool) { isLeaf = leaf }
-
-        init(copying other: Node) {
-            isLeaf = other.isLeaf
-            keyBytes = other.keyBytes
-            keyEnds = other.keyEnds
-            primaryKeys = other.primaryKeys
-            children = other.children
-            counts = other.counts
-            maxKeys = other.maxKeys
-            maxPrimaryKeys = other.maxPrimaryKeys
+        init(leaf: Bool) {
+            isLeaf = leaf
+            let n = leaf ? OrderedIndex.leafCapacity : 0
+            prefixes = .allocate(capacity: n)
+            lengths = .allocate(capacity: n)
+            primaryKeys = .allocate(capacity: n)
         }
 
-        var entryCount: Int { isLeaf ? primaryKeys.count : counts.reduce(0, +) }
+        convenience init(copying other: Node) {
+            self.init(leaf: other.isLeaf)
+            if isLeaf {
+                count = other.count
+                prefixes.update(from: other.prefixes, count: count)
+                lengths.update(from: other.lengths, count: count)
+                primaryKeys.update(from: other.primaryKeys, count: count)
+                tails = other.tails
+                if let ends = other.tailEnds {
+                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
+                    tailEnds!.update(from: ends, count: count)
+                }
+            } else {
+                children = other.children
+                counts = other.counts
+                minKeys = other.minKeys
+                minPrimaryKeys = other.minPrimaryKeys
+            }
+        }
+
+        deinit {
+            prefixes.deallocate()
+            lengths.deallocate()
+            primaryKeys.deallocate()
+            tailEnds?.deallocate()
+        }
+
+        var entryCount: Int { isLeaf ? count : counts.reduce(0, +) }
 
         @inline(__always)
-        func keyRange(_ i: Int) -> Range<Int> {
-            (i == 0 ? 0 : Int(keyEnds[i - 1]))..<Int(keyEnds[i])
+        func tailRange(_ i: Int) -> Range<Int> {
+            guard let ends = tailEnds else { return 0..<0 }
+            return (i == 0 ? 0 : Int(ends[i - 1]))..<Int(ends[i])
+        }
+
+        /// Compares the key of leaf entry `i` with a probe (keys only).
+        @inline(__always)
+        func compareKey(_ i: Int, _ probe: IndexKeyProbe) -> Int {
+            let p = prefixes[i]
+            if p != probe.prefix { return p < probe.prefix ? -1 : 1 }
+            let length = Int(lengths[i])
+            if length <= 8 && probe.length <= 8 { return length == probe.length ? 0 : (length < probe.length ? -1 : 1) }
+            let r = tailRange(i)
+            return tails.withUnsafeBytes { compareBytes(UnsafeRawBufferPointer(rebasing: $0[r]), probe.tail) }
         }
 
         @inline(__always)
-        func withKey<R>(_ i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-            let r = keyRange(i)
-            return try keyBytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[r])) }
-        }
-
-        /// Compares entry `i` of a leaf with (key, pk).
-        @inline(__always)
-        func compareLeafEntry(_ i: Int, _ key: UnsafeRawBufferPointer, _ pk: UInt64?) -> Int {
-            let c = withKey(i) { compareBytes($0, key) }
-            if c != 0 || pk == nil { return c }
-            return primaryKeys[i] == pk! ? 0 : (primaryKeys[i] < pk! ? -1 : 1)
+        func compareEntry(_ i: Int, _ probe: IndexKeyProbe, _ pk: UInt64?) -> Int {
+            let c = compareKey(i, probe)
+            guard c == 0, let pk else { return c }
+            return primaryKeys[i] == pk ? 0 : (primaryKeys[i] < pk ? -1 : 1)
         }
 
         @inline(__always)
-        func compareChildMax(_ i: Int, _ key: UnsafeRawBufferPointer, _ pk: UInt64?) -> Int {
-            let c = maxKeys[i].withUnsafeBytes { compareBytes($0, key) }
-            if c != 0 || pk == nil { return c }
-            return maxPrimaryKeys[i] == pk! ? 0 : (maxPrimaryKeys[i] < pk! ? -1 : 1)
+        func compareChildMin(_ i: Int, _ probe: IndexKeyProbe, _ pk: UInt64?) -> Int {
+            let c = minKeys[i].compare(probe)
+            guard c == 0, let pk else { return c }
+            return minPrimaryKeys[i] == pk ? 0 : (minPrimaryKeys[i] < pk ? -1 : 1)
         }
 
-        /// First leaf entry not less than (key, pk); with `pk == nil`, compares keys only and
-        /// `orEqual` chooses between "first ≥ key" (false) and "first > key" (true).
-        func leafLowerBound(_ key: UnsafeRawBufferPointer, _ pk: UInt64?, after: Bool = false) -> Int {
-            var lo = 0, hi = primaryKeys.count
+        /// First leaf entry not less than (key, pk) (or greater, with `after`).
+        func leafLowerBound(_ probe: IndexKeyProbe, _ pk: UInt64?, after: Bool = false) -> Int {
+            var lo = 0, hi = count
             while lo < hi {
                 let mid = (lo + hi) / 2
-                let c = compareLeafEntry(mid, key, pk)
+                let c = compareEntry(mid, probe, pk)
                 if c < 0 || (after && c == 0) { lo = mid + 1 } else { hi = mid }
             }
             return lo
         }
 
-        /// First child whose greatest entry is not less than (key, pk) (or greater, with `after`).
-        func childLowerBound(_ key: UnsafeRawBufferPointer, _ pk: UInt64?, after: Bool = false) -> Int {
+        /// The last child whose smallest entry is below the probe — or at most, with
+        /// `orEqual` — or -1 if there is none.
+        func lastChild(below probe: IndexKeyProbe, _ pk: UInt64?, orEqual: Bool) -> Int {
             var lo = 0, hi = children.count
             while lo < hi {
                 let mid = (lo + hi) / 2
-                let c = compareChildMax(mid, key, pk)
-                if c < 0 || (after && c == 0) { lo = mid + 1 } else { hi = mid }
+                let c = compareChildMin(mid, probe, pk)
+                if c < 0 || (orEqual && c == 0) { lo = mid + 1 } else { hi = mid }
             }
-            return lo
+            return lo - 1
         }
 
-        func lastEntry() -> ([UInt8], UInt64) {
-            if isLeaf {
-                let last = primaryKeys.count - 1
-                return (Array(keyBytes[keyRange(last)]), primaryKeys[last])
+        func storedKey(_ i: Int) -> StoredKey {
+            let r = tailRange(i)
+            return StoredKey(prefix: prefixes[i], length: Int(lengths[i]), tail: r.isEmpty ? [] : Array(tails[r]))
+        }
+
+        func firstEntry() -> (StoredKey, UInt64) {
+            if isLeaf { return (storedKey(0), primaryKeys[0]) }
+            return (minKeys[0], minPrimaryKeys[0])
+        }
+
+        /// Calls `body` with the bytes of leaf entry `i`'s key.
+        @inline(__always)
+        func withKeyBytes<R>(_ i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+            let length = Int(lengths[i])
+            var word = prefixes[i].bigEndian
+            if length <= 8 {
+                return try withUnsafeBytes(of: &word) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
             }
-            return (maxKeys[maxKeys.count - 1], maxPrimaryKeys[maxPrimaryKeys.count - 1])
+            var bytes = withUnsafeBytes(of: &word) { Array($0) }
+            bytes.append(contentsOf: tails[tailRange(i)])
+            return try bytes.withUnsafeBytes(body)
+        }
+
+        /// Inserts an entry at position `i` of a leaf that has room.
+        func insertLeafEntry(at i: Int, _ probe: IndexKeyProbe, _ pk: UInt64) {
+            let n = count
+            if i < n {
+                overlappingMove(prefixes + i + 1, from: prefixes + i, count: n - i)
+                overlappingMove(lengths + i + 1, from: lengths + i, count: n - i)
+                overlappingMove(primaryKeys + i + 1, from: primaryKeys + i, count: n - i)
+            }
+            prefixes[i] = probe.prefix
+            lengths[i] = UInt16(probe.length)
+            primaryKeys[i] = pk
+            if probe.length > 8 || tailEnds != nil {
+                if tailEnds == nil {
+                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
+                    tailEnds!.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+                }
+                let ends = tailEnds!
+                let at = i == 0 ? 0 : Int(ends[i - 1])
+                let extra = probe.tail.count
+                tails.insert(contentsOf: probe.tail, at: at)
+                if i < n { overlappingMove(ends + i + 1, from: ends + i, count: n - i) }
+                ends[i] = UInt32(at + extra)
+                if extra > 0 { for j in (i + 1)..<(n + 1) { ends[j] += UInt32(extra) } }
+            }
+            count = n + 1
+        }
+
+        func removeLeafEntry(at i: Int) {
+            let n = count
+            if let ends = tailEnds {
+                let r = tailRange(i)
+                tails.removeSubrange(r)
+                if i + 1 < n { overlappingMove(ends + i, from: ends + i + 1, count: n - i - 1) }
+                if !r.isEmpty { for j in i..<(n - 1) { ends[j] -= UInt32(r.count) } }
+            }
+            if i + 1 < n {
+                overlappingMove(prefixes + i, from: prefixes + i + 1, count: n - i - 1)
+                overlappingMove(lengths + i, from: lengths + i + 1, count: n - i - 1)
+                overlappingMove(primaryKeys + i, from: primaryKeys + i + 1, count: n - i - 1)
+            }
+            count = n - 1
+        }
+
+        /// Moves entries `from...` of this leaf into a new leaf.
+        func splitLeaf(at from: Int) -> Node {
+            let right = Node(leaf: true)
+            let n = count - from
+            right.prefixes.update(from: prefixes + from, count: n)
+            right.lengths.update(from: lengths + from, count: n)
+            right.primaryKeys.update(from: primaryKeys + from, count: n)
+            right.count = n
+            if let ends = tailEnds {
+                let cut = from == 0 ? 0 : Int(ends[from - 1])
+                right.tails = Array(tails[cut...])
+                right.tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
+                for j in 0..<n { right.tailEnds![j] = ends[from + j] - UInt32(cut) }
+                tails = Array(tails[..<cut])
+            }
+            count = from
+            return right
         }
     }
 
@@ -110,10 +311,12 @@ struct OrderedIndex {
     /// Inserts (key, pk); returns false if it was already present.
     @discardableResult
     mutating func insert(_ key: UnsafeRawBufferPointer, _ pk: UInt64) -> Bool {
+        let probe = IndexKeyProbe(key)
+        if appendAtEnd(probe, pk) { return true }
         if root == nil { root = Node(leaf: true) }
         if !isKnownUniquelyReferenced(&root!) { root = Node(copying: root!) }
         var inserted = false
-        if let sibling = Self.insert(into: root!, key, pk, &inserted) {
+        if let sibling = Self.insert(into: root!, probe, pk, &inserted) {
             let newRoot = Node(leaf: false)
             for node in [root!, sibling] { Self.appendChild(node, to: newRoot) }
             root = newRoot
@@ -122,88 +325,191 @@ struct OrderedIndex {
         return inserted
     }
 
+    /// The fast path of ascending keys: when (key, pk) comes after every entry and the last
+    /// leaf has room, walk the right spine (making it unique), bump its counts and append.
+    private mutating func appendAtEnd(_ probe: IndexKeyProbe, _ pk: UInt64) -> Bool {
+        guard var node = root else { return false }
+        while !node.isLeaf { node = node.children[node.children.count - 1] }
+        let n = node.count
+        guard n > 0, n < Self.leafCapacity, node.compareEntry(n - 1, probe, pk) < 0 else { return false }
+        if !isKnownUniquelyReferenced(&root!) { root = Node(copying: root!) }
+        node = root!
+        while !node.isLeaf {
+            let last = node.children.count - 1
+            if !isKnownUniquelyReferenced(&node.children[last]) { node.children[last] = Node(copying: node.children[last]) }
+            node.counts[last] += 1
+            node = node.children[last]
+        }
+        node.insertLeafEntry(at: n, probe, pk)
+        count += 1
+        return true
+    }
+
+    /// Appends entries that are in strictly ascending order and all after the last entry,
+    /// a leaf at a time: one walk down the right spine per leaf filled, not per entry.
+    /// Returns false, changing nothing, when the entries do not qualify.
+    mutating func appendAscending(_ entries: PendingEntries, _ block: UnsafeRawBufferPointer) -> Bool {
+        let n = entries.count
+        guard n > 0 else { return true }
+        for j in 1..<max(1, n) where entries.compare(j - 1, j, block) >= 0 { return false }
+        if let root {
+            var node = root
+            while !node.isLeaf { node = node.children[node.children.count - 1] }
+            guard node.count > 0, node.compareEntry(node.count - 1, entries.probe(0, block), entries.primaryKeys[0]) < 0 else { return false }
+        }
+        var i = 0
+        while i < n {
+            if root == nil || Self.rightmostLeafRoom(root!) == 0 {
+                insert(UnsafeRawBufferPointer(rebasing: block[entries.keys[i]]), entries.primaryKeys[i])
+                i += 1
+                continue
+            }
+            if !isKnownUniquelyReferenced(&root!) { root = Node(copying: root!) }
+            var node = root!
+            let k = min(Self.rightmostLeafRoom(node), n - i)
+            while !node.isLeaf {
+                let last = node.children.count - 1
+                if !isKnownUniquelyReferenced(&node.children[last]) { node.children[last] = Node(copying: node.children[last]) }
+                node.counts[last] += k
+                node = node.children[last]
+            }
+            for j in i..<(i + k) { node.insertLeafEntry(at: node.count, entries.probe(j, block), entries.primaryKeys[j]) }
+            count += k
+            i += k
+        }
+        return true
+    }
+
+    private static func rightmostLeafRoom(_ root: Node) -> Int {
+        var node = root
+        while !node.isLeaf { node = node.children[node.children.count - 1] }
+        return leafCapacity - node.count
+    }
+
     private static func appendChild(_ child: Node, to parent: Node) {
-        let (k, p) = child.lastEntry()
+        let (k, p) = child.firstEntry()
         parent.children.append(child)
         parent.counts.append(child.entryCount)
-        parent.maxKeys.append(k)
-        parent.maxPrimaryKeys.append(p)
+        parent.minKeys.append(k)
+        parent.minPrimaryKeys.append(p)
     }
 
     /// Inserts into a uniquely referenced node; returns a new right sibling if the node split.
-    private static func insert(into node: Node, _ key: UnsafeRawBufferPointer, _ pk: UInt64, _ inserted: inout Bool) -> Node? {
+    private static func insert(into node: Node, _ probe: IndexKeyProbe, _ pk: UInt64, _ inserted: inout Bool) -> Node? {
         if node.isLeaf {
-            let i = node.leafLowerBound(key, pk)
-            if i < node.primaryKeys.count && node.compareLeafEntry(i, key, pk) == 0 { return nil }
+            let n = node.count
+            let i = n > 0 && node.compareEntry(n - 1, probe, pk) < 0 ? n : node.leafLowerBound(probe, pk)
+            if i < n && node.compareEntry(i, probe, pk) == 0 { return nil }
             inserted = true
-            let at = i == 0 ? 0 : Int(node.keyEnds[i - 1])
-            node.keyBytes.insert(contentsOf: key, at: at)
-            node.keyEnds.insert(UInt32(at + key.count), at: i)
-            for j in (i + 1)..<node.keyEnds.count { node.keyEnds[j] += UInt32(key.count) }
-            node.primaryKeys.insert(pk, at: i)
-            guard node.primaryKeys.count > leafCapacity else { return nil }
-            // Appending at the end (ascending keys, the common case) leaves a full left leaf.
-            let splitAt = i == node.primaryKeys.count - 1 ? node.primaryKeys.count - 1 : node.primaryKeys.count / 2
-            return splitLeaf(node, at: splitAt)
-        }
-        var c = node.childLowerBound(key, pk)
-        if c == node.children.count { c -= 1 }
-        if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = Node(copying: node.children[c]) }
-        let child = node.children[c]
-        let sibling = insert(into: child, key, pk, &inserted)
-        if inserted { node.counts[c] += 1 }
-        refreshMax(node, c)
-        if let sibling {
-            node.counts[c] = child.entryCount
-            let (k, p) = sibling.lastEntry()
-            node.children.insert(sibling, at: c + 1)
-            node.counts.insert(sibling.entryCount, at: c + 1)
-            node.maxKeys.insert(k, at: c + 1)
-            node.maxPrimaryKeys.insert(p, at: c + 1)
-            refreshMax(node, c)
-            guard node.children.count > innerCapacity else { return nil }
-            let splitAt = c + 1 == node.children.count - 1 ? node.children.count - 1 : node.children.count / 2
-            let right = Node(leaf: false)
-            right.children = Array(node.children[splitAt...])
-            right.counts = Array(node.counts[splitAt...])
-            right.maxKeys = Array(node.maxKeys[splitAt...])
-            right.maxPrimaryKeys = Array(node.maxPrimaryKeys[splitAt...])
-            node.children.removeSubrange(splitAt...)
-            node.counts.removeSubrange(splitAt...)
-            node.maxKeys.removeSubrange(splitAt...)
-            node.maxPrimaryKeys.removeSubrange(splitAt...)
+            if n < leafCapacity {
+                node.insertLeafEntry(at: i, probe, pk)
+                return nil
+            }
+            // Full: split first. Appending at the end (ascending keys) leaves a full left leaf.
+            let splitAt = i == n ? n : n / 2
+            let right = node.splitLeaf(at: splitAt)
+            if i < splitAt || (i == splitAt && splitAt < n) {
+                node.insertLeafEntry(at: i, probe, pk)
+            } else {
+                right.insertLeafEntry(at: i - splitAt, probe, pk)
+            }
             return right
         }
-        return nil
-    }
-
-    private static func refreshMax(_ node: Node, _ c: Int) {
+        let last = node.children.count - 1
+        let c = node.compareChildMin(last, probe, pk) <= 0 ? last : max(0, node.lastChild(below: probe, pk, orEqual: true))
+        if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = Node(copying: node.children[c]) }
         let child = node.children[c]
-        if child.isLeaf {
-            let last = child.primaryKeys.count - 1
-            guard last >= 0 else { return }
-            if node.maxPrimaryKeys[c] != child.primaryKeys[last] || node.maxKeys[c].count != child.keyRange(last).count
-                || !child.withKey(last, { k in node.maxKeys[c].withUnsafeBytes { compareBytes($0, k) == 0 } }) {
-                node.maxKeys[c] = Array(child.keyBytes[child.keyRange(last)])
-                node.maxPrimaryKeys[c] = child.primaryKeys[last]
-            }
-        } else if let lastKey = child.maxKeys.last {
-            node.maxKeys[c] = lastKey
-            node.maxPrimaryKeys[c] = child.maxPrimaryKeys.last!
+        let sibling = insert(into: child, probe, pk, &inserted)
+        guard inserted else { return nil }
+        node.counts[c] += 1
+        if c == 0 && node.compareChildMin(0, probe, pk) > 0 {
+            node.minKeys[0] = StoredKey(probe)
+            node.minPrimaryKeys[0] = pk
         }
+        guard let sibling else { return nil }
+        node.counts[c] = child.entryCount
+        let (k, p) = sibling.firstEntry()
+        node.children.insert(sibling, at: c + 1)
+        node.counts.insert(sibling.entryCount, at: c + 1)
+        node.minKeys.insert(k, at: c + 1)
+        node.minPrimaryKeys.insert(p, at: c + 1)
+        guard node.children.count > innerCapacity else { return nil }
+        let splitAt = c + 1 == node.children.count - 1 ? node.children.count - 1 : node.children.count / 2
+        let right = Node(leaf: false)
+        right.children = Array(node.children[splitAt...])
+        right.counts = Array(node.counts[splitAt...])
+        right.minKeys = Array(node.minKeys[splitAt...])
+        right.minPrimaryKeys = Array(node.minPrimaryKeys[splitAt...])
+        node.children = Array(node.children[..<splitAt])
+        node.counts = Array(node.counts[..<splitAt])
+        node.minKeys = Array(node.minKeys[..<splitAt])
+        node.minPrimaryKeys = Array(node.minPrimaryKeys[..<splitAt])
+        return right
     }
 
-    private static func splitLeaf(_ node: Node, at splitAt: Int) -> Node {
-        let right = Node(leaf: true)
-        let byteSplit = Int(node.keyEnds[splitAt - 1])
-        right.keyBytes = Array(node.keyBytes[byteSplit...])
-        right.keyEnds = node.keyEnds[splitAt...].map { $0 - UInt32(byteSplit) }
-        right.primaryKeys = Array(node.primaryKeys[splitAt...])
-        // Fresh arrays, so the left leaf does not keep the capacity it grew into.
-        node.keyBytes = Array(node.keyBytes[..<byteSplit])
-        node.keyEnds = Array(node.keyEnds[..<splitAt])
-        node.primaryKeys = Array(node.primaryKeys[..<splitAt])
-        return right
+    // MARK: Bulk loading
+
+    /// Builds a tree from entries given in ascending order, filling leaves and inner nodes
+    /// completely (as a checkpoint is loaded). O(n), no comparisons.
+    struct Builder {
+        private var levels: [[Node]] = [[]]
+        private var leaf = Node(leaf: true)
+        private(set) var count = 0
+
+        init() {}
+
+        mutating func append(_ key: UnsafeRawBufferPointer, _ pk: UInt64) {
+            if leaf.count == OrderedIndex.leafCapacity { push(leaf, level: 0); leaf = Node(leaf: true) }
+            leaf.insertLeafEntry(at: leaf.count, IndexKeyProbe(key), pk)
+            count += 1
+        }
+
+        private mutating func push(_ node: Node, level: Int) {
+            if levels.count == level { levels.append([]) }
+            levels[level].append(node)
+            if levels[level].count == OrderedIndex.innerCapacity + 1 {
+                // Keep the newest node at this level; wrap the full run below a parent.
+                let full = Array(levels[level].prefix(OrderedIndex.innerCapacity))
+                levels[level].removeFirst(OrderedIndex.innerCapacity)
+                push(Self.parent(of: full), level: level + 1)
+            }
+        }
+
+        private static func parent(of children: [Node]) -> Node {
+            let p = Node(leaf: false)
+            for c in children { OrderedIndex.appendChild(c, to: p) }
+            return p
+        }
+
+        private static func wrap(_ nodes: [Node]) -> [Node] {
+            var parents: [Node] = []
+            var start = 0
+            while start < nodes.count {
+                let end = min(nodes.count, start + OrderedIndex.innerCapacity)
+                parents.append(parent(of: Array(nodes[start..<end])))
+                start = end
+            }
+            return parents
+        }
+
+        consuming func build() -> OrderedIndex {
+            var index = OrderedIndex()
+            if leaf.count > 0 { push(leaf, level: 0) }
+            guard count > 0 else { return index }
+            for level in levels.indices {
+                let nodes = levels[level]
+                if level == levels.count - 1 {
+                    var top = nodes
+                    while top.count > 1 { top = Self.wrap(top) }
+                    index.root = top[0]
+                } else {
+                    // Put what is left at this level under parents, after the next level's nodes.
+                    levels[level + 1].append(contentsOf: Self.wrap(nodes))
+                }
+            }
+            index.count = count
+            return index
+        }
     }
 
     // MARK: Remove
@@ -213,7 +519,7 @@ struct OrderedIndex {
     mutating func remove(_ key: UnsafeRawBufferPointer, _ pk: UInt64) -> Bool {
         guard root != nil else { return false }
         if !isKnownUniquelyReferenced(&root!) { root = Node(copying: root!) }
-        let removed = Self.remove(from: root!, key, pk)
+        let removed = Self.remove(from: root!, IndexKeyProbe(key), pk)
         if removed {
             count -= 1
             if count == 0 { root = nil }
@@ -222,30 +528,28 @@ struct OrderedIndex {
         return removed
     }
 
-    private static func remove(from node: Node, _ key: UnsafeRawBufferPointer, _ pk: UInt64) -> Bool {
+    private static func remove(from node: Node, _ probe: IndexKeyProbe, _ pk: UInt64) -> Bool {
         if node.isLeaf {
-            let i = node.leafLowerBound(key, pk)
-            guard i < node.primaryKeys.count, node.compareLeafEntry(i, key, pk) == 0 else { return false }
-            let r = node.keyRange(i)
-            node.keyBytes.removeSubrange(r)
-            node.keyEnds.remove(at: i)
-            for j in i..<node.keyEnds.count { node.keyEnds[j] -= UInt32(r.count) }
-            node.primaryKeys.remove(at: i)
+            let i = node.leafLowerBound(probe, pk)
+            guard i < node.count, node.compareEntry(i, probe, pk) == 0 else { return false }
+            node.removeLeafEntry(at: i)
             return true
         }
-        let c = node.childLowerBound(key, pk)
-        guard c < node.children.count else { return false }
+        let c = node.lastChild(below: probe, pk, orEqual: true)
+        guard c >= 0 else { return false }
         if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = Node(copying: node.children[c]) }
         let child = node.children[c]
-        guard remove(from: child, key, pk) else { return false }
+        guard remove(from: child, probe, pk) else { return false }
         node.counts[c] -= 1
         if node.counts[c] == 0 {
             node.children.remove(at: c)
             node.counts.remove(at: c)
-            node.maxKeys.remove(at: c)
-            node.maxPrimaryKeys.remove(at: c)
-        } else {
-            refreshMax(node, c)
+            node.minKeys.remove(at: c)
+            node.minPrimaryKeys.remove(at: c)
+        } else if node.compareChildMin(c, probe, pk) == 0 {
+            let (k, p) = child.firstEntry()
+            node.minKeys[c] = k
+            node.minPrimaryKeys[c] = p
         }
         return true
     }
@@ -255,14 +559,15 @@ struct OrderedIndex {
     /// The number of entries whose key is below `key` (or at most `key` when `inclusive`).
     func rank(_ key: UnsafeRawBufferPointer, inclusive: Bool) -> Int {
         guard var node = root else { return 0 }
+        let probe = IndexKeyProbe(key)
         var total = 0
         while !node.isLeaf {
-            let c = node.childLowerBound(key, nil, after: inclusive)
+            let c = node.lastChild(below: probe, nil, orEqual: inclusive)
+            guard c >= 0 else { return total }
             for j in 0..<c { total += node.counts[j] }
-            if c == node.children.count { return total }
             node = node.children[c]
         }
-        return total + node.leafLowerBound(key, nil, after: inclusive)
+        return total + node.leafLowerBound(probe, nil, after: inclusive)
     }
 
     /// The number of entries with `lower ≤ key` (or `<`) and `key ≤ upper` (or `<`).
@@ -279,11 +584,10 @@ struct OrderedIndex {
         let startRank = lower.map { b in b.key.withUnsafeBytes { rank($0, inclusive: !b.inclusive) } } ?? 0
         let endRank = upper.map { b in b.key.withUnsafeBytes { rank($0, inclusive: b.inclusive) } } ?? count
         guard startRank < endRank else { return }
+        var remaining = endRank - startRank
         if reverse {
-            var remaining = endRank - startRank
             _ = try Self.visitReverse(root, endBefore: endRank, remaining: &remaining, body)
         } else {
-            var remaining = endRank - startRank
             _ = try Self.visit(root, skip: startRank, remaining: &remaining, body)
         }
     }
@@ -293,17 +597,12 @@ struct OrderedIndex {
                               _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows -> Bool {
         if node.isLeaf {
             var i = skip
-            let n = node.primaryKeys.count
-            return try node.keyBytes.withUnsafeBytes { bytes in
-                while i < n && remaining > 0 {
-                    let start = i == 0 ? 0 : Int(node.keyEnds[i - 1])
-                    let key = UnsafeRawBufferPointer(rebasing: bytes[start..<Int(node.keyEnds[i])])
-                    remaining -= 1
-                    if try !body(key, node.primaryKeys[i]) { return false }
-                    i += 1
-                }
-                return true
+            while i < node.count && remaining > 0 {
+                remaining -= 1
+                if try !node.withKeyBytes(i, { try body($0, node.primaryKeys[i]) }) { return false }
+                i += 1
             }
+            return true
         }
         var skip = skip
         for c in node.children.indices {
@@ -319,17 +618,13 @@ struct OrderedIndex {
     private static func visitReverse(_ node: Node, endBefore: Int, remaining: inout Int,
                                      _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows -> Bool {
         if node.isLeaf {
-            var i = min(endBefore, node.primaryKeys.count) - 1
-            return try node.keyBytes.withUnsafeBytes { bytes in
-                while i >= 0 && remaining > 0 {
-                    let start = i == 0 ? 0 : Int(node.keyEnds[i - 1])
-                    let key = UnsafeRawBufferPointer(rebasing: bytes[start..<Int(node.keyEnds[i])])
-                    remaining -= 1
-                    if try !body(key, node.primaryKeys[i]) { return false }
-                    i -= 1
-                }
-                return true
+            var i = min(endBefore, node.count) - 1
+            while i >= 0 && remaining > 0 {
+                remaining -= 1
+                if try !node.withKeyBytes(i, { try body($0, node.primaryKeys[i]) }) { return false }
+                i -= 1
             }
+            return true
         }
         var before = 0
         var limits: [(Int, Int)] = []
@@ -349,18 +644,20 @@ struct OrderedIndex {
     func estimatedBytes() -> Int {
         var total = 0
         func walk(_ node: Node) {
-            total += 64 + 4 * 32
+            total += 96
             if node.isLeaf {
-                total += node.keyBytes.capacity + node.keyEnds.capacity * 4 + node.primaryKeys.capacity * 8
+                total += leafCapacityBytes + node.tails.capacity + (node.tailEnds == nil ? 0 : 4 * Self.leafCapacity)
             } else {
-                total += node.children.capacity * 8 + node.counts.capacity * 8 + node.maxPrimaryKeys.capacity * 8
-                total += node.maxKeys.reduce(0) { $0 + 32 + $1.capacity }
+                total += 32 * 4 + node.children.capacity * 8 + node.counts.capacity * 8 + node.minPrimaryKeys.capacity * 8
+                total += node.minKeys.reduce(0) { $0 + 24 + ($1.tail.isEmpty ? 0 : 32 + $1.tail.capacity) }
                 node.children.forEach(walk)
             }
         }
         if let root { walk(root) }
         return total
     }
+
+    private var leafCapacityBytes: Int { Self.leafCapacity * (8 + 2 + 8) }
 
     #if DEBUG
     /// Checks order and counts (tests and debug builds only).
@@ -382,6 +679,24 @@ struct OrderedIndex {
     #endif
 }
 
+// As for `RadixMap`: shared nodes are never mutated (copy-on-write on every path), so copies
+// of the tree can be read from several threads while the writer's copy changes.
+extension OrderedIndex: @unchecked Sendable {}
+
+/// Moves `count` trivial values from `source` to `destination`, which may overlap (memmove).
+@inline(__always)
+func overlappingMove<T: BitwiseCopyable>(_ destination: UnsafeMutablePointer<T>, from source: UnsafeMutablePointer<T>, count: Int) {
+    UnsafeMutableRawPointer(destination).copyMemory(from: source, byteCount: count * MemoryLayout<T>.stride)
+}
+
+/// A copy with no spare capacity (`Array(slice)` may keep the whole buffer).
+func exactCopy<C: Collection>(_ source: C) -> [C.Element] where C.Element: BitwiseCopyable {
+    [C.Element](unsafeUninitializedCapacity: source.count) { buffer, count in
+        _ = buffer.initialize(from: source)
+        count = source.count
+    }
+}
+
 /// One end of an index range: a key, and whether entries equal to it are in the range.
 public struct IndexBound: Sendable, Hashable {
     public var key: [UInt8]
@@ -392,7 +707,3 @@ public struct IndexBound: Sendable, Hashable {
         self.inclusive = inclusive
     }
 }
-
-// As for `RadixMap`: shared nodes are never mutated (copy-on-write on every path), so copies
-// of the tree can be read from several threads while the writer's copy changes.
-extension OrderedIndex: @unchecked Sendable {}

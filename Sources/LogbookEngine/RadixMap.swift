@@ -22,9 +22,11 @@ struct RadixMap<Value: RadixSlot> {
     static var fanout: Int { 64 }
 
     final class Node {
-        var children: [Node?]
-        var slots: [Value]
-        var occupied: Int
+        // Exclusivity is guaranteed by construction: a node is mutated only by the writer,
+        // only while uniquely referenced; the runtime checks would cost a third of the time.
+        @exclusivity(unchecked) var children: [Node?]
+        @exclusivity(unchecked) var slots: [Value]
+        @exclusivity(unchecked) var occupied: Int
 
         init(leaf: Bool) {
             if leaf {
@@ -177,6 +179,81 @@ struct RadixMap<Value: RadixSlot> {
             node.occupied -= 1
         }
         return result
+    }
+
+    /// The leaf that holds `key`'s slot, made uniquely referenced along its whole path (so the
+    /// caller may write its slots until the map is next copied). The caller keeps counts in
+    /// step with `addCount` and `Node.occupied`, and may only make slots non-absent.
+    mutating func uniqueLeaf(for key: UInt64) -> Node {
+        let (ks, id) = Self.split(key)
+        let si: Int
+        if let found = spaceIndex(ks) {
+            si = found
+        } else {
+            spaces.append(Space(id: ks, root: nil, height: 1, count: 0))
+            si = spaces.count - 1
+        }
+        return spaces.withUnsafeMutableBufferPointer { buffer in
+            let bits = Self.bits
+            while buffer[si].height < 8 && id >> UInt64(bits * buffer[si].height) != 0 {
+                if let old = buffer[si].root {
+                    let parent = Node(leaf: false)
+                    parent.children[0] = old
+                    parent.occupied = 1
+                    buffer[si].root = parent
+                }
+                buffer[si].height += 1
+            }
+            if buffer[si].root == nil { buffer[si].root = Node(leaf: buffer[si].height == 1) }
+            if !isKnownUniquelyReferenced(&buffer[si].root!) { buffer[si].root = Node(copying: buffer[si].root!) }
+            var node = buffer[si].root!
+            var shift = bits * (buffer[si].height - 1)
+            while shift > 0 {
+                let i = Int((id >> UInt64(shift)) & 63)
+                if node.children[i] == nil {
+                    node.children[i] = Node(leaf: shift == bits)
+                    node.occupied += 1
+                } else if !isKnownUniquelyReferenced(&node.children[i]!) {
+                    node.children[i] = Node(copying: node.children[i]!)
+                }
+                node = node.children[i]!
+                shift -= bits
+            }
+            return node
+        }
+    }
+
+    mutating func addCount(keyspace: UInt16, _ delta: Int) {
+        if let si = spaceIndex(keyspace) { spaces[si].count += delta }
+    }
+
+    /// Sets many keys, reusing the leaf of the previous key when the next falls in it (as
+    /// ascending keys do), so that a run of 64 neighbours costs one descent.
+    /// `previous` is called with the position, key and old value of each key that had one.
+    mutating func setMany(_ count: Int, key: (Int) -> UInt64, value: (Int) -> Value, previous: (Int, UInt64, Value) throws -> Void) rethrows {
+        var leaf: Node?
+        var leafPrefix: UInt64 = .max
+        var added = 0
+        var addedKeyspace: UInt16 = 0
+        for n in 0..<count {
+            let k = key(n)
+            if k >> 6 != leafPrefix || leaf == nil {
+                if added != 0 { addCount(keyspace: addedKeyspace, added); added = 0 }
+                leaf = uniqueLeaf(for: k)
+                leafPrefix = k >> 6
+                addedKeyspace = UInt16(truncatingIfNeeded: k >> 48)
+            }
+            let i = Int(k & 63)
+            let old = leaf!.slots[i]
+            leaf!.slots[i] = value(n)
+            if old.isAbsent {
+                leaf!.occupied += 1
+                added += 1
+            } else {
+                try previous(n, k, old)
+            }
+        }
+        if added != 0 { addCount(keyspace: addedKeyspace, added) }
     }
 
     /// Visits the entries of one keyspace in ascending key order, starting at `from` (a full

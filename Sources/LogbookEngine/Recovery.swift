@@ -246,9 +246,7 @@ struct Recovery {
                         }
                         let before = options.salvage ? state : nil
                         do {
-                            for (frameOffset, block) in pending {
-                                try state.apply(block: block, segment: file.number, frameOffset: frameOffset, reader: reader)
-                            }
+                            try state.apply(transaction: pending.map { (frameOffset: $0.0, block: $0.1) }, segment: file.number, reader: reader)
                         } catch {
                             if let before { state = before }
                             throw error

@@ -1,3 +1,5 @@
+import Dispatch
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -21,15 +23,37 @@ extension Store {
             if w.appendOffset >= options.segmentSize { try rollover(&w) }
             guard let active = w.active else { throw EngineError(.readOnly, "no active segment") }
             let version = w.working.version + 1
+            let t0 = ContinuousClock.now
+            defer { if traceEnabled { print("commit trace: total \(ContinuousClock.now - t0)") } }
+            // Frames, compressed on all cores: each block is independent.
+            var frames = [[UInt8]](repeating: [], count: blocks.count)
+            let salt = active.salt
+            frames.withUnsafeMutableBufferPointer { frames in
+                // Each worker writes distinct elements; the buffer outlives the parallel loop.
+                let out = UncheckedSendable(UnsafeMutableBufferPointer(start: frames.baseAddress, count: frames.count))
+                let workers = blocks.count >= 16 ? 2 : 1
+                DispatchQueue.concurrentPerform(iterations: workers) { worker in
+                    var i = worker
+                    while i < blocks.count {
+                        var frame: [UInt8] = []
+                        frame.reserveCapacity(blocks[i].count + 64)
+                        Frame.append(type: .operations, payload: blocks[i], compress: true, salt: salt, to: &frame)
+                        out.value[i] = frame
+                        i += workers
+                    }
+                }
+            }
+            let tc = ContinuousClock.now
+            if traceEnabled { print("commit trace: compress \(tc - t0)") }
             var out: [UInt8] = []
-            out.reserveCapacity(min(transaction.encodedSize / 2 + 4096, 8 << 20 + 4096))
+            out.reserveCapacity(min(frames.reduce(64) { $0 + $1.count }, 8 << 20 + 4096))
             var frameOffsets: [Int] = []
             frameOffsets.reserveCapacity(blocks.count)
             var outStart = w.appendOffset
             do {
-                for block in blocks {
+                for frame in frames {
                     frameOffsets.append(outStart + out.count)
-                    Frame.append(type: .operations, payload: block, compress: true, salt: active.salt, to: &out)
+                    out.append(contentsOf: frame)
                     if out.count >= 8 << 20 {
                         try checkSize(outStart + out.count)
                         try active.handle.write(out, at: outStart)
@@ -37,6 +61,7 @@ extension Store {
                         out.removeAll(keepingCapacity: true)
                     }
                 }
+                frames = []
                 let record = CommitRecord(version: version, operationFrames: blocks.count, operations: transaction.operationCount,
                                           firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
                 Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: active.salt, to: &out)
@@ -46,24 +71,46 @@ extension Store {
                 // commit overwrites what was written.
                 throw error
             }
+            let t1 = ContinuousClock.now
             do {
                 try active.handle.write(out, at: outStart)
-                if durability == .full { try active.handle.sync() }
             } catch {
                 w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                 throw error
             }
+            // The sync runs while the indexes are updated; the commit is published only
+            // after both.
+            let syncDone = DispatchSemaphore(value: 0)
+            let syncResult = Mutex<(any Error)?>(nil)
+            if durability == .full {
+                DispatchQueue.global().async {
+                    do { try active.handle.sync() } catch { syncResult.withLock { $0 = error } }
+                    syncDone.signal()
+                }
+            }
+            let t2 = ContinuousClock.now
             let end = outStart + out.count
             do {
                 let reader = BlockReader(segments: w.segments, cache: cache)
                 for (i, block) in blocks.enumerated() {
                     cache.insert(Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey, block)
-                    try w.working.apply(block: block, segment: active.number, frameOffset: frameOffsets[i], reader: reader)
                 }
+                try w.working.apply(transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
+                                    segment: active.number, reader: reader)
             } catch {
                 w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                 throw error
             }
+            let ta = ContinuousClock.now
+            if traceEnabled { print("commit trace: apply \(ta - t2)") }
+            if durability == .full {
+                syncDone.wait()
+                if let error = syncResult.withLock({ $0 }) {
+                    w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                    throw error
+                }
+            }
+            if traceEnabled { print("commit trace: write \(t2 - t1), apply+sync \(ContinuousClock.now - t2)") }
             w.working.version = version
             w.bytesSinceCheckpoint += end - w.appendOffset
             w.appendOffset = end
@@ -167,4 +214,13 @@ final class GroupSync: @unchecked Sendable {
     func setSynced(_ version: UInt64) {
         lock.withLock { synced = max(synced, version) }
     }
+}
+
+let traceEnabled = getenv("LOGBOOK_TRACE") != nil
+
+/// A value handed to other threads where the code guarantees there is no race (each use
+/// says why).
+struct UncheckedSendable<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
 }

@@ -25,38 +25,51 @@ public struct Transaction: Sendable {
 
     /// Writes `value` under `key`, replacing any earlier value, with the given secondary index
     /// entries (the previous version's entries are removed from their indexes).
-    public mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, indexKeys: some Sequence<IndexKey> = EmptyCollection()) {
-        precondition(value.count <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
-        if current.bytes.capacity == 0 { current.bytes.reserveCapacity(JournalFormat.blockTargetSize + 256) }
-        current.append(JournalFormat.OperationCode.put.rawValue)
-        current.appendKey(key)
-        current.appendVarint(value.count)
-        current.append(value)
-        let countAt = current.count
-        current.append(0)
-        var n = 0
-        for ik in indexKeys {
-            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
-            current.appendVarint(UInt64(ik.index))
-            current.appendVarint(ik.count)
-            ik.withBytes { current.append($0) }
-            n += 1
-        }
-        if n >= 0x80 {
-            // Rare: more than 127 index entries need a longer count varint.
-            var tail = Array(current.bytes[(countAt + 1)...])
-            current.bytes.removeSubrange(countAt...)
-            current.appendVarint(n)
-            current.bytes.append(contentsOf: tail)
-            tail.removeAll()
-        } else {
-            current.bytes[countAt] = UInt8(n)
-        }
-        finishOperation()
+    public mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, indexKeys: [IndexKey] = []) {
+        indexKeys.withUnsafeBufferPointer { put(key, value: value, keys: $0) }
     }
 
-    public mutating func put(_ key: UInt64, value: [UInt8], indexKeys: some Sequence<IndexKey> = EmptyCollection()) {
+    /// Writes `value` under `key` with one secondary index entry (no allocation).
+    public mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, indexKey: IndexKey) {
+        withUnsafePointer(to: indexKey) { put(key, value: value, keys: UnsafeBufferPointer(start: $0, count: 1)) }
+    }
+
+    public mutating func put(_ key: UInt64, value: [UInt8], indexKeys: [IndexKey] = []) {
         value.withUnsafeBytes { put(key, value: $0, indexKeys: indexKeys) }
+    }
+
+    public mutating func put(_ key: UInt64, value: [UInt8], indexKey: IndexKey) {
+        value.withUnsafeBytes { put(key, value: $0, indexKey: indexKey) }
+    }
+
+    private mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, keys: UnsafeBufferPointer<IndexKey>) {
+        precondition(value.count <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
+        if current.capacity == 0 { current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096) }
+        // The whole operation's size first, then one write.
+        var size = 1 + varintSize(key >> 48) + varintSize(key & 0xFFFF_FFFF_FFFF) + varintSize(UInt64(value.count)) + value.count
+        size += varintSize(UInt64(keys.count))
+        for ik in keys {
+            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
+            size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
+        }
+        current.write(size) { p in
+            p.storeBytes(of: JournalFormat.OperationCode.put.rawValue, as: UInt8.self)
+            var o = 1
+            o += storeVarint(key >> 48, at: p + o)
+            o += storeVarint(key & 0xFFFF_FFFF_FFFF, at: p + o)
+            o += storeVarint(UInt64(value.count), at: p + o)
+            if value.count > 0 { (p + o).copyMemory(from: value.baseAddress!, byteCount: value.count) }
+            o += value.count
+            o += storeVarint(UInt64(keys.count), at: p + o)
+            for ik in keys {
+                o += storeVarint(UInt64(ik.index), at: p + o)
+                o += storeVarint(UInt64(ik.count), at: p + o)
+                let at = o
+                ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
+                o += ik.count
+            }
+        }
+        finishOperation()
     }
 
     /// Removes `key` and its index entries. Removing a missing key does nothing.
@@ -113,7 +126,7 @@ public struct Transaction: Sendable {
         operationCount += 1
         if current.count >= JournalFormat.blockTargetSize {
             blocks.append(current.bytes)
-            current = ByteWriter(capacity: JournalFormat.blockTargetSize + 256)
+            current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096)
         }
     }
 

@@ -148,3 +148,27 @@ import Testing
         #expect(a.isAbsent)
     }
 }
+
+@Suite struct BulkLoadTests {
+    @Test(arguments: [0, 1, 127, 128, 129, 8192, 8193, 70_000])
+    func builderMatchesInsertion(count: Int) {
+        var builder = OrderedIndex.Builder()
+        for i in 0..<count {
+            IndexKey(index: 0, orderedUInt64: UInt64(i / 3)).withBytes { builder.append($0, UInt64(i)) }
+        }
+        var index = builder.build()
+        index.checkInvariants()
+        #expect(index.count == count)
+        let lo = IndexKey(index: 0, orderedUInt64: 100).bytes
+        #expect(index.count(from: IndexBound(lo, inclusive: true), to: nil) == max(0, count - 300))
+        // The built tree takes further inserts and removals.
+        for i in 0..<500 {
+            IndexKey(index: 0, orderedUInt64: UInt64(i * 7)).withBytes { _ = index.insert($0, UInt64(1_000_000 + i)) }
+        }
+        for i in stride(from: 0, to: count, by: 5) {
+            IndexKey(index: 0, orderedUInt64: UInt64(i / 3)).withBytes { let removed = index.remove($0, UInt64(i)); #expect(removed) }
+        }
+        index.checkInvariants()
+        #expect(index.count == count + 500 - (count + 4) / 5)
+    }
+}

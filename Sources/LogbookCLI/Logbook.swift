@@ -1,0 +1,9 @@
+import ArgumentParser
+
+@main
+struct LogbookCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "logbook",
+        abstract: "Populate, benchmark, inspect, verify and compact Logbook stores.",
+        subcommands: [Bench.self, Stats.self])
+}

@@ -26,6 +26,29 @@ enum Frame {
         }
     }
 
+    /// The stored form of a payload: LZ4 when that saves space, else raw.
+    static func encodePayload(_ payload: UnsafeRawBufferPointer) -> (Codec, [UInt8]?) {
+        var out: [UInt8] = []
+        return LZ4.compress(payload, appendingTo: &out) ? (.lz4, out) : (.raw, nil)
+    }
+
+    /// Appends a frame whose stored payload was prepared by `encodePayload`.
+    static func append(type: FrameType, codec: Codec, stored: UnsafeRawBufferPointer, salt: UInt32, to out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: JournalFormat.frameHeaderSize))
+        out.append(contentsOf: stored.assumingMemoryBound(to: UInt8.self))
+        let length = UInt32(stored.count)
+        out.withUnsafeMutableBytes { raw in
+            let header = raw.baseAddress!.advanced(by: start)
+            header.storeBytes(of: length.littleEndian, toByteOffset: 4, as: UInt32.self)
+            header.storeBytes(of: type.rawValue, toByteOffset: 8, as: UInt8.self)
+            header.storeBytes(of: codec.rawValue, toByteOffset: 9, as: UInt8.self)
+            let crc = checksum(salt: salt, headerTail: UnsafeRawBufferPointer(start: header.advanced(by: 4), count: 8),
+                               payload: UnsafeRawBufferPointer(start: header.advanced(by: 12), count: Int(length)))
+            header.storeBytes(of: crc.littleEndian, toByteOffset: 0, as: UInt32.self)
+        }
+    }
+
     static func append(type: FrameType, payload: [UInt8], compress: Bool, salt: UInt32, to out: inout [UInt8]) {
         payload.withUnsafeBytes { append(type: type, payload: $0, compress: compress, salt: salt, to: &out) }
     }

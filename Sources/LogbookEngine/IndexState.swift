@@ -141,23 +141,28 @@ struct PrimaryPass {
                         error = EngineError(.corruption, "an operation starts beyond the addressable part of its block", path: path, offset: frameOffset)
                         return
                     }
-                    let (op, end): (Operation, Int)
-                    do throws(Operation.Malformed) { (op, end) = try Operation.decode(raw, at: offset) } catch {
+                    let h: Operation.Header
+                    do throws(Operation.Malformed) { h = try Operation.header(raw, at: offset) } catch {
                         self.error = EngineError(.corruption, "malformed operation at block offset \(error.offset)", path: path, offset: frameOffset)
                         return
                     }
+                    let end = h.end
                     let size = end - offset
                     totalBytes += size
-                    switch op {
-                    case let .put(key, _, _, _):
-                        keys.append(key)
+                    switch h.code {
+                    case .put:
+                        keys.append(h.key)
                         locations.append(Location(segment: segment, frameOffset: frameOffset, blockOffset: offset).packed)
                         liveBytes += size
-                    case let .delete(key):
+                    case .delete:
                         flush()
-                        if let previous = primary.remove(key) { replaced.append((key, previous)) }
-                    case let .set(code, set, members):
+                        if let previous = primary.remove(h.key) { replaced.append((h.key, previous)) }
+                    case .setAdd, .setRemove, .setReplace:
                         flush()
+                        guard case let (.set(code, set, members), _)? = try? Operation.decode(raw, at: offset) else {
+                            self.error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: frameOffset)
+                            return
+                        }
                         sets.modify(set) { s in
                             let before = s.count
                             switch code {
@@ -191,13 +196,15 @@ struct IndexPass {
                 for p in pending.indices { pending[p].1.removeAll() }
                 var offset = 0
                 while offset < raw.count {
-                    let (op, end): (Operation, Int)
-                    do throws(Operation.Malformed) { (op, end) = try Operation.decode(raw, at: offset) } catch {
+                    let h: Operation.Header
+                    do throws(Operation.Malformed) { h = try Operation.header(raw, at: offset) } catch {
                         self.error = EngineError(.corruption, "malformed operation at block offset \(error.offset)", path: path, offset: frameOffset)
                         return
                     }
-                    if case let .put(key, _, keys, count) = op, count > 0 {
-                        Operation.forEachIndexKeyRange(raw, keys, count: count) { index, range in
+                    let end = h.end
+                    if h.code == .put && h.indexKeyCount > 0 {
+                        let key = h.key
+                        Operation.forEachIndexKeyRange(raw, h.indexKeys, count: h.indexKeyCount) { index, range in
                             if let p = pending.firstIndex(where: { $0.0 == index }) {
                                 pending[p].1.append(range, key)
                             } else {

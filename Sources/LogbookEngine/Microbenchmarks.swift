@@ -45,6 +45,11 @@ public enum EngineMicrobenchmarks {
         time("lz4_blocks") {
             for block in blocks { compressed.removeAll(keepingCapacity: true); block.withUnsafeBytes { _ = LZ4.compress($0, appendingTo: &compressed) } }
         }
+        let txBlocks = blocks.enumerated().map { (frameOffset: 32 + $0.offset * 70_000, block: $0.element) }
+        var pp = PrimaryPass(primary: RadixMap(), sets: RadixMap())
+        time("pass_primary") { pp.run(txBlocks, segment: 1, path: nil) }
+        var ip = IndexPass(indexes: [:])
+        time("pass_index") { ip.run(txBlocks, path: nil) }
         var state = IndexState()
         let reader = BlockReader(segments: SegmentSet([:]), cache: FrameCache(capacityBytes: 1 << 20))
         time("apply") {

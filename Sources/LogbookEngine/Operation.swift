@@ -6,6 +6,49 @@ enum Operation {
 
     struct Malformed: Error { var offset: Int }
 
+    /// The fixed-size facts of an operation, decoded without allocating (set members are
+    /// left in the block; `decode` reads them).
+    struct Header {
+        var code: JournalFormat.OperationCode
+        var key: UInt64
+        var indexKeys: Range<Int>
+        var indexKeyCount: Int
+        var end: Int
+    }
+
+    @inline(__always)
+    static func header(_ block: UnsafeRawBufferPointer, at offset: Int) throws(Malformed) -> Header {
+        var r = ByteReader(block, offset: offset)
+        do {
+            guard let code = JournalFormat.OperationCode(rawValue: try r.readByte()) else { throw Malformed(offset: offset) }
+            let key = try r.readKey()
+            switch code {
+            case .put:
+                try r.skip(try r.readLength(limit: JournalFormat.maxValueLength))
+                let count = try r.readLength(limit: 1 << 16)
+                let keysStart = r.offset
+                for _ in 0..<count {
+                    _ = try r.readVarint()
+                    try r.skip(try r.readLength(limit: JournalFormat.maxIndexKeyLength))
+                }
+                return Header(code: code, key: key, indexKeys: keysStart..<r.offset, indexKeyCount: count, end: r.offset)
+            case .delete:
+                return Header(code: code, key: key, indexKeys: 0..<0, indexKeyCount: 0, end: r.offset)
+            case .setAdd, .setRemove, .setReplace:
+                let count = try r.readLength(limit: r.remaining)
+                if count > 0 {
+                    _ = try r.readKey()
+                    for _ in 1..<count { _ = try r.readVarint() }
+                }
+                return Header(code: code, key: key, indexKeys: 0..<0, indexKeyCount: 0, end: r.offset)
+            }
+        } catch let error as Malformed {
+            throw error
+        } catch {
+            throw Malformed(offset: offset)
+        }
+    }
+
     /// Decodes the operation at `offset`; returns it and the offset after it.
     static func decode(_ block: UnsafeRawBufferPointer, at offset: Int) throws(Malformed) -> (Operation, Int) {
         var r = ByteReader(block, offset: offset)

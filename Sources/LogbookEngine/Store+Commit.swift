@@ -23,28 +23,36 @@ extension Store {
             if w.appendOffset >= options.segmentSize { try rollover(&w) }
             guard let active = w.active else { throw EngineError(.readOnly, "no active segment") }
             let version = w.working.version + 1
-            let t0 = ContinuousClock.now
-            defer { if traceEnabled { print("commit trace: total \(ContinuousClock.now - t0)") } }
-            // Frames, compressed on all cores: each block is independent.
+            // Frames: blocks compressed in the background while the transaction was built are
+            // ready; the rest are compressed now, on all cores (each block is independent).
+            let ready = transaction.compressor?.finish() ?? [:]
             var frames = [[UInt8]](repeating: [], count: blocks.count)
             let salt = active.salt
             frames.withUnsafeMutableBufferPointer { frames in
                 // Each worker writes distinct elements; the buffer outlives the parallel loop.
                 let out = UncheckedSendable(UnsafeMutableBufferPointer(start: frames.baseAddress, count: frames.count))
-                let workers = blocks.count >= 16 ? 2 : 1
+                let pending = UncheckedSendable(ready)
+                let workers = blocks.count - ready.count >= 16 ? 2 : 1
                 DispatchQueue.concurrentPerform(iterations: workers) { worker in
                     var i = worker
                     while i < blocks.count {
                         var frame: [UInt8] = []
-                        frame.reserveCapacity(blocks[i].count + 64)
-                        Frame.append(type: .operations, payload: blocks[i], compress: true, salt: salt, to: &frame)
+                        if let (codec, stored) = pending.value[i] {
+                            frame.reserveCapacity((stored?.count ?? blocks[i].count) + JournalFormat.frameHeaderSize)
+                            if let stored {
+                                stored.withUnsafeBytes { Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &frame) }
+                            } else {
+                                blocks[i].withUnsafeBytes { Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &frame) }
+                            }
+                        } else {
+                            frame.reserveCapacity(blocks[i].count + 64)
+                            Frame.append(type: .operations, payload: blocks[i], compress: true, salt: salt, to: &frame)
+                        }
                         out.value[i] = frame
                         i += workers
                     }
                 }
             }
-            let tc = ContinuousClock.now
-            if traceEnabled { print("commit trace: compress \(tc - t0)") }
             var out: [UInt8] = []
             out.reserveCapacity(min(frames.reduce(64) { $0 + $1.count }, 8 << 20 + 4096))
             var frameOffsets: [Int] = []
@@ -71,7 +79,6 @@ extension Store {
                 // commit overwrites what was written.
                 throw error
             }
-            let t1 = ContinuousClock.now
             do {
                 try active.handle.write(out, at: outStart)
             } catch {
@@ -88,7 +95,6 @@ extension Store {
                     syncDone.signal()
                 }
             }
-            let t2 = ContinuousClock.now
             let end = outStart + out.count
             do {
                 let reader = BlockReader(segments: w.segments, cache: cache)
@@ -101,8 +107,6 @@ extension Store {
                 w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                 throw error
             }
-            let ta = ContinuousClock.now
-            if traceEnabled { print("commit trace: apply \(ta - t2)") }
             if durability == .full {
                 syncDone.wait()
                 if let error = syncResult.withLock({ $0 }) {
@@ -110,7 +114,6 @@ extension Store {
                     throw error
                 }
             }
-            if traceEnabled { print("commit trace: write \(t2 - t1), apply+sync \(ContinuousClock.now - t2)") }
             w.working.version = version
             w.bytesSinceCheckpoint += end - w.appendOffset
             w.appendOffset = end
@@ -215,8 +218,6 @@ final class GroupSync: @unchecked Sendable {
         lock.withLock { synced = max(synced, version) }
     }
 }
-
-let traceEnabled = getenv("LOGBOOK_TRACE") != nil
 
 /// A value handed to other threads where the code guarantees there is no race (each use
 /// says why).

@@ -1,3 +1,5 @@
+import Dispatch
+
 /// A set of writes that become visible together, or not at all.
 ///
 /// Operations are encoded as they are added, into blocks that become the journal's frames,
@@ -15,6 +17,8 @@ public struct Transaction: Sendable {
     /// The number of operations added so far.
     public private(set) var operationCount = 0
     private var scratch: [UInt64] = []
+    /// Compresses finished blocks on another core while the caller goes on adding operations.
+    var compressor: BlockCompressor?
 
     public init() {}
 
@@ -125,13 +129,48 @@ public struct Transaction: Sendable {
     private mutating func finishOperation() {
         operationCount += 1
         if current.count >= JournalFormat.blockTargetSize {
-            blocks.append(current.bytes)
+            let block = current.bytes
+            blocks.append(block)
             current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096)
+            // Large transactions: compress in the background from the fourth block on.
+            if blocks.count >= 4 {
+                if compressor == nil || !isKnownUniquelyReferenced(&compressor!) { compressor = BlockCompressor() }
+                compressor!.submit(index: blocks.count - 1, block)
+            }
         }
     }
 
     /// The finished blocks, the last one included.
     func finishedBlocks() -> [[UInt8]] {
         current.count > 0 ? blocks + [current.bytes] : blocks
+    }
+}
+
+/// Compressed forms of a transaction's blocks, made on a background queue.
+///
+/// The work in flight holds `Results`, never the compressor itself, so that a transaction can
+/// tell from the compressor's reference count whether a copy of it shares the compressor.
+final class BlockCompressor: Sendable {
+    /// `values` is guarded by `lock`.
+    final class Results: @unchecked Sendable {
+        let lock = ConditionLock()
+        var values: [Int: (JournalFormat.Codec, [UInt8]?)] = [:]
+    }
+
+    private let results = Results()
+    private let group = DispatchGroup()
+
+    func submit(index: Int, _ block: [UInt8]) {
+        let results = self.results
+        DispatchQueue.global().async(group: group) {
+            let encoded = block.withUnsafeBytes { Frame.encodePayload($0) }
+            results.lock.withLock { results.values[index] = encoded }
+        }
+    }
+
+    /// Waits for the work in flight; returns what was compressed, by block index.
+    func finish() -> [Int: (JournalFormat.Codec, [UInt8]?)] {
+        group.wait()
+        return results.lock.withLock { results.values }
     }
 }

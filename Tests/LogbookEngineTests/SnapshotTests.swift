@@ -155,3 +155,29 @@ import Dispatch
         #expect(try Store.open(at: dir.store(), options: quietOptions()).snapshot().count(inKeyspace: 1) == 400)
     }
 }
+
+@Suite struct MaintenancePolicyTests {
+    @Test func automaticCheckpointsAndCompactionRunInTheBackground() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var options = StoreOptions()
+        options.segmentSize = 32 << 10
+        options.checkpointInterval = 64 << 10
+        options.checkpointOnClose = false
+        options.compaction = .automatic(deadRatio: 0.5, minimumBytes: 128 << 10)
+        let store = try Store.open(at: dir.store(), options: options)
+        for round in 0..<40 {
+            var t = Transaction()
+            for i in UInt64(0)..<200 { t.put(key(1, i), value: bytes("round \(round) item \(i) " + String(repeating: "x", count: 20))) }
+            try store.commit(t)
+        }
+        try store.close()  // waits for background work
+        let stats = store.statistics()
+        #expect(stats.checkpoint != nil, "a checkpoint was written without being asked for")
+        #expect(Double(stats.deadBytes) <= 0.5 * Double(stats.totalBytes) + Double(64 << 10),
+                "compaction kept dead bytes near the policy's ratio: \(stats.deadBytes) of \(stats.totalBytes)")
+        let reopened = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(try contents(reopened.snapshot()).values.allSatisfy { $0.hasPrefix("round 39 ") })
+        #expect(reopened.snapshot().count(inKeyspace: 1) == 200)
+    }
+}

@@ -5,6 +5,7 @@ let package = Package(
     name: "Logbook",
     platforms: [.macOS(.v15)],
     products: [
+        .library(name: "Logbook", targets: ["Logbook"]),
         .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
         .executable(name: "logbook", targets: ["LogbookCLI"]),
     ],
@@ -26,10 +27,21 @@ let package = Package(
             dependencies: ["CLZ4", "CLogbookSupport"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
+        // The object graph: Core Data's model on the engine.
+        .target(
+            name: "Logbook",
+            dependencies: ["LogbookEngine"],
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+        ),
+        .testTarget(
+            name: "LogbookTests",
+            dependencies: ["Logbook", "LogbookEngine"]
+        ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(
             name: "LogbookCLI",
             dependencies: [
+                "Logbook",
                 "LogbookEngine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

@@ -1,0 +1,505 @@
+import Foundation
+import Dispatch
+import Synchronization
+import LogbookEngine
+
+/// A scratchpad of managed objects: it tracks every insert, change and deletion until `save()`
+/// writes them to the store in one transaction (or `rollback()` forgets them).
+///
+/// A context belongs to one queue: the main queue (`container.viewContext`), a private queue
+/// of its own (`container.newBackgroundContext()`), or, for `.confinement`, the thread that
+/// uses it. Use it and its objects only there — through `perform` and `performAndWait` from
+/// anywhere else. Objects never cross contexts; their `ObjectID`s do.
+///
+/// ```swift
+/// let context = container.viewContext
+/// let person = try context.insertNewObject(forEntityName: "Person")
+/// try person.setValue("Anthony", forKey: "firstName")
+/// try context.save()
+/// ```
+public final class ManagedObjectContext: @unchecked Sendable {
+    // @unchecked Sendable: the context is handed between threads only to reach its own queue;
+    // its mutable state is touched only on that queue (by contract, as in Core Data), except
+    // `registry`, which deinit of objects may reach from elsewhere and which `registryLock` guards.
+
+    public enum ConcurrencyType: Sendable {
+        /// Runs on the main queue.
+        case mainQueue
+        /// Runs on a serial queue of its own.
+        case privateQueue
+        /// No queue: used by the thread that made it. Asynchronous fetches need a queue.
+        case confinement
+    }
+
+    public let concurrencyType: ConcurrencyType
+    public let container: PersistentContainer
+    /// A name for logs and debugging.
+    public var name: String?
+    /// Merge the saves of other contexts of the container into this one (on this context's queue).
+    public var automaticallyMergesChangesFromOtherContexts = true
+    /// Undo and redo of unsaved changes; nil (no undo) by default.
+    public var undoHistory: UndoHistory?
+
+    let queue: DispatchQueue?
+    var model: ManagedObjectModel { container.model }
+    var storeLayout: StoreLayout { container.storeLayout }
+
+    private let registryLock = Registry()
+
+    /// Registered objects by key, unretained: an object leaves when it deinits. `table` is
+    /// guarded by `lock` (an object may in principle be released on another thread).
+    final class Registry: @unchecked Sendable {
+        private let lock = NSLock()
+        private var table: [UInt64: Unmanaged<ManagedObject>] = [:]
+
+        func withLock<R>(_ body: (inout [UInt64: Unmanaged<ManagedObject>]) throws -> R) rethrows -> R {
+            lock.lock()
+            defer { lock.unlock() }
+            return try body(&table)
+        }
+    }
+    var inserted: [UInt64: ManagedObject] = [:]
+    var updated: [UInt64: ManagedObject] = [:]
+    var deleted: [UInt64: ManagedObject] = [:]
+    /// Unsaved changes of to-many relationships, by set key: members added and removed.
+    var setAdds: [UInt64: Set<UInt64>] = [:]
+    var setRemoves: [UInt64: Set<UInt64>] = [:]
+    /// Errors of typed property setters (which cannot throw), reported by the next save.
+    var pendingErrors: [LogbookError] = []
+    var groupDepth = 0
+    /// Called after this context saves and after it merges another context's save.
+    var changeObservers: [(ContextChanges) -> Void] = []
+
+    /// Calls `handler` (on the context's queue) with the changes of each save of this context
+    /// and of each save of another context merged into it.
+    public func observeChanges(_ handler: @escaping (ContextChanges) -> Void) {
+        changeObservers.append(handler)
+    }
+
+    init(container: PersistentContainer, concurrencyType: ConcurrencyType) {
+        self.container = container
+        self.concurrencyType = concurrencyType
+        switch concurrencyType {
+        case .mainQueue: queue = .main
+        case .privateQueue: queue = DispatchQueue(label: "logbook.context")
+        case .confinement: queue = nil
+        }
+        if concurrencyType == .privateQueue { queue!.setSpecific(key: Self.queueKey, value: QueueOwner(self)) }
+    }
+
+    // MARK: Queues
+
+    /// Runs `body` on the context's queue and returns its result. Only `Sendable` results
+    /// leave: objects stay on their queue (return their IDs).
+    public func perform<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        guard let queue else { return try body() }
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    /// Runs `body` on the context's queue without waiting.
+    public func perform(_ body: @escaping @Sendable () -> Void) {
+        if let queue { queue.async(execute: body) } else { body() }
+    }
+
+    /// Runs `body` on the context's queue and waits for it (inline when already there).
+    public func performAndWait<T>(_ body: () throws -> T) rethrows -> T {
+        guard let queue else { return try body() }
+        if queue === DispatchQueue.main && Thread.isMainThread { return try body() }
+        if isOnQueue { return try body() }
+        return try queue.sync { try body() }
+    }
+
+    /// True when running on the context's own queue.
+    var isOnQueue: Bool {
+        guard let queue else { return true }
+        if queue === DispatchQueue.main { return Thread.isMainThread }
+        return DispatchQueue.getSpecific(key: Self.queueKey)?.context === self
+    }
+
+    final class QueueOwner: @unchecked Sendable {
+        // Written once at creation; weak so that the queue does not keep the context alive.
+        weak var context: ManagedObjectContext?
+        init(_ context: ManagedObjectContext) { self.context = context }
+    }
+
+    static let queueKey = DispatchSpecificKey<QueueOwner>()
+
+    // MARK: Registry
+
+    func register(_ object: ManagedObject) {
+        object.flags.insert(.registered)
+        registryLock.withLock { $0[object.objectID.key] = Unmanaged.passUnretained(object) }
+    }
+
+    func unregister(_ key: UInt64) {
+        _ = registryLock.withLock { $0.removeValue(forKey: key) }
+    }
+
+    func registered(_ key: UInt64) -> ManagedObject? {
+        registryLock.withLock { table in
+            // Objects are released on their context's queue, where this runs too, so an entry
+            // is never an object in the middle of deinit.
+            guard let u = table[key] else { return nil }
+            let object = u.takeUnretainedValue()
+            return object.flags.contains(.invalid) ? nil : object
+        }
+    }
+
+    /// The objects registered in the context (fetched, inserted or faulted in, and still alive).
+    public var registeredObjects: [ManagedObject] {
+        registryLock.withLock { Array($0.values) }.map { $0.takeUnretainedValue() }
+    }
+
+    // MARK: Changes
+
+    public var insertedObjects: Set<ManagedObject> { Set(inserted.values) }
+    public var updatedObjects: Set<ManagedObject> { Set(updated.values) }
+    public var deletedObjects: Set<ManagedObject> { Set(deleted.values) }
+
+    /// True when there is anything unsaved.
+    public var hasChanges: Bool { !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty || !setAdds.isEmpty || !setRemoves.isEmpty }
+
+    func recordError(_ error: LogbookError) { pendingErrors.append(error) }
+
+    // MARK: Insert
+
+    /// Inserts a new object of the named entity. An unknown name is an error.
+    public func insertNewObject(forEntityName name: String) throws -> ManagedObject {
+        let layout = try model.layout(named: name)
+        return try undoable { makeInserted(layout) }
+    }
+
+    /// Inserts a new object of a typed class (`Person.self`).
+    public func insert<T: ManagedObject>(_ type: T.Type) throws -> T {
+        let layout = try model.layout(for: type)
+        guard let object = try undoable({ makeInserted(layout) }) as? T else {
+            throw LogbookError(.unknownEntity, "entity \(layout.name) is not made of \(T.self); give the entity `class: \(T.self).self`", entity: layout.name)
+        }
+        return object
+    }
+
+    func makeInserted(_ layout: EntityLayout) -> ManagedObject {
+        let key = container.allocateKey(entity: layout.index)
+        var slots = [Slot](repeating: .null, count: layout.slotCount)
+        for (i, a) in layout.entity.attributes.enumerated() {
+            if let d = a.defaultValue { slots[i] = (try? Slot(d, type: a.type, transformers: ValueTransformers.registry)) ?? .null }
+        }
+        let object = layout.managedClass.init(ManagedObject.Bootstrap(
+            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), context: self, slots: slots, fault: false))
+        willChange(object)
+        object.flags.insert(.inserted)
+        inserted[key] = object
+        register(object)
+        return object
+    }
+
+    // MARK: Objects by ID
+
+    /// The object for an ID, registered in this context (loading it if needed).
+    /// Throws when the store has no such object, or the ID is of another store.
+    public func existingObject(with id: ObjectID) throws -> ManagedObject {
+        guard id.store == storeLayout.identity else {
+            throw LogbookError(.invalidRelationship, "the object ID \(id) is from another store", objectID: id)
+        }
+        return try object(forKey: id.key)
+    }
+
+    /// The object for an ID (as `existingObject(with:)`; Logbook checks at once that it exists).
+    public func object(with id: ObjectID) throws -> ManagedObject { try existingObject(with: id) }
+
+    func object(forKey key: UInt64) throws -> ManagedObject {
+        if let o = registered(key) { return o }
+        guard let entity = storeLayout.entityByKeyspace[UInt16(truncatingIfNeeded: key >> 48)] else {
+            throw LogbookError(.objectNotFound, "no entity has keyspace \(key >> 48)")
+        }
+        let layout = model.layouts[entity]
+        let snapshot = container.store.snapshot()
+        guard let slots = try decode(snapshot, key: key, layout: layout) else {
+            throw LogbookError(.objectNotFound, "no \(layout.name) with serial \(key & 0xFFFF_FFFF_FFFF) in the store",
+                               entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
+        }
+        return materialize(key: key, layout: layout, slots: slots)
+    }
+
+    func materialize(key: UInt64, layout: EntityLayout, slots: [Slot]) -> ManagedObject {
+        if let o = registered(key) { return o }
+        let object = layout.managedClass.init(ManagedObject.Bootstrap(
+            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), context: self, slots: slots, fault: false))
+        register(object)
+        return object
+    }
+
+    func decode(_ snapshot: Snapshot, key: UInt64, layout: EntityLayout) throws -> [Slot]? {
+        do {
+            return try snapshot.withValue(forKey: key) { raw in
+                try RecordCodec.decode(raw, layout: layout) { slot in
+                    let r = layout.toOne[slot - layout.attributeCount]
+                    return UInt64(self.storeLayout.keyspace[layout.relationshipDestination[r]])
+                }
+            }
+        } catch is RecordCodec.Malformed {
+            throw LogbookError(.store, "the record of \(layout.name) \(key & 0xFFFF_FFFF_FFFF) is malformed", entity: layout.name)
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+    }
+
+    func fulfill(_ object: ManagedObject) throws {
+        guard object.flags.contains(.fault) else { return }
+        guard let slots = try decode(container.store.snapshot(), key: object.objectID.key, layout: object.layout) else {
+            throw LogbookError(.objectNotFound, "the object was deleted from the store", entity: object.layout.name, objectID: object.objectID)
+        }
+        object.slots = slots
+        object.flags.remove(.fault)
+    }
+
+    // MARK: Changing values
+
+    func setSlot(_ object: ManagedObject, _ slot: Int, _ value: Slot) {
+        guard object.slots[slot] != value else { return }
+        willChange(object)
+        if !object.flags.contains(.inserted) {
+            if object.committed == nil { object.committed = object.slots }
+            if !object.flags.contains(.updated) {
+                object.flags.insert(.updated)
+                updated[object.objectID.key] = object
+            }
+        }
+        object.slots[slot] = value
+    }
+
+    /// Marks a registered object changed because one of its to-many relationships changed.
+    func touch(_ object: ManagedObject) {
+        willChange(object)
+        if !object.flags.contains(.inserted) && !object.flags.contains(.updated) {
+            if object.committed == nil && !object.flags.contains(.fault) { object.committed = object.slots }
+            object.flags.insert(.updated)
+            updated[object.objectID.key] = object
+        }
+    }
+
+    func checkRelated(_ owner: ManagedObject, _ r: Int, _ other: ManagedObject) throws {
+        let rel = owner.layout.entity.relationships[r]
+        guard other.contextRef === self, !other.flags.contains(.invalid) else {
+            throw LogbookError(.invalidRelationship, other.objectID.store != storeLayout.identity
+                ? "\(rel.name) cannot point to an object of another store"
+                : "\(rel.name) cannot point to an object of another context; use existingObject(with:) to get it here",
+                entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
+        }
+        guard other.layout.index == owner.layout.relationshipDestination[r] else {
+            throw LogbookError(.invalidRelationship, "\(rel.name) points to \(rel.destination) objects, not \(other.layout.name)",
+                               entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
+        }
+    }
+
+    func setKey(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> UInt64 {
+        storeLayout.setKey(entity: layout.index, relationship: r, owner: owner)
+    }
+
+    /// The members of a to-many relationship: the store's, plus unsaved additions, minus removals.
+    func relatedKeys(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> Set<UInt64> {
+        let k = setKey(owner, layout, r)
+        var members = Set(container.store.snapshot().members(ofSet: k))
+        if let removes = setRemoves[k] { members.subtract(removes) }
+        if let adds = setAdds[k] { members.formUnion(adds) }
+        return members
+    }
+
+    func relatedObjects(_ owner: ManagedObject, relationship r: Int) throws -> [ManagedObject] {
+        try relatedKeys(owner.objectID.key, owner.layout, r).sorted().map { try object(forKey: $0) }
+    }
+
+    func addMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
+        let k = setKey(owner, layout, r)
+        if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+        setAdds[k, default: []].insert(member)
+        if let o = registered(owner) { touch(o) }
+    }
+
+    func removeMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
+        let k = setKey(owner, layout, r)
+        if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
+        setRemoves[k, default: []].insert(member)
+        if let o = registered(owner) { touch(o) }
+    }
+
+    /// The inverse side: `other`'s relationship `inverse` gains or loses `owner`.
+    func linkInverse(_ owner: ManagedObject, _ r: Int, _ otherKey: UInt64, adding: Bool) throws {
+        guard let inv = owner.layout.relationshipInverse[r] else { return }
+        let destLayout = model.layouts[owner.layout.relationshipDestination[r]]
+        if destLayout.entity.relationships[inv].isToMany {
+            if adding { addMember(owner.objectID.key, owner: otherKey, destLayout, inv) }
+            else { removeMember(owner.objectID.key, owner: otherKey, destLayout, inv) }
+        } else {
+            let other = try object(forKey: otherKey)
+            try fulfill(other)
+            let slot = destLayout.slot(ofToOne: inv)
+            if adding {
+                // `other` pointed elsewhere before: that object loses it.
+                if case .object(let previous) = other.slots[slot], previous != owner.objectID.key {
+                    try unlinkForward(previousOwner: previous, destLayout: destLayout, inverse: inv, other: other)
+                }
+                setSlot(other, slot, .object(owner.objectID.key))
+            } else if case .object(let k) = other.slots[slot], k == owner.objectID.key {
+                setSlot(other, slot, .null)
+            }
+        }
+    }
+
+    /// `other` (whose to-one `inverse` pointed at `previousOwner`) is being re-linked: remove
+    /// `other` from `previousOwner`'s forward relationship.
+    private func unlinkForward(previousOwner: UInt64, destLayout: EntityLayout, inverse: Int, other: ManagedObject) throws {
+        guard let forward = destLayout.relationshipInverse[inverse] else { return }
+        let ownerLayout = model.layouts[destLayout.relationshipDestination[inverse]]
+        if ownerLayout.entity.relationships[forward].isToMany {
+            removeMember(other.objectID.key, owner: previousOwner, ownerLayout, forward)
+        } else {
+            let prev = try object(forKey: previousOwner)
+            try fulfill(prev)
+            let s = ownerLayout.slot(ofToOne: forward)
+            if case .object(let k) = prev.slots[s], k == other.objectID.key { setSlot(prev, s, .null) }
+        }
+    }
+
+    func setToOne(_ owner: ManagedObject, relationship r: Int, to target: ManagedObject?) throws {
+        if let target { try checkRelated(owner, r, target) }
+        let slot = owner.layout.slot(ofToOne: r)
+        let old: UInt64? = if case .object(let k) = owner.slots[slot] { k } else { nil }
+        let new = target?.objectID.key
+        guard old != new else { return }
+        if let old { try linkInverse(owner, r, old, adding: false) }
+        setSlot(owner, slot, new.map { .object($0) } ?? .null)
+        if let new { try linkInverse(owner, r, new, adding: true) }
+    }
+
+    func addRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
+        for o in objects { try checkRelated(owner, r, o) }
+        let current = relatedKeys(owner.objectID.key, owner.layout, r)
+        for o in objects where !current.contains(o.objectID.key) {
+            addMember(o.objectID.key, owner: owner.objectID.key, owner.layout, r)
+            try linkInverse(owner, r, o.objectID.key, adding: true)
+        }
+    }
+
+    func removeRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
+        let current = relatedKeys(owner.objectID.key, owner.layout, r)
+        for o in objects where current.contains(o.objectID.key) {
+            removeMember(o.objectID.key, owner: owner.objectID.key, owner.layout, r)
+            try linkInverse(owner, r, o.objectID.key, adding: false)
+        }
+    }
+
+    func replaceRelated(_ owner: ManagedObject, relationship r: Int, with objects: [ManagedObject]) throws {
+        for o in objects { try checkRelated(owner, r, o) }
+        let wanted = Set(objects.map(\.objectID.key))
+        let current = relatedKeys(owner.objectID.key, owner.layout, r)
+        let gone = try current.subtracting(wanted).map { try object(forKey: $0) }
+        try removeRelated(owner, relationship: r, gone)
+        try addRelated(owner, relationship: r, objects.filter { !current.contains($0.objectID.key) })
+    }
+
+    // MARK: Delete
+
+    /// Marks an object deleted (`isDeleted` becomes true) and applies the delete rules of its
+    /// relationships: nullify, cascade, deny (checked at save), no action. `save()` removes it.
+    public func delete(_ object: ManagedObject) {
+        guard !object.flags.contains(.deleted), !object.flags.contains(.invalid), object.contextRef === self else { return }
+        do {
+            try undoable { try deleteWithRules(object) }
+        } catch let error as LogbookError {
+            recordError(error)
+        } catch {
+            recordError(LogbookError(.store, "\(error)"))
+        }
+    }
+
+    func deleteWithRules(_ object: ManagedObject) throws {
+        guard !object.flags.contains(.deleted) else { return }
+        try fulfill(object)
+        willChange(object)
+        object.flags.insert(.deleted)
+        let key = object.objectID.key
+        if object.flags.contains(.inserted) {
+            inserted[key] = nil
+        } else {
+            if object.committed == nil { object.committed = object.slots }
+            updated[key] = nil
+            object.flags.remove(.updated)
+            deleted[key] = object
+        }
+        for (r, rel) in object.layout.entity.relationships.enumerated() {
+            let related: [UInt64]
+            if rel.isToMany {
+                related = Array(relatedKeys(key, object.layout, r))
+            } else if case .object(let k) = object.slots[object.layout.slot(ofToOne: r)] {
+                related = [k]
+            } else {
+                related = []
+            }
+            switch rel.deleteRule {
+            case .nullify:
+                for k in related { try linkInverse(object, r, k, adding: false) }
+            case .cascade:
+                for k in related {
+                    try linkInverse(object, r, k, adding: false)
+                    let other = try self.object(forKey: k)
+                    try deleteWithRules(other)
+                }
+            case .deny, .noAction:
+                break
+            }
+        }
+    }
+
+    // MARK: Rollback and reset
+
+    /// Forgets every unsaved change: inserted objects go away, changed ones get their saved
+    /// values back, deleted ones come back.
+    public func rollback() {
+        for o in inserted.values { o.flags = [.invalid]; unregister(o.objectID.key) }
+        for o in Array(updated.values) + Array(deleted.values) {
+            if let c = o.committed { o.slots = c }
+            o.committed = nil
+            o.flags.subtract([.updated, .deleted])
+        }
+        for o in registeredObjects where o.flags.contains(.updated) {
+            o.flags.remove(.updated)
+            if let c = o.committed { o.slots = c; o.committed = nil }
+        }
+        inserted = [:]
+        updated = [:]
+        deleted = [:]
+        setAdds = [:]
+        setRemoves = [:]
+        pendingErrors = []
+        undoHistory?.removeAll()
+    }
+
+    /// Forgets everything: unsaved changes, and every registered object, which can no longer
+    /// be used (reading it by key is an `.objectInvalidated` error).
+    public func reset() {
+        for o in registeredObjects { o.flags = [.invalid] }
+        for o in inserted.values { o.flags = [.invalid] }
+        registryLock.withLock { $0 = [:] }
+        inserted = [:]
+        updated = [:]
+        deleted = [:]
+        setAdds = [:]
+        setRemoves = [:]
+        pendingErrors = []
+        undoHistory?.removeAll()
+    }
+
+    /// Reloads an object's values from the store, dropping its unsaved changes if `mergeChanges` is false.
+    public func refresh(_ object: ManagedObject, mergeChanges: Bool) {
+        guard !object.flags.contains(.inserted), object.contextRef === self else { return }
+        if !mergeChanges || !object.hasChanges {
+            object.flags.insert(.fault)
+            object.flags.subtract([.updated])
+            object.committed = nil
+            updated[object.objectID.key] = nil
+        }
+    }
+}

@@ -1,0 +1,233 @@
+import Foundation
+
+/// A Swift type that an attribute can hold through a typed property: String, the integer
+/// types, Double, Float, Bool, Date, Data, UUID, URL, Decimal, and optionals of them.
+public protocol AttributeValue {
+    /// The value a property reads when the object has none (for non-optional properties).
+    static var absentValue: Self { get }
+    init?(attributeValue: Any)
+    var attributeValue: Any? { get }
+}
+
+extension String: AttributeValue {
+    public static var absentValue: String { "" }
+    public init?(attributeValue v: Any) { guard let s = v as? String else { return nil }; self = s }
+    public var attributeValue: Any? { self }
+}
+extension Bool: AttributeValue {
+    public static var absentValue: Bool { false }
+    public init?(attributeValue v: Any) { guard let b = v as? Bool else { return nil }; self = b }
+    public var attributeValue: Any? { self }
+}
+extension Double: AttributeValue {
+    public static var absentValue: Double { 0 }
+    public init?(attributeValue v: Any) {
+        if let d = v as? Double { self = d } else if let f = v as? Float { self = Double(f) } else { return nil }
+    }
+    public var attributeValue: Any? { self }
+}
+extension Float: AttributeValue {
+    public static var absentValue: Float { 0 }
+    public init?(attributeValue v: Any) {
+        if let f = v as? Float { self = f } else if let d = v as? Double { self = Float(d) } else { return nil }
+    }
+    public var attributeValue: Any? { self }
+}
+extension Date: AttributeValue {
+    public static var absentValue: Date { Date(timeIntervalSince1970: 0) }
+    public init?(attributeValue v: Any) { guard let d = v as? Date else { return nil }; self = d }
+    public var attributeValue: Any? { self }
+}
+extension Data: AttributeValue {
+    public static var absentValue: Data { Data() }
+    public init?(attributeValue v: Any) { guard let d = v as? Data else { return nil }; self = d }
+    public var attributeValue: Any? { self }
+}
+extension UUID: AttributeValue {
+    public static var absentValue: UUID { UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) }
+    public init?(attributeValue v: Any) { guard let u = v as? UUID else { return nil }; self = u }
+    public var attributeValue: Any? { self }
+}
+extension URL: AttributeValue {
+    public static var absentValue: URL { URL(string: "about:blank")! }
+    public init?(attributeValue v: Any) { guard let u = v as? URL else { return nil }; self = u }
+    public var attributeValue: Any? { self }
+}
+extension Decimal: AttributeValue {
+    public static var absentValue: Decimal { 0 }
+    public init?(attributeValue v: Any) { guard let d = v as? Decimal else { return nil }; self = d }
+    public var attributeValue: Any? { self }
+}
+
+/// Integers convert from any stored integer width (the attribute decides the width).
+public protocol IntegerAttributeValue: AttributeValue, FixedWidthInteger {}
+extension IntegerAttributeValue {
+    public static var absentValue: Self { 0 }
+    public init?(attributeValue v: Any) {
+        switch v {
+        case let x as Int16: self.init(truncatingIfNeeded: x)
+        case let x as Int32: self.init(truncatingIfNeeded: x)
+        case let x as Int64: self.init(truncatingIfNeeded: x)
+        case let x as Int: self.init(truncatingIfNeeded: x)
+        default: return nil
+        }
+    }
+    public var attributeValue: Any? { self }
+}
+extension Int: IntegerAttributeValue {}
+extension Int16: IntegerAttributeValue {}
+extension Int32: IntegerAttributeValue {}
+extension Int64: IntegerAttributeValue {}
+
+extension Optional: AttributeValue where Wrapped: AttributeValue {
+    public static var absentValue: Wrapped? { nil }
+    public init?(attributeValue v: Any) {
+        guard let w = Wrapped(attributeValue: v) else { return nil }
+        self = .some(w)
+    }
+    public var attributeValue: Any? { self?.attributeValue ?? nil }
+}
+
+/// A typed attribute of a `ManagedObject` subclass, read and written through its context.
+///
+/// ```swift
+/// final class Person: ManagedObject {
+///     @Attribute("firstName") var firstName: String
+///     @Attribute("age") var age: Int32?
+/// }
+/// ```
+/// Reading a non-optional property that has no value gives `absentValue` ("" or 0); the
+/// save reports the missing required value. A setter cannot throw: an error (an object used
+/// after its context was reset…) is reported by the next `save()`.
+@propertyWrapper
+public struct Attribute<Value: AttributeValue> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@Attribute is for ManagedObject subclasses")
+    public var wrappedValue: Value {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Value {
+        get {
+            let key = object[keyPath: storageKeyPath].key
+            guard let any = try? object.value(forKey: key), let v = Value(attributeValue: any) else { return Value.absentValue }
+            return v
+        }
+        set {
+            let key = object[keyPath: storageKeyPath].key
+            do { try object.setValue(newValue.attributeValue, forKey: key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}
+
+/// A typed transformable attribute: values of any type, stored through the named transformer.
+///
+/// ```swift
+/// @Transformable("color") var color: Color?
+/// ```
+@propertyWrapper
+public struct Transformable<Value> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@Transformable is for ManagedObject subclasses")
+    public var wrappedValue: Value? {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value?>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Value? {
+        get {
+            do { return try object.value(forKey: object[keyPath: storageKeyPath].key) as? Value } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+                return nil
+            } catch { return nil }
+        }
+        set {
+            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}
+
+/// A typed to-one relationship.
+///
+/// ```swift
+/// @ToOne("manager") var manager: Manager?
+/// ```
+@propertyWrapper
+public struct ToOne<Destination: ManagedObject> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@ToOne is for ManagedObject subclasses")
+    public var wrappedValue: Destination? {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Destination?>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Destination? {
+        get { (try? object.value(forKey: object[keyPath: storageKeyPath].key)) as? Destination }
+        set {
+            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}
+
+/// A typed to-many relationship, read as a set; assigning a set replaces the members (and
+/// the inverses follow). Use `add`/`remove` on the object to change members one by one.
+///
+/// ```swift
+/// @ToMany("employees") var employees: Set<Employee>
+/// ```
+@propertyWrapper
+public struct ToMany<Destination: ManagedObject> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@ToMany is for ManagedObject subclasses")
+    public var wrappedValue: Set<Destination> {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Set<Destination>>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Set<Destination> {
+        get {
+            guard let all = try? object.objects(forKey: object[keyPath: storageKeyPath].key) else { return [] }
+            return Set(all.compactMap { $0 as? Destination })
+        }
+        set {
+            do { try object.setValue(Array(newValue) as [ManagedObject], forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}

@@ -1,0 +1,163 @@
+import Foundation
+import LogbookEngine
+
+/// The binary record of a managed object: a format byte, a bitmap of the slots that hold a
+/// value, then each value: strings and data as length-prefixed bytes, integers as zigzag
+/// varints, doubles and dates as 8 bytes, floats as 4, booleans as 1, UUIDs as 16, decimals as
+/// their decimal string, to-one relationships as the destination's serial number.
+enum RecordCodec {
+    static let format: UInt8 = 1
+
+    static func encode(_ slots: [Slot], layout: EntityLayout, into out: inout [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        out.append(format)
+        let n = slots.count
+        let bitmapStart = out.count
+        out.append(contentsOf: repeatElement(0, count: (n + 7) / 8))
+        for i in 0..<n {
+            let slot = slots[i]
+            if slot.isNull { continue }
+            out[bitmapStart + i / 8] |= UInt8(1 << (i % 8))
+            switch slot {
+            case .null: break
+            case .string(var s):
+                s.withUTF8 { u in
+                    appendVarint(UInt64(u.count), &out)
+                    out.append(contentsOf: u)
+                }
+            case .int(let v): appendVarint(UInt64(bitPattern: (v << 1) ^ (v >> 63)), &out)
+            case .double(let d):
+                if i < layout.attributeCount, layout.entity.attributes[i].type == .float {
+                    appendLE(Float(d).bitPattern, &out)
+                } else {
+                    appendLE(d.bitPattern, &out)
+                }
+            case .bool(let b): out.append(b ? 1 : 0)
+            case .data(let d):
+                appendVarint(UInt64(d.count), &out)
+                out.append(contentsOf: d)
+            case .boxed(let b):
+                switch b.value {
+                case .uuid(let u): withUnsafeBytes(of: u.uuid) { out.append(contentsOf: $0) }
+                case .url(let u):
+                    let s = Array(u.absoluteString.utf8)
+                    appendVarint(UInt64(s.count), &out)
+                    out.append(contentsOf: s)
+                case .decimal(let d):
+                    let s = Array(d.description.utf8)
+                    appendVarint(UInt64(s.count), &out)
+                    out.append(contentsOf: s)
+                }
+            case .object(let key): appendVarint(key & 0xFFFF_FFFF_FFFF, &out)
+            }
+        }
+    }
+
+    struct Malformed: Error {}
+
+    /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
+    static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt64) throws -> [Slot] {
+        let n = layout.slotCount
+        var slots = [Slot](repeating: .null, count: n)
+        guard raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
+        var o = 1 + (n + 7) / 8
+        func varint() throws -> UInt64 {
+            var result: UInt64 = 0
+            var shift: UInt64 = 0
+            while true {
+                guard o < raw.count, shift < 64 else { throw Malformed() }
+                let b = raw[o]
+                o += 1
+                result |= UInt64(b & 0x7F) << shift
+                if b < 0x80 { return result }
+                shift += 7
+            }
+        }
+        func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
+            guard count >= 0, count <= raw.count - o else { throw Malformed() }
+            defer { o += count }
+            return UnsafeRawBufferPointer(rebasing: raw[o..<(o + count)])
+        }
+        for i in 0..<n where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
+            if i >= layout.attributeCount {
+                let serial = try varint()
+                slots[i] = .object(destinationKeyspace(i) << 48 | serial)
+                continue
+            }
+            switch layout.entity.attributes[i].type {
+            case .string:
+                let b = try bytes(Int(try varint()))
+                slots[i] = .string(String(decoding: b, as: UTF8.self))
+            case .int16, .int32, .int64:
+                let z = try varint()
+                slots[i] = .int(Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
+            case .double, .date:
+                let b = try bytes(8)
+                slots[i] = .double(Double(bitPattern: b.loadUnaligned(as: UInt64.self).littleEndian))
+            case .float:
+                let b = try bytes(4)
+                slots[i] = .double(Double(Float(bitPattern: b.loadUnaligned(as: UInt32.self).littleEndian)))
+            case .bool:
+                slots[i] = .bool(try bytes(1)[0] != 0)
+            case .data, .transformable:
+                slots[i] = .data(Data(try bytes(Int(try varint()))))
+            case .uuid:
+                let b = try bytes(16)
+                var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+                withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
+                slots[i] = .boxed(.init(.uuid(UUID(uuid: u))))
+            case .url:
+                let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
+                guard let u = URL(string: s) else { throw Malformed() }
+                slots[i] = .boxed(.init(.url(u)))
+            case .decimal:
+                let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
+                guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
+                slots[i] = .boxed(.init(.decimal(d)))
+            }
+        }
+        return slots
+    }
+
+    /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like
+    /// the value (integers and floating point as 8 big-endian bytes, strings as UTF-8).
+    static func indexKey(_ slot: Slot, type: AttributeType, index: UInt32) -> IndexKey {
+        switch slot {
+        case .null: return IndexKey(index: index, bytes: [0])
+        case .int(let v): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedInt64: v).bytes)
+        case .double(let d): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedDouble: d).bytes)
+        case .bool(let b): return IndexKey(index: index, bytes: [1, b ? 1 : 0])
+        case .string(let s):
+            var bytes: [UInt8] = [1]
+            bytes.append(contentsOf: s.utf8.prefix(JournalFormat.maxIndexKeyLength - 1))
+            return IndexKey(index: index, bytes: bytes)
+        case .boxed(let b):
+            switch b.value {
+            case .uuid(let u): return IndexKey(index: index, bytes: [1] + withUnsafeBytes(of: u.uuid) { Array($0) })
+            case .url(let u): return IndexKey(index: index, bytes: [1] + Array(u.absoluteString.utf8.prefix(JournalFormat.maxIndexKeyLength - 1)))
+            case .decimal(let d): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedDouble: NSDecimalNumber(decimal: d).doubleValue).bytes)
+            }
+        case .data(let d): return IndexKey(index: index, bytes: [1] + Array(d.prefix(JournalFormat.maxIndexKeyLength - 1)))
+        case .object(let k): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedUInt64: k).bytes)
+        }
+    }
+
+    @inline(__always)
+    static func appendVarint(_ value: UInt64, _ out: inout [UInt8]) {
+        var v = value
+        while v >= 0x80 {
+            out.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        out.append(UInt8(v))
+    }
+
+    @inline(__always)
+    static func appendLE<T: FixedWidthInteger>(_ value: T, _ out: inout [UInt8]) {
+        var v = value.littleEndian
+        for _ in 0..<MemoryLayout<T>.size {
+            out.append(UInt8(truncatingIfNeeded: v))
+            v >>= 8
+        }
+    }
+}

@@ -1,0 +1,145 @@
+/// Undo and redo of a context's unsaved changes.
+///
+/// Each change made outside an explicit group (a `setValue`, an insert, a delete with all
+/// its rule-driven effects, a relationship change) is one undo step; `beginUndoGrouping()` and
+/// `endUndoGrouping()` make several changes one step. Saving or rolling back clears the history.
+///
+/// ```swift
+/// context.undoHistory = UndoHistory()
+/// try person.setValue("Tony", forKey: "firstName")
+/// context.undo()                       // firstName is back to what it was
+/// context.redo()
+/// ```
+public final class UndoHistory {
+    struct ObjectState {
+        let object: ManagedObject
+        let slots: [Slot]
+        let committed: [Slot]?
+        let flags: ManagedObject.Flags
+        /// The object did not exist before this step (undo makes it invalid again).
+        let wasNew: Bool
+    }
+
+    struct ContextState {
+        var inserted: [UInt64: ManagedObject]
+        var updated: [UInt64: ManagedObject]
+        var deleted: [UInt64: ManagedObject]
+        var setAdds: [UInt64: Set<UInt64>]
+        var setRemoves: [UInt64: Set<UInt64>]
+    }
+
+    struct Step {
+        var context: ContextState
+        var objects: [ObjectIdentifier: ObjectState] = [:]
+    }
+
+    var undoStack: [Step] = []
+    var redoStack: [Step] = []
+    var open: Step?
+    var explicitDepth = 0
+    /// How many steps are kept (0: no limit).
+    public var levelsOfUndo = 0
+
+    public init() {}
+
+    public var canUndo: Bool { !undoStack.isEmpty }
+    public var canRedo: Bool { !redoStack.isEmpty }
+
+    /// Starts a group: every change until the matching `endUndoGrouping()` is one undo step.
+    public func beginUndoGrouping() { explicitDepth += 1 }
+
+    public func endUndoGrouping() {
+        guard explicitDepth > 0 else { return }
+        explicitDepth -= 1
+        if explicitDepth == 0 { close() }
+    }
+
+    func close() {
+        guard let step = open else { return }
+        open = nil
+        guard !step.objects.isEmpty else { return }
+        undoStack.append(step)
+        if levelsOfUndo > 0 && undoStack.count > levelsOfUndo { undoStack.removeFirst() }
+        redoStack.removeAll()
+    }
+
+    func removeAll() {
+        undoStack.removeAll()
+        redoStack.removeAll()
+        open = nil
+    }
+}
+
+extension ManagedObjectContext {
+    var contextState: UndoHistory.ContextState {
+        .init(inserted: inserted, updated: updated, deleted: deleted, setAdds: setAdds, setRemoves: setRemoves)
+    }
+
+    /// Runs a change as one undo step (unless inside a larger step).
+    func undoable<T>(_ body: () throws -> T) throws -> T {
+        guard let history = undoHistory else { return try body() }
+        if history.open == nil { history.open = UndoHistory.Step(context: contextState) }
+        groupDepth += 1
+        defer {
+            groupDepth -= 1
+            if groupDepth == 0 && history.explicitDepth == 0 { history.close() }
+        }
+        return try body()
+    }
+
+    /// Records an object's state before its first change in the open undo step.
+    func willChange(_ object: ManagedObject) {
+        guard let history = undoHistory, history.open != nil else { return }
+        let id = ObjectIdentifier(object)
+        guard history.open!.objects[id] == nil else { return }
+        let isNew = !object.flags.contains(.registered) && !object.flags.contains(.inserted)
+        history.open!.objects[id] = .init(object: object, slots: object.slots, committed: object.committed,
+                                          flags: object.flags, wasNew: isNew)
+    }
+
+    private func restore(_ step: UndoHistory.Step) -> UndoHistory.Step {
+        var inverse = UndoHistory.Step(context: contextState)
+        for (id, s) in step.objects {
+            inverse.objects[id] = .init(object: s.object, slots: s.object.slots, committed: s.object.committed,
+                                        flags: s.object.flags, wasNew: false)
+            s.object.slots = s.slots
+            s.object.committed = s.committed
+            s.object.flags = s.wasNew ? [.invalid] : s.flags
+            if s.wasNew { unregister(s.object.objectID.key) } else if s.object.flags.contains(.registered) { register(s.object) }
+        }
+        inserted = step.context.inserted
+        updated = step.context.updated
+        deleted = step.context.deleted
+        setAdds = step.context.setAdds
+        setRemoves = step.context.setRemoves
+        return inverse
+    }
+
+    /// Undoes the last undo step.
+    public func undo() {
+        guard let history = undoHistory else { return }
+        history.close()
+        guard let step = history.undoStack.popLast() else { return }
+        var inverse = restore(step)
+        // Objects created by the undone step come back as they were when redone.
+        for (id, s) in step.objects where s.wasNew {
+            let o = inverse.objects[id]!
+            inverse.objects[id] = .init(object: o.object, slots: o.slots, committed: o.committed, flags: o.flags.union(.registered), wasNew: false)
+        }
+        history.redoStack.append(inverse)
+    }
+
+    /// Redoes the last undone step.
+    public func redo() {
+        guard let history = undoHistory, let step = history.redoStack.popLast() else { return }
+        var inverse = restore(step)
+        // What redo brought back can be undone again.
+        for (id, s) in inverse.objects {
+            let before = step.objects[id]
+            if before?.flags.contains(.inserted) == true && !s.flags.contains(.inserted) && s.flags.contains(.invalid) {
+                inverse.objects[id] = .init(object: s.object, slots: s.slots, committed: s.committed, flags: s.flags, wasNew: true)
+            }
+        }
+        history.undoStack.append(inverse)
+    }
+}

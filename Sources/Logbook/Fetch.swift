@@ -64,7 +64,7 @@ extension ManagedObjectContext {
             return true
         }
         if let failure { throw failure }
-        for o in inserted.values where o.layout === layout && !o.flags.contains(.deleted) { objects.append(o) }
+        for o in inserted.values where o.layout === layout { objects.append(o) }
         for o in objects where o.flags.contains(.fault) { try fulfill(o) }
         if !sortSlots.isEmpty {
             objects.sort { a, b in

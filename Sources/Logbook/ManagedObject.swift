@@ -25,12 +25,17 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     let layout: EntityLayout
     /// The object's identity.
     public let objectID: ObjectID
-    weak var contextRef: ManagedObjectContext?
+    /// The context, through a token that knows whether the context still exists (cheaper on
+    /// every access than a weak reference).
+    let token: ManagedObjectContext.Token
+    var contextRef: ManagedObjectContext? { token.context }
+    // Objects are confined to their context's queue: the runtime exclusivity checks on these
+    // hot fields are turned off.
     /// Attribute slots, then to-one relationship slots. Empty while the object is a fault.
-    var slots: [Slot]
+    @exclusivity(unchecked) var slots: [Slot]
     /// The values as last saved (or fetched), kept once the object changes.
-    var committed: [Slot]?
-    var flags: Flags
+    @exclusivity(unchecked) var committed: [Slot]?
+    @exclusivity(unchecked) var flags: Flags
 
     struct Flags: OptionSet {
         let rawValue: UInt8
@@ -49,7 +54,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public required init(_ bootstrap: Bootstrap) {
         layout = bootstrap.layout
         objectID = bootstrap.id
-        contextRef = bootstrap.context
+        token = bootstrap.context.token
         slots = bootstrap.slots
         flags = bootstrap.fault ? [.fault] : []
     }
@@ -64,7 +69,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     }
 
     deinit {
-        if flags.contains(.registered) { contextRef?.unregister(objectID.key) }
+        if flags.contains(.registered), let context = token.context { context.unregister(objectID.key) }
     }
 
     // MARK: State
@@ -259,13 +264,32 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     // MARK: Typed access (property wrappers)
 
-    func typedSlot(_ key: String) -> (ManagedObjectContext, Int)? {
-        guard let context = try? checkUsable(key), let slot = layout.slotByName[key] else {
-            if contextRef != nil && layout.slotByName[key] == nil {
-                contextRef?.recordError(LogbookError(.unknownKey, "\(layout.name) has no property named \(key)", entity: layout.name, key: key, objectID: objectID))
-            }
-            return nil
+    /// The stored value of an attribute for a typed property (nil when unusable or unknown).
+    @usableFromInline
+    func typedRead(_ key: String) -> (Slot, AttributeType)? {
+        guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return nil }
+        if flags.contains(.fault) || flags.contains(.invalid) { guard (try? checkUsable(key)) != nil else { return nil } }
+        return (slots[slot], layout.entity.attributes[slot].type)
+    }
+
+    /// Sets an attribute from a typed property; errors wait for the next save.
+    @usableFromInline
+    func typedWrite(_ key: String, _ convert: (AttributeType) -> Slot?) {
+        guard let context = contextRef, !flags.contains(.invalid) else { return }
+        guard let slot = layout.slot(named: key), slot < layout.attributeCount else {
+            context.recordError(LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key)", entity: layout.name, key: key, objectID: objectID))
+            return
         }
-        return (context, slot)
+        let type = layout.entity.attributes[slot].type
+        guard let value = convert(type) else {
+            context.recordError(LogbookError(.typeMismatch, "\(key) is \(type); the property's value does not fit", entity: layout.name, key: key, objectID: objectID))
+            return
+        }
+        if flags.contains(.fault) { do { try context.fulfill(self) } catch let e as LogbookError { context.recordError(e); return } catch { return } }
+        if context.undoHistory == nil {
+            context.setSlot(self, slot, value)
+        } else {
+            _ = try? context.undoable { context.setSlot(self, slot, value) }
+        }
     }
 }

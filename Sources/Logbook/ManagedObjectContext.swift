@@ -41,6 +41,21 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public var undoHistory: UndoHistory?
 
     let queue: DispatchQueue?
+    /// Handed to every object: says whether the context still exists.
+    let token = Token()
+
+    /// An object's way to its context. `context` is unowned (no side table, unlike a weak
+    /// reference); `alive` turns false when the context deinits, before it is gone.
+    final class Token: @unchecked Sendable {
+        // Written by the context's init and deinit only; read on the context's queue.
+        unowned(unsafe) var owner: ManagedObjectContext?
+        var alive = false
+
+        @inline(__always)
+        var context: ManagedObjectContext? { alive ? owner : nil }
+    }
+
+    deinit { token.alive = false }
     var model: ManagedObjectModel { container.model }
     var storeLayout: StoreLayout { container.storeLayout }
 
@@ -58,9 +73,10 @@ public final class ManagedObjectContext: @unchecked Sendable {
             return try body(&table)
         }
     }
-    var inserted: [UInt64: ManagedObject] = [:]
-    var updated: [UInt64: ManagedObject] = [:]
-    var deleted: [UInt64: ManagedObject] = [:]
+    /// Inserted objects in the order of insertion (so a save writes keys in ascending order).
+    @exclusivity(unchecked) var inserted = InsertedObjects()
+    @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
+    @exclusivity(unchecked) var deleted: [UInt64: ManagedObject] = [:]
     /// Unsaved changes of to-many relationships, by set key: members added and removed.
     var setAdds: [UInt64: Set<UInt64>] = [:]
     var setRemoves: [UInt64: Set<UInt64>] = [:]
@@ -85,6 +101,8 @@ public final class ManagedObjectContext: @unchecked Sendable {
         case .confinement: queue = nil
         }
         if concurrencyType == .privateQueue { queue!.setSpecific(key: Self.queueKey, value: QueueOwner(self)) }
+        token.owner = self
+        token.alive = true
     }
 
     // MARK: Queues
@@ -138,7 +156,8 @@ public final class ManagedObjectContext: @unchecked Sendable {
     }
 
     func registered(_ key: UInt64) -> ManagedObject? {
-        registryLock.withLock { table in
+        if !inserted.isEmpty, let o = inserted.lookup(key) { return o }
+        return registryLock.withLock { table in
             // Objects are released on their context's queue, where this runs too, so an entry
             // is never an object in the middle of deinit.
             guard let u = table[key] else { return nil }
@@ -182,16 +201,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func makeInserted(_ layout: EntityLayout) -> ManagedObject {
         let key = container.allocateKey(entity: layout.index)
-        var slots = [Slot](repeating: .null, count: layout.slotCount)
-        for (i, a) in layout.entity.attributes.enumerated() {
-            if let d = a.defaultValue { slots[i] = (try? Slot(d, type: a.type, transformers: ValueTransformers.registry)) ?? .null }
-        }
         let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), context: self, slots: slots, fault: false))
+            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), context: self, slots: layout.defaultSlots, fault: false))
         willChange(object)
         object.flags.insert(.inserted)
-        inserted[key] = object
-        register(object)
+        // Inserted objects are found through `inserted` until the save registers the ones that
+        // outlive it (most of a bulk insert does not).
+        inserted.append(object)
         return object
     }
 
@@ -282,7 +298,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func checkRelated(_ owner: ManagedObject, _ r: Int, _ other: ManagedObject) throws {
         let rel = owner.layout.entity.relationships[r]
-        guard other.contextRef === self, !other.flags.contains(.invalid) else {
+        guard other.token === token, !other.flags.contains(.invalid) else {
             throw LogbookError(.invalidRelationship, other.objectID.store != storeLayout.identity
                 ? "\(rel.name) cannot point to an object of another store"
                 : "\(rel.name) cannot point to an object of another context; use existingObject(with:) to get it here",
@@ -422,7 +438,8 @@ public final class ManagedObjectContext: @unchecked Sendable {
         object.flags.insert(.deleted)
         let key = object.objectID.key
         if object.flags.contains(.inserted) {
-            inserted[key] = nil
+            object.flags.remove(.inserted)
+            inserted.removeOne()
         } else {
             if object.committed == nil { object.committed = object.slots }
             updated[key] = nil
@@ -468,7 +485,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             o.flags.remove(.updated)
             if let c = o.committed { o.slots = c; o.committed = nil }
         }
-        inserted = [:]
+        inserted = InsertedObjects()
         updated = [:]
         deleted = [:]
         setAdds = [:]
@@ -483,7 +500,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         for o in registeredObjects { o.flags = [.invalid] }
         for o in inserted.values { o.flags = [.invalid] }
         registryLock.withLock { $0 = [:] }
-        inserted = [:]
+        inserted = InsertedObjects()
         updated = [:]
         deleted = [:]
         setAdds = [:]
@@ -502,4 +519,51 @@ public final class ManagedObjectContext: @unchecked Sendable {
             updated[object.objectID.key] = nil
         }
     }
+}
+
+/// The inserted objects of a context, in insertion order. An object deleted before the save
+/// stays in the list without its `.inserted` flag, and is skipped.
+struct InsertedObjects {
+    private(set) var list: [ManagedObject] = []
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+    var values: LazyFilterSequence<[ManagedObject]> { list.lazy.filter { $0.flags.contains(.inserted) } }
+    var isEmptyList: Bool { list.isEmpty }
+
+    /// Position by key, built on first lookup and kept up to date after.
+    private var index: [UInt64: Int]?
+
+    mutating func append(_ object: ManagedObject) {
+        if index != nil { index![object.objectID.key] = list.count }
+        list.append(object)
+        count += 1
+    }
+
+    mutating func lookup(_ key: UInt64) -> ManagedObject? {
+        if index == nil {
+            var built: [UInt64: Int] = [:]
+            built.reserveCapacity(list.count)
+            for (i, o) in list.enumerated() { built[o.objectID.key] = i }
+            index = built
+        }
+        guard let i = index![key] else { return nil }
+        let o = list[i]
+        return o.flags.contains(.inserted) ? o : nil
+    }
+
+    /// Calls `body` with each still-inserted object and whether the list holds its only
+    /// reference, then empties the list.
+    mutating func drain(_ body: (ManagedObject, Bool) -> Void) {
+        index = nil
+        for i in list.indices where list[i].flags.contains(.inserted) {
+            let unique = isKnownUniquelyReferenced(&list[i])
+            body(list[i], unique)
+        }
+        list = []
+        count = 0
+    }
+
+    /// One object left the inserted set (its flag was cleared by the caller).
+    mutating func removeOne() { count -= 1 }
 }

@@ -257,6 +257,10 @@ final class EntityLayout: Sendable {
     let relationshipInverse: [Int?]
     let relationshipByName: [String: Int]
     let managedClass: ManagedObject.Type
+    /// Slots of a new object: the defaults, else no value.
+    let defaultSlots: [Slot]
+    /// Names by slot.
+    let slotNames: [String]
 
     init(entity: EntityDescription, index: Int, entityIndex: [String: Int], entities: [EntityDescription]) throws {
         self.entity = entity
@@ -303,6 +307,12 @@ final class EntityLayout: Sendable {
             inverses.append(j)
         }
         self.slotByName = slots
+        var defaults = [Slot](repeating: .null, count: entity.attributes.count + toOne.count)
+        for (i, a) in entity.attributes.enumerated() {
+            if let d = a.defaultValue { defaults[i] = (try? Slot(d, type: a.type, transformers: ValueTransformers.registry)) ?? .null }
+        }
+        self.defaultSlots = defaults
+        self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
         self.toOne = toOne
         self.toMany = toMany
         self.relationshipDestination = destinations
@@ -321,6 +331,17 @@ final class EntityLayout: Sendable {
                 throw LogbookError(.invalidModel, "\(r.name) and \(dest.name).\(back.name) are not each other's inverse", entity: name, key: r.name)
             }
         }
+    }
+
+    /// The slot of an attribute or to-one relationship: a scan of the names for small entities
+    /// (faster than hashing the key), the table otherwise.
+    @inline(__always)
+    func slot(named key: String) -> Int? {
+        if slotNames.count <= 16 {
+            for i in slotNames.indices where slotNames[i] == key { return i }
+            return nil
+        }
+        return slotByName[key]
     }
 
     /// The slot of a to-one relationship.

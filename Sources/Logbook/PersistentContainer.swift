@@ -145,6 +145,16 @@ public final class PersistentContainer: Sendable {
 
     // MARK: Merging
 
+    /// Whether a save of `source` has anyone to tell (another context that merges).
+    func hasListeners(besides source: ManagedObjectContext) -> Bool {
+        contexts.withLock { list in
+            list.contains { c in
+                guard let c = c.context, c !== source else { return false }
+                return c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement
+            }
+        }
+    }
+
     func didSave(_ changes: ContextChanges, from source: ManagedObjectContext) {
         let others = contexts.withLock { $0.compactMap(\.context) }.filter { $0 !== source }
         for c in others where c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement {

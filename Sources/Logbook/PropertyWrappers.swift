@@ -7,6 +7,78 @@ public protocol AttributeValue {
     static var absentValue: Self { get }
     init?(attributeValue: Any)
     var attributeValue: Any? { get }
+    /// Direct conversions to and from the stored form (no `Any` on the way); Logbook's
+    /// conformances implement them, the defaults go through `attributeValue`.
+    init?(storedValue: StoredValue, type: AttributeType)
+    func storedValue(type: AttributeType) -> StoredValue?
+}
+
+/// A value as a managed object stores it (opaque).
+public struct StoredValue {
+    @usableFromInline let slot: Slot
+    @usableFromInline init(slot: Slot) { self.slot = slot }
+}
+
+extension AttributeValue {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard let any = storedValue.slot.value(type: type) else { return nil }
+        self.init(attributeValue: any)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        (try? Slot(attributeValue, type: type, transformers: ValueTransformers.registry)).map(StoredValue.init)
+    }
+}
+
+extension String {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .string(let s) = storedValue.slot else { return nil }
+        self = s
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? { type == .string ? StoredValue(slot: .string(self)) : nil }
+}
+extension Bool {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .bool(let b) = storedValue.slot else { return nil }
+        self = b
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? { type == .bool ? StoredValue(slot: .bool(self)) : nil }
+}
+extension Date {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .double(let d) = storedValue.slot else { return nil }
+        self = Date(timeIntervalSince1970: d)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? { type == .date ? StoredValue(slot: .double(timeIntervalSince1970)) : nil }
+}
+extension Double {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .double(let d) = storedValue.slot else { return nil }
+        self = d
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        switch type {
+        case .double: StoredValue(slot: .double(self))
+        case .float: StoredValue(slot: .double(Double(Float(self))))
+        default: nil
+        }
+    }
+}
+extension IntegerAttributeValue {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .int(let i) = storedValue.slot else { return nil }
+        self.init(truncatingIfNeeded: i)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        let range: ClosedRange<Int64>
+        switch type {
+        case .int16: range = Int64(Int16.min)...Int64(Int16.max)
+        case .int32: range = Int64(Int32.min)...Int64(Int32.max)
+        case .int64: range = Int64.min...Int64.max
+        default: return nil
+        }
+        guard let v = Int64(exactly: self), range.contains(v) else { return nil }
+        return StoredValue(slot: .int(v))
+    }
 }
 
 extension String: AttributeValue {
@@ -86,6 +158,15 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
         self = .some(w)
     }
     public var attributeValue: Any? { self?.attributeValue ?? nil }
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        if storedValue.slot.isNull { self = .none; return }
+        guard let w = Wrapped(storedValue: storedValue, type: type) else { return nil }
+        self = .some(w)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        guard let w = self else { return StoredValue(slot: .null) }
+        return w.storedValue(type: type)
+    }
 }
 
 /// A typed attribute of a `ManagedObject` subclass, read and written through its context.
@@ -111,6 +192,7 @@ public struct Attribute<Value: AttributeValue> {
         set { fatalError() }
     }
 
+    @inlinable
     public static subscript<Object: ManagedObject>(
         _enclosingInstance object: Object,
         wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value>,
@@ -118,14 +200,14 @@ public struct Attribute<Value: AttributeValue> {
     ) -> Value {
         get {
             let key = object[keyPath: storageKeyPath].key
-            guard let any = try? object.value(forKey: key), let v = Value(attributeValue: any) else { return Value.absentValue }
+            guard let (slot, type) = object.typedRead(key), let v = Value(storedValue: StoredValue(slot: slot), type: type) else {
+                return Value.absentValue
+            }
             return v
         }
         set {
             let key = object[keyPath: storageKeyPath].key
-            do { try object.setValue(newValue.attributeValue, forKey: key) } catch let e as LogbookError {
-                object.contextRef?.recordError(e)
-            } catch {}
+            object.typedWrite(key) { type in newValue.storedValue(type: type)?.slot }
         }
     }
 }

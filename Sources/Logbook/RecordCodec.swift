@@ -53,6 +53,75 @@ enum RecordCodec {
         }
     }
 
+    /// The size `write` needs, or nil when a slot has a form `write` does not handle (boxed values).
+    static func encodedSize(_ slots: [Slot], layout: EntityLayout) -> Int? {
+        var size = 1 + (slots.count + 7) / 8
+        for i in slots.indices {
+            switch slots[i] {
+            case .null: break
+            case .string(let s): let n = s.utf8.count; size += varintSize(UInt64(n)) + n
+            case .int(let v): size += varintSize(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
+            case .double: size += (i < layout.attributeCount && layout.entity.attributes[i].type == .float) ? 4 : 8
+            case .bool: size += 1
+            case .data(let d): size += varintSize(UInt64(d.count)) + d.count
+            case .boxed: return nil
+            case .object(let k): size += varintSize(k & 0xFFFF_FFFF_FFFF)
+            }
+        }
+        return size
+    }
+
+    /// Writes the record into exactly `encodedSize` bytes (same layout as `encode`).
+    static func write(_ slots: [Slot], layout: EntityLayout, to out: UnsafeMutableRawBufferPointer) {
+        let p = out.baseAddress!
+        p.storeBytes(of: format, as: UInt8.self)
+        let bitmapBytes = (slots.count + 7) / 8
+        for b in 0..<bitmapBytes { p.storeBytes(of: 0, toByteOffset: 1 + b, as: UInt8.self) }
+        var o = 1 + bitmapBytes
+        func varint(_ value: UInt64) {
+            var v = value
+            while v >= 0x80 { p.storeBytes(of: UInt8(truncatingIfNeeded: v) | 0x80, toByteOffset: o, as: UInt8.self); v >>= 7; o += 1 }
+            p.storeBytes(of: UInt8(v), toByteOffset: o, as: UInt8.self)
+            o += 1
+        }
+        for i in slots.indices {
+            let slot = slots[i]
+            if slot.isNull { continue }
+            let bit = p.load(fromByteOffset: 1 + i / 8, as: UInt8.self) | UInt8(1 << (i % 8))
+            p.storeBytes(of: bit, toByteOffset: 1 + i / 8, as: UInt8.self)
+            switch slot {
+            case .null, .boxed: break
+            case .string(var s):
+                s.withUTF8 { u in
+                    varint(UInt64(u.count))
+                    if u.count > 0 { (p + o).copyMemory(from: u.baseAddress!, byteCount: u.count) }
+                    o += u.count
+                }
+            case .int(let v): varint(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
+            case .double(let d):
+                if i < layout.attributeCount && layout.entity.attributes[i].type == .float {
+                    p.storeBytes(of: Float(d).bitPattern.littleEndian, toByteOffset: o, as: UInt32.self)
+                    o += 4
+                } else {
+                    p.storeBytes(of: d.bitPattern.littleEndian, toByteOffset: o, as: UInt64.self)
+                    o += 8
+                }
+            case .bool(let b): p.storeBytes(of: b ? 1 : 0, toByteOffset: o, as: UInt8.self); o += 1
+            case .data(let d):
+                varint(UInt64(d.count))
+                d.withUnsafeBytes { if $0.count > 0 { (p + o).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
+                o += d.count
+            case .object(let k): varint(k & 0xFFFF_FFFF_FFFF)
+            }
+        }
+    }
+
+    @inline(__always)
+    static func varintSize(_ value: UInt64) -> Int {
+        let bits = 64 - value.leadingZeroBitCount
+        return bits == 0 ? 1 : (bits + 6) / 7
+    }
+
     struct Malformed: Error {}
 
     /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
@@ -124,8 +193,8 @@ enum RecordCodec {
     static func indexKey(_ slot: Slot, type: AttributeType, index: UInt32) -> IndexKey {
         switch slot {
         case .null: return IndexKey(index: index, bytes: [0])
-        case .int(let v): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedInt64: v).bytes)
-        case .double(let d): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedDouble: d).bytes)
+        case .int(let v): return IndexKey(index: index, tag: 1, orderedInt64: v)
+        case .double(let d): return IndexKey(index: index, tag: 1, orderedDouble: d)
         case .bool(let b): return IndexKey(index: index, bytes: [1, b ? 1 : 0])
         case .string(let s):
             var bytes: [UInt8] = [1]
@@ -135,10 +204,10 @@ enum RecordCodec {
             switch b.value {
             case .uuid(let u): return IndexKey(index: index, bytes: [1] + withUnsafeBytes(of: u.uuid) { Array($0) })
             case .url(let u): return IndexKey(index: index, bytes: [1] + Array(u.absoluteString.utf8.prefix(JournalFormat.maxIndexKeyLength - 1)))
-            case .decimal(let d): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedDouble: NSDecimalNumber(decimal: d).doubleValue).bytes)
+            case .decimal(let d): return IndexKey(index: index, tag: 1, orderedDouble: NSDecimalNumber(decimal: d).doubleValue)
             }
         case .data(let d): return IndexKey(index: index, bytes: [1] + Array(d.prefix(JournalFormat.maxIndexKeyLength - 1)))
-        case .object(let k): return IndexKey(index: index, bytes: [1] + IndexKey(index: 0, orderedUInt64: k).bytes)
+        case .object(let k): return IndexKey(index: index, tag: 1, orderedUInt64: k)
         }
     }
 

@@ -53,19 +53,24 @@ extension ManagedObjectContext {
         }
         let version: UInt64
         do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
-        let changes = ContextChanges(inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
-                                     deleted: Set(deleted.values.map(\.objectID)), version: version)
-        for o in inserted.values { o.flags.remove(.inserted) }
+        // The change sets, only when someone will read them.
+        let changes: ContextChanges? = container.hasListeners(besides: self) || !changeObservers.isEmpty
+            ? ContextChanges(inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
+                             deleted: Set(deleted.values.map(\.objectID)), version: version)
+            : nil
+        // Inserted objects that live on (someone holds them) join the registry; the others go.
+        inserted.drain { o, unique in
+            o.flags.remove(.inserted)
+            if !unique { register(o) }
+        }
         for o in updated.values { o.flags.remove(.updated); o.committed = nil }
         for o in deleted.values { o.flags = [.invalid, .deleted]; unregister(o.objectID.key) }
-        for o in registeredObjects where o.flags.contains(.updated) { o.flags.remove(.updated); o.committed = nil }
-        inserted = [:]
         updated = [:]
         deleted = [:]
         setAdds = [:]
         setRemoves = [:]
         undoHistory?.removeAll()
-        container.didSave(changes, from: self)
+        if let changes { container.didSave(changes, from: self) }
     }
 
     /// The keyspace (high bits) of the owner of a set key, for skipping sets of deleted owners.
@@ -79,18 +84,18 @@ extension ManagedObjectContext {
 
     func encode(_ object: ManagedObject, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
         let entity = object.layout
+        let indexed = layout.indexedAttributes[entity.index]
+        if indexed.count <= 1, let size = RecordCodec.encodedSize(object.slots, layout: entity) {
+            // The common case: the record written straight into the transaction.
+            let indexKey = indexed.first.map { RecordCodec.indexKey(object.slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+            t.put(object.objectID.key, valueCount: size, indexKey: indexKey) { out in
+                RecordCodec.write(object.slots, layout: entity, to: out)
+            }
+            return
+        }
         RecordCodec.encode(object.slots, layout: entity, into: &buffer)
-        let indexes = layout.attributeIndex[entity.index]
-        var keys: [IndexKey] = []
-        for (i, index) in indexes.enumerated() {
-            guard let index else { continue }
-            keys.append(RecordCodec.indexKey(object.slots[i], type: entity.entity.attributes[i].type, index: index))
-        }
-        if keys.count == 1 {
-            t.put(object.objectID.key, value: buffer, indexKey: keys[0])
-        } else {
-            t.put(object.objectID.key, value: buffer, indexKeys: keys)
-        }
+        let keys = indexed.map { RecordCodec.indexKey(object.slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+        t.put(object.objectID.key, value: buffer, indexKeys: keys)
     }
 
     /// Every reason the changed objects cannot be saved.
@@ -99,7 +104,9 @@ extension ManagedObjectContext {
         func fail(_ o: ManagedObject, _ key: String, _ reason: String) {
             failures.append(ValidationFailure(objectID: o.objectID, entity: o.layout.name, key: key, reason: reason))
         }
-        for object in Array(inserted.values) + Array(updated.values) where !object.flags.contains(.fault) {
+        for object in inserted.values { check(object) }
+        for object in updated.values where !object.flags.contains(.fault) { check(object) }
+        func check(_ object: ManagedObject) {
             let entity = object.layout.entity
             for (i, a) in entity.attributes.enumerated() {
                 let slot = object.slots[i]

@@ -1,6 +1,7 @@
 import Foundation
 
 /// A stored value of an attribute or a to-one relationship, as a managed object holds it.
+@usableFromInline
 enum Slot: Sendable, Equatable {
     case null
     case string(String)
@@ -15,11 +16,12 @@ enum Slot: Sendable, Equatable {
     case object(UInt64)
 
     /// UUID, URL and Decimal live in a box so that a slot stays small.
+    @usableFromInline
     final class Boxed: Sendable, Equatable {
         enum Value: Sendable, Equatable { case uuid(UUID), url(URL), decimal(Decimal) }
         let value: Value
         init(_ value: Value) { self.value = value }
-        static func == (a: Boxed, b: Boxed) -> Bool { a.value == b.value }
+        @usableFromInline static func == (a: Boxed, b: Boxed) -> Bool { a.value == b.value }
     }
 
     var isNull: Bool { if case .null = self { true } else { false } }

@@ -106,6 +106,8 @@ final class StoreLayout: Sendable {
     /// By model entity index, by relationship index: the set keyspace of to-many relationships.
     let setKeyspace: [[UInt16?]]
     let entityByKeyspace: [UInt16: Int]
+    /// By model entity index: the indexed attributes and their index numbers.
+    let indexedAttributes: [[(attribute: Int, index: UInt32)]]
 
     init(schema: StoredSchema, model: ManagedObjectModel) {
         self.schema = schema
@@ -124,6 +126,7 @@ final class StoreLayout: Sendable {
         }
         keyspace = ks
         attributeIndex = ai
+        indexedAttributes = ai.map { list in list.enumerated().compactMap { i, x in x.map { (i, $0) } } }
         setKeyspace = sk
         entityByKeyspace = byKs
         identity = StoreIdentity(uuid: schema.storeUUID, keyspaces: names)

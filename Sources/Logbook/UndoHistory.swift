@@ -21,7 +21,7 @@ public final class UndoHistory {
     }
 
     struct ContextState {
-        var inserted: [UInt64: ManagedObject]
+        var inserted: InsertedObjects
         var updated: [UInt64: ManagedObject]
         var deleted: [UInt64: ManagedObject]
         var setAdds: [UInt64: Set<UInt64>]

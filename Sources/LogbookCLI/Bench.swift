@@ -18,6 +18,10 @@ struct Bench: ParsableCommand {
         }
         switch workload {
         case "engine": try engine(durability)
+        case "populate":
+            let path = store ?? temporaryStorePath("logbook-populate")
+            printError("store: \(path)")
+            try populate(store: path, count: count, durability: durability)
         case "micro":
             for (name, seconds) in EngineMicrobenchmarks.run(count: count) {
                 report("micro_\(name)", ["records": count, "seconds": seconds, "ns_per_record": seconds * 1e9 / Double(count)])

@@ -45,6 +45,32 @@ public struct IndexKey: Sendable, Hashable {
         self.init(index: index, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
     }
 
+    /// A 9-byte key: a tag byte, then 8 bytes that order like the unsigned integer.
+    /// (The object layer tags values 0x01 and the absent value 0x00, which sorts first.)
+    public init(index: UInt32, tag: UInt8, orderedUInt64 value: UInt64) {
+        self.index = index
+        let v = value.bigEndian
+        // Bytes: tag, then the 8 big-endian bytes, in two little-endian-stored words.
+        var a: UInt64 = 0, b: UInt64 = 0
+        withUnsafeMutableBytes(of: &a) { p in
+            p[0] = tag
+            withUnsafeBytes(of: v) { q in for i in 0..<7 { p[i + 1] = q[i] } }
+        }
+        withUnsafeMutableBytes(of: &b) { p in withUnsafeBytes(of: v) { q in p[0] = q[7] } }
+        storage = .inline(a, b, 9)
+    }
+
+    /// A 9-byte tagged key that orders like the signed integer.
+    public init(index: UInt32, tag: UInt8, orderedInt64 value: Int64) {
+        self.init(index: index, tag: tag, orderedUInt64: UInt64(bitPattern: value) ^ (1 << 63))
+    }
+
+    /// A 9-byte tagged key that orders like the double.
+    public init(index: UInt32, tag: UInt8, orderedDouble value: Double) {
+        let bits = value.bitPattern
+        self.init(index: index, tag: tag, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
+    }
+
     /// Calls `body` with the key bytes.
     @inlinable
     public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {

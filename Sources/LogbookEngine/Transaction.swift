@@ -46,6 +46,37 @@ public struct Transaction: Sendable {
         value.withUnsafeBytes { put(key, value: $0, indexKey: indexKey) }
     }
 
+    /// Writes a value of `valueCount` bytes that `writeValue` puts straight into the
+    /// transaction's block (no intermediate buffer), with up to one index entry.
+    public mutating func put(_ key: UInt64, valueCount: Int, indexKey: IndexKey?,
+                             writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
+        precondition(valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
+        if current.capacity == 0 { current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096) }
+        var size = 1 + varintSize(key >> 48) + varintSize(key & 0xFFFF_FFFF_FFFF) + varintSize(UInt64(valueCount)) + valueCount + 1
+        if let ik = indexKey {
+            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
+            size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
+        }
+        current.write(size) { p in
+            p.storeBytes(of: JournalFormat.OperationCode.put.rawValue, as: UInt8.self)
+            var o = 1
+            o += storeVarint(key >> 48, at: p + o)
+            o += storeVarint(key & 0xFFFF_FFFF_FFFF, at: p + o)
+            o += storeVarint(UInt64(valueCount), at: p + o)
+            writeValue(UnsafeMutableRawBufferPointer(start: p + o, count: valueCount))
+            o += valueCount
+            p.storeBytes(of: indexKey == nil ? 0 : 1, toByteOffset: o, as: UInt8.self)
+            o += 1
+            if let ik = indexKey {
+                o += storeVarint(UInt64(ik.index), at: p + o)
+                o += storeVarint(UInt64(ik.count), at: p + o)
+                let at = o
+                ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
+            }
+        }
+        finishOperation()
+    }
+
     private mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, keys: UnsafeBufferPointer<IndexKey>) {
         precondition(value.count <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
         if current.capacity == 0 { current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096) }

@@ -155,3 +155,11 @@ import CLogbookSupport
     static let documentedFrames = "71 1d 44 ef 18 00 00 00 01 00 00 00 01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02 13 a6 98 f5 20 00 00 00 02 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 20 00 00 00 00 00 00 00 00 68 e5 cf 8b 01 00 00"
     static let documentedHeader = "4c 42 4b 4a 52 4e 4c 00 01 00 20 00 00 00 00 00 01 00 00 00 00 00 00 00 04 03 02 01 88 cf 56 d4"
 }
+
+@Suite struct TaggedIndexKeyTests {
+    @Test func taggedKeysAreTheTagThenTheOrderedBytes() {
+        #expect(IndexKey(index: 2, tag: 1, orderedUInt64: 0x0102_0304_0506_0708).bytes == [1, 1, 2, 3, 4, 5, 6, 7, 8])
+        #expect(IndexKey(index: 2, tag: 1, orderedDouble: -2.5).bytes == [1] + IndexKey(index: 0, orderedDouble: -2.5).bytes)
+        #expect(IndexKey(index: 2, tag: 7, orderedInt64: -9).bytes == [7] + IndexKey(index: 0, orderedInt64: -9).bytes)
+    }
+}

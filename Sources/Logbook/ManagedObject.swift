@@ -54,7 +54,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public required init(_ bootstrap: Bootstrap) {
         layout = bootstrap.layout
         objectID = bootstrap.id
-        token = bootstrap.context.token
+        token = bootstrap.token
         slots = bootstrap.slots
         flags = bootstrap.fault ? [.fault] : []
     }
@@ -63,7 +63,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public struct Bootstrap {
         let layout: EntityLayout
         let id: ObjectID
-        let context: ManagedObjectContext
+        let token: ManagedObjectContext.Token
         let slots: [Slot]
         let fault: Bool
     }
@@ -275,7 +275,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// Sets an attribute from a typed property; errors wait for the next save.
     @usableFromInline
     func typedWrite(_ key: String, _ convert: (AttributeType) -> Slot?) {
-        guard let context = contextRef, !flags.contains(.invalid) else { return }
+        guard !flags.contains(.invalid) else { return }
+        _ = token.withContext { context in typedWrite(key, convert, context) }
+    }
+
+    @inline(__always)
+    private func typedWrite(_ key: String, _ convert: (AttributeType) -> Slot?, _ context: ManagedObjectContext) {
         guard let slot = layout.slot(named: key), slot < layout.attributeCount else {
             context.recordError(LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key)", entity: layout.name, key: key, objectID: objectID))
             return

@@ -48,11 +48,19 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// reference); `alive` turns false when the context deinits, before it is gone.
     final class Token: @unchecked Sendable {
         // Written by the context's init and deinit only; read on the context's queue.
-        unowned(unsafe) var owner: ManagedObjectContext?
+        var owner: Unmanaged<ManagedObjectContext>?
         var alive = false
 
         @inline(__always)
-        var context: ManagedObjectContext? { alive ? owner : nil }
+        var context: ManagedObjectContext? { alive ? owner?.takeUnretainedValue() : nil }
+
+        /// Runs `body` with the context without retaining it (contexts are referenced weakly
+        /// elsewhere, which makes every retain of them take the runtime's slow path).
+        @inline(__always)
+        func withContext<R>(_ body: (ManagedObjectContext) -> R) -> R? {
+            guard alive, let owner else { return nil }
+            return owner._withUnsafeGuaranteedRef(body)
+        }
     }
 
     deinit { token.alive = false }
@@ -101,7 +109,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         case .confinement: queue = nil
         }
         if concurrencyType == .privateQueue { queue!.setSpecific(key: Self.queueKey, value: QueueOwner(self)) }
-        token.owner = self
+        token.owner = Unmanaged.passUnretained(self)
         token.alive = true
     }
 
@@ -202,7 +210,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     func makeInserted(_ layout: EntityLayout) -> ManagedObject {
         let key = container.allocateKey(entity: layout.index)
         let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), context: self, slots: layout.defaultSlots, fault: false))
+            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: layout.defaultSlots, fault: false))
         willChange(object)
         object.flags.insert(.inserted)
         // Inserted objects are found through `inserted` until the save registers the ones that
@@ -242,7 +250,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     func materialize(key: UInt64, layout: EntityLayout, slots: [Slot]) -> ManagedObject {
         if let o = registered(key) { return o }
         let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), context: self, slots: slots, fault: false))
+            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: slots, fault: false))
         register(object)
         return object
     }

@@ -236,3 +236,26 @@ import LogbookEngine
         try container.close()
     }
 }
+
+@Suite struct QueueTests {
+    @Test func performAndWaitRunsOnThePrivateQueueAndReturns() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let background = container.newBackgroundContext()
+        #expect(background.concurrencyType == .privateQueue)
+        let count = try background.performAndWait {
+            #expect(background.isOnQueue)
+            for i in 0..<5 {
+                let p = try background.insert(Person.self)
+                p.firstName = "P\(i)"
+                p.lastName = "Q"
+            }
+            try background.save()
+            // Nested: runs inline instead of deadlocking.
+            return try background.performAndWait { try background.fetch(FetchRequest<Person>()).count }
+        }
+        #expect(count == 5)
+        #expect(!background.isOnQueue)
+        try container.close()
+    }
+}

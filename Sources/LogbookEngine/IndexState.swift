@@ -22,9 +22,16 @@ struct IndexState: Sendable {
     /// indexes (every put's new entries). For a large transaction they run on two threads.
     /// A sequential fix-up then removes the entries of replaced versions that the key's final
     /// version does not have, and takes their bytes off the live count.
-    mutating func apply(transaction blocks: [(frameOffset: Int, block: [UInt8])], segment: UInt64, reader: BlockReader) throws {
+    mutating func apply(transaction blocks: [(frameOffset: Int, block: [UInt8])], manifest given: OperationManifest? = nil,
+                        segment: UInt64, reader: BlockReader) throws {
         guard !blocks.isEmpty else { return }
         let path = reader.segments.files[segment]?.path
+        let manifest: OperationManifest
+        if let given { manifest = given } else {
+            do { manifest = try OperationManifest.decode(blocks) } catch let error as OperationManifest.DecodeFailure {
+                throw EngineError(.corruption, "\(error.reason) at block offset \(error.offset)", path: path, offset: blocks[error.block].frameOffset)
+            }
+        }
         var primaryPass = PrimaryPass(primary: primary, sets: sets)
         var indexPass = IndexPass(indexes: indexes)
         primary = RadixMap()
@@ -35,13 +42,14 @@ struct IndexState: Sendable {
             let q = UncheckedSendable(withUnsafeMutablePointer(to: &indexPass) { $0 })
             let b = UncheckedSendable(blocks)
             // Each thread owns one pass; both end before the passes are read again.
+            let m = UncheckedSendable(manifest)
             DispatchQueue.concurrentPerform(iterations: 2) { worker in
-                if worker == 0 { p.value.pointee.run(b.value, segment: segment, path: path) }
-                else { q.value.pointee.run(b.value, path: path) }
+                if worker == 0 { p.value.pointee.run(b.value, m.value, segment: segment, path: path) }
+                else { q.value.pointee.run(b.value, m.value, path: path) }
             }
         } else {
-            primaryPass.run(blocks, segment: segment, path: path)
-            indexPass.run(blocks, path: path)
+            primaryPass.run(blocks, manifest, segment: segment, path: path)
+            indexPass.run(blocks, manifest, path: path)
         }
         primary = primaryPass.primary
         sets = primaryPass.sets
@@ -120,7 +128,7 @@ struct PrimaryPass {
         self.sets = sets
     }
 
-    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], segment: UInt64, path: String?) {
+    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationManifest, segment: UInt64, path: String?) {
         var keys: [UInt64] = []
         var locations: [UInt64] = []
         keys.reserveCapacity(2048)
@@ -133,50 +141,39 @@ struct PrimaryPass {
             keys.removeAll(keepingCapacity: true)
             locations.removeAll(keepingCapacity: true)
         }
-        for (frameOffset, block) in blocks {
-            block.withUnsafeBytes { raw in
-                var offset = 0
-                while offset < raw.count {
-                    guard offset < (1 << JournalFormat.locationBlockOffsetBits) else {
-                        error = EngineError(.corruption, "an operation starts beyond the addressable part of its block", path: path, offset: frameOffset)
-                        return
+        let n = m.count
+        for i in 0..<n {
+            let ref = m.refs[i]
+            let b = OperationManifest.block(ref)
+            let offset = OperationManifest.offset(ref)
+            let end = i + 1 < n && OperationManifest.block(m.refs[i + 1]) == b ? OperationManifest.offset(m.refs[i + 1]) : blocks[b].block.count
+            let size = end - offset
+            totalBytes += size
+            switch OperationManifest.code(ref) {
+            case JournalFormat.OperationCode.put.rawValue:
+                keys.append(m.keys[i])
+                locations.append(Location(segment: segment, frameOffset: blocks[b].frameOffset, blockOffset: offset).packed)
+                liveBytes += size
+            case JournalFormat.OperationCode.delete.rawValue:
+                flush()
+                if let previous = primary.remove(m.keys[i]) { replaced.append((m.keys[i], previous)) }
+            default:
+                flush()
+                let decoded = blocks[b].block.withUnsafeBytes { try? Operation.decode($0, at: offset) }
+                guard case let (.set(code, set, members), _)? = decoded else {
+                    error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: blocks[b].frameOffset)
+                    return
+                }
+                sets.modify(set) { s in
+                    let before = s.count
+                    switch code {
+                    case .setAdd: s.add(sorted: members)
+                    case .setRemove: s.remove(sorted: members)
+                    default: s.replace(sorted: members)
                     }
-                    let h: Operation.Header
-                    do throws(Operation.Malformed) { h = try Operation.header(raw, at: offset) } catch {
-                        self.error = EngineError(.corruption, "malformed operation at block offset \(error.offset)", path: path, offset: frameOffset)
-                        return
-                    }
-                    let end = h.end
-                    let size = end - offset
-                    totalBytes += size
-                    switch h.code {
-                    case .put:
-                        keys.append(h.key)
-                        locations.append(Location(segment: segment, frameOffset: frameOffset, blockOffset: offset).packed)
-                        liveBytes += size
-                    case .delete:
-                        flush()
-                        if let previous = primary.remove(h.key) { replaced.append((h.key, previous)) }
-                    case .setAdd, .setRemove, .setReplace:
-                        flush()
-                        guard case let (.set(code, set, members), _)? = try? Operation.decode(raw, at: offset) else {
-                            self.error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: frameOffset)
-                            return
-                        }
-                        sets.modify(set) { s in
-                            let before = s.count
-                            switch code {
-                            case .setAdd: s.add(sorted: members)
-                            case .setRemove: s.remove(sorted: members)
-                            default: s.replace(sorted: members)
-                            }
-                            liveBytes += (s.count - before) * 8
-                        }
-                    }
-                    offset = end
+                    liveBytes += (s.count - before) * 8
                 }
             }
-            if error != nil { return }
         }
         flush()
     }
@@ -189,32 +186,39 @@ struct IndexPass {
 
     init(indexes: [UInt32: OrderedIndex]) { self.indexes = indexes }
 
-    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) {
+    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationManifest, path: String?) {
         var pending: [(UInt32, PendingEntries)] = []
-        for (frameOffset, block) in blocks {
-            block.withUnsafeBytes { raw in
+        var i = 0
+        let n = m.count
+        for (b, entry) in blocks.enumerated() {
+            entry.block.withUnsafeBytes { raw in
                 for p in pending.indices { pending[p].1.removeAll() }
-                var offset = 0
-                while offset < raw.count {
-                    let h: Operation.Header
-                    do throws(Operation.Malformed) { h = try Operation.header(raw, at: offset) } catch {
-                        self.error = EngineError(.corruption, "malformed operation at block offset \(error.offset)", path: path, offset: frameOffset)
-                        return
+                while i < n && OperationManifest.block(m.refs[i]) == b {
+                    let ref = m.refs[i]
+                    let key = m.keys[i]
+                    i += 1
+                    guard OperationManifest.code(ref) == JournalFormat.OperationCode.put.rawValue else { continue }
+                    var count = OperationManifest.indexCount(ref)
+                    guard count > 0 else { continue }
+                    let offset = OperationManifest.offset(ref)
+                    var start = offset + OperationManifest.indexDelta(ref)
+                    if count == OperationManifest.manyIndexKeys || OperationManifest.indexDelta(ref) == OperationManifest.unknownDelta {
+                        guard let h = try? Operation.header(raw, at: offset) else {
+                            error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: entry.frameOffset)
+                            return
+                        }
+                        start = h.indexKeys.lowerBound
+                        count = h.indexKeyCount
                     }
-                    let end = h.end
-                    if h.code == .put && h.indexKeyCount > 0 {
-                        let key = h.key
-                        Operation.forEachIndexKeyRange(raw, h.indexKeys, count: h.indexKeyCount) { index, range in
-                            if let p = pending.firstIndex(where: { $0.0 == index }) {
-                                pending[p].1.append(range, key)
-                            } else {
-                                var entries = PendingEntries()
-                                entries.append(range, key)
-                                pending.append((index, entries))
-                            }
+                    Operation.forEachIndexKeyRange(raw, start..<raw.count, count: count) { index, range in
+                        if let p = pending.firstIndex(where: { $0.0 == index }) {
+                            pending[p].1.append(range, key)
+                        } else {
+                            var entries = PendingEntries()
+                            entries.append(range, key)
+                            pending.append((index, entries))
                         }
                     }
-                    offset = end
                 }
                 // Entries after everything in their index go in a leaf at a time.
                 for (id, entries) in pending where entries.count > 0 {

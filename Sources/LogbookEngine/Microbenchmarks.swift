@@ -46,15 +46,16 @@ public enum EngineMicrobenchmarks {
             for block in blocks { compressed.removeAll(keepingCapacity: true); block.withUnsafeBytes { _ = LZ4.compress($0, appendingTo: &compressed) } }
         }
         let txBlocks = blocks.enumerated().map { (frameOffset: 32 + $0.offset * 70_000, block: $0.element) }
+        let manifest = t.manifest
         var pp = PrimaryPass(primary: RadixMap(), sets: RadixMap())
-        time("pass_primary") { pp.run(txBlocks, segment: 1, path: nil) }
+        time("pass_primary") { pp.run(txBlocks, manifest, segment: 1, path: nil) }
         var ip = IndexPass(indexes: [:])
-        time("pass_index") { ip.run(txBlocks, path: nil) }
+        time("pass_index") { ip.run(txBlocks, manifest, path: nil) }
+        time("manifest_decode") { _ = try? OperationManifest.decode(txBlocks) }
         var state = IndexState()
         let reader = BlockReader(segments: SegmentSet([:]), cache: FrameCache(capacityBytes: 1 << 20))
         time("apply") {
-            try! state.apply(transaction: blocks.enumerated().map { (frameOffset: 32 + $0.offset * 70_000, block: $0.element) },
-                             segment: 1, reader: reader)
+            try! state.apply(transaction: txBlocks, manifest: manifest, segment: 1, reader: reader)
         }
         return results
     }

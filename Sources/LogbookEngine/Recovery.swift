@@ -49,11 +49,28 @@ struct Recovery {
         let manifestPath = path(JournalFormat.manifestFileName)
         var names = try fs.listDirectory(directory)
         if !names.contains(JournalFormat.manifestFileName) {
-            let others = names.filter { $0 != JournalFormat.lockFileName && !$0.hasSuffix(JournalFormat.temporarySuffix) }
-            if !others.isEmpty {
+            // No manifest: an empty directory, or a first open that was interrupted before its
+            // manifest was in place (it leaves at most segment 1 with nothing after its header,
+            // and temporary files). Anything else is not ours to touch.
+            let firstSegment = SegmentFile.fileName(1)
+            var leftovers: [String] = []
+            for name in names where name != JournalFormat.lockFileName {
+                if name.hasSuffix(JournalFormat.temporarySuffix) { leftovers.append(name); continue }
+                if name == firstSegment,
+                   let h = try? fs.openFile(path(name), writable: false, create: false, exclusive: false),
+                   (try? h.size()) ?? Int.max <= JournalFormat.fileHeaderSize {
+                    leftovers.append(name)
+                    continue
+                }
+                if Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix) != nil
+                    || Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix) != nil {
+                    throw EngineError(.corruption, "the directory holds Logbook journal files but no MANIFEST", path: directory)
+                }
                 throw EngineError(.notAStore, "the directory holds files but no MANIFEST; it is not a Logbook store", path: directory)
             }
             if readOnly { throw EngineError(.notAStore, "the directory holds no store", path: directory) }
+            for name in leftovers { try fs.removeFile(path(name)) }
+            if !leftovers.isEmpty { report.removedFiles = leftovers }
             try initialize()
             names = try fs.listDirectory(directory)
         }

@@ -102,7 +102,7 @@ extension Store {
                     cache.insert(Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey, block)
                 }
                 try w.working.apply(transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
-                                    segment: active.number, reader: reader)
+                                    manifest: transaction.manifest, segment: active.number, reader: reader)
             } catch {
                 w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                 throw error

@@ -19,6 +19,8 @@ public struct Transaction: Sendable {
     private var scratch: [UInt64] = []
     /// Compresses finished blocks on another core while the caller goes on adding operations.
     var compressor: BlockCompressor?
+    /// Each operation's key and place, recorded as it is encoded.
+    var manifest = OperationManifest()
 
     public init() {}
 
@@ -57,6 +59,8 @@ public struct Transaction: Sendable {
             precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
             size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
         }
+        let opOffset = current.count
+        var indexDelta = 0
         current.write(size) { p in
             p.storeBytes(of: JournalFormat.OperationCode.put.rawValue, as: UInt8.self)
             var o = 1
@@ -67,6 +71,7 @@ public struct Transaction: Sendable {
             o += valueCount
             p.storeBytes(of: indexKey == nil ? 0 : 1, toByteOffset: o, as: UInt8.self)
             o += 1
+            indexDelta = o
             if let ik = indexKey {
                 o += storeVarint(UInt64(ik.index), at: p + o)
                 o += storeVarint(UInt64(ik.count), at: p + o)
@@ -74,6 +79,7 @@ public struct Transaction: Sendable {
                 ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
             }
         }
+        manifest.append(key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: indexKey == nil ? 0 : 1)
         finishOperation()
     }
 
@@ -87,6 +93,8 @@ public struct Transaction: Sendable {
             precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
             size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
         }
+        let opOffset = current.count
+        var indexDelta = 0
         current.write(size) { p in
             p.storeBytes(of: JournalFormat.OperationCode.put.rawValue, as: UInt8.self)
             var o = 1
@@ -96,6 +104,7 @@ public struct Transaction: Sendable {
             if value.count > 0 { (p + o).copyMemory(from: value.baseAddress!, byteCount: value.count) }
             o += value.count
             o += storeVarint(UInt64(keys.count), at: p + o)
+            indexDelta = o
             for ik in keys {
                 o += storeVarint(UInt64(ik.index), at: p + o)
                 o += storeVarint(UInt64(ik.count), at: p + o)
@@ -104,11 +113,13 @@ public struct Transaction: Sendable {
                 o += ik.count
             }
         }
+        manifest.append(key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: keys.count)
         finishOperation()
     }
 
     /// Removes `key` and its index entries. Removing a missing key does nothing.
     public mutating func delete(_ key: UInt64) {
+        manifest.append(key: key, block: blocks.count, offset: current.count, code: .delete, indexDelta: 0, indexCount: 0)
         current.append(JournalFormat.OperationCode.delete.rawValue)
         current.appendKey(key)
         finishOperation()
@@ -145,7 +156,9 @@ public struct Transaction: Sendable {
         var start = 0
         repeat {
             let end = min(scratch.count, start + chunk)
-            current.append((start == 0 ? code : (code == .setReplace ? .setAdd : code)).rawValue)
+            let opCode: JournalFormat.OperationCode = start == 0 ? code : (code == .setReplace ? .setAdd : code)
+            manifest.append(key: set, block: blocks.count, offset: current.count, code: opCode, indexDelta: 0, indexCount: 0)
+            current.append(opCode.rawValue)
             current.appendKey(set)
             current.appendVarint(end - start)
             for i in start..<end {

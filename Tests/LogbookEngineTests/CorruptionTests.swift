@@ -181,3 +181,43 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
+
+@Suite struct InterruptedCreationTests {
+    @Test func aFirstOpenCutShortIsFinishedByTheNextOne() throws {
+        // What a crash during the very first open leaves: the lock, segment 1 with a header
+        // (or less), a temporary manifest — and no MANIFEST.
+        for segmentBytes in [0, 10, JournalFormat.fileHeaderSize] {
+            let dir = TemporaryDirectory()
+            defer { dir.cleanUp() }
+            let store = dir.store()
+            mkdir(store, 0o700)
+            writeFileBytes(store + "/LOCK", [])
+            let header = FileHeader(magic: JournalFormat.segmentMagic, number: 1, salt: 9).encoded()
+            writeFileBytes(store + "/journal-000000000001.lbj", Array(header.prefix(segmentBytes)))
+            writeFileBytes(store + "/MANIFEST.tmp", [1, 2, 3])
+            var readOnly = quietOptions()
+            readOnly.readOnly = true
+            #expect { _ = try Store.open(at: store, options: readOnly) } throws: { ($0 as? EngineError)?.code == .notAStore }
+            let s = try Store.open(at: store, options: quietOptions())
+            var t = Transaction()
+            t.put(1, value: bytes("first"))
+            try s.commit(t)
+            try s.close()
+            #expect(string(try Store.open(at: store, options: quietOptions()).snapshot().value(forKey: 1)) == "first")
+        }
+    }
+
+    @Test func journalFilesWithoutAManifestAreNotWipedOut() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = dir.store()
+        let s = try Store.open(at: store, options: quietOptions())
+        var t = Transaction()
+        t.put(1, value: bytes("precious"))
+        try s.commit(t)
+        try s.close()
+        _ = unlink(store + "/MANIFEST")
+        #expect { _ = try Store.open(at: store, options: quietOptions()) } throws: { ($0 as? EngineError)?.code == .corruption }
+        #expect(listDirectory(store).contains("journal-000000000001.lbj"))
+    }
+}

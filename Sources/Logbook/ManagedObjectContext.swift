@@ -201,6 +201,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// Inserts a new object of a typed class (`Person.self`).
     public func insert<T: ManagedObject>(_ type: T.Type) throws -> T {
         let layout = try model.layout(for: type)
+        if undoHistory == nil && layout.managedClass == T.self {
+            return unsafeDowncast(makeInserted(layout), to: T.self)
+        }
         guard let object = try undoable({ makeInserted(layout) }) as? T else {
             throw LogbookError(.unknownEntity, "entity \(layout.name) is not made of \(T.self); give the entity `class: \(T.self).self`", entity: layout.name)
         }
@@ -282,6 +285,11 @@ public final class ManagedObjectContext: @unchecked Sendable {
     // MARK: Changing values
 
     func setSlot(_ object: ManagedObject, _ slot: Int, _ value: Slot) {
+        if object.flags.contains(.inserted) && undoHistory == nil {
+            // A new object: nothing to track but the value.
+            object.slots[slot] = value
+            return
+        }
         guard object.slots[slot] != value else { return }
         willChange(object)
         if !object.flags.contains(.inserted) {

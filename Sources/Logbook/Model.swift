@@ -261,6 +261,11 @@ final class EntityLayout: Sendable {
     let defaultSlots: [Slot]
     /// Names by slot.
     let slotNames: [String]
+    /// What save checks, precomputed: slots that must have a value, attributes with rules,
+    /// to-one relationships that must be set, to-many relationships with count bounds.
+    let requiredSlots: [Int]
+    let ruleSlots: [Int]
+    let hasRelationshipRules: Bool
 
     init(entity: EntityDescription, index: Int, entityIndex: [String: Int], entities: [EntityDescription]) throws {
         self.entity = entity
@@ -313,6 +318,11 @@ final class EntityLayout: Sendable {
         }
         self.defaultSlots = defaults
         self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
+        self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
+        self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
+        self.hasRelationshipRules = entity.relationships.contains { r in
+            r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
+        }
         self.toOne = toOne
         self.toMany = toMany
         self.relationshipDestination = destinations

@@ -107,13 +107,19 @@ extension ManagedObjectContext {
         for object in inserted.values { check(object) }
         for object in updated.values where !object.flags.contains(.fault) { check(object) }
         func check(_ object: ManagedObject) {
+            let layout = object.layout
+            for i in layout.requiredSlots where object.slots[i].isNull {
+                fail(object, layout.slotNames[i], "a value is required")
+            }
+            if !layout.ruleSlots.isEmpty { checkRules(object) }
+            if layout.hasRelationshipRules { checkRelationships(object) }
+        }
+        func checkRules(_ object: ManagedObject) {
             let entity = object.layout.entity
-            for (i, a) in entity.attributes.enumerated() {
+            for i in object.layout.ruleSlots {
+                let a = entity.attributes[i]
                 let slot = object.slots[i]
-                if slot.isNull {
-                    if !a.isOptional { fail(object, a.name, "a value is required") }
-                    continue
-                }
+                if slot.isNull { continue }
                 for rule in a.rules {
                     switch rule {
                     case .range(let range):
@@ -135,7 +141,9 @@ extension ManagedObjectContext {
                     }
                 }
             }
-            for (r, rel) in entity.relationships.enumerated() {
+        }
+        func checkRelationships(_ object: ManagedObject) {
+            for (r, rel) in object.layout.entity.relationships.enumerated() {
                 if rel.isToMany {
                     if rel.minCount > 0 || rel.maxCount < .max {
                         let n = relatedKeys(object.objectID.key, object.layout, r).count

@@ -51,10 +51,11 @@ func populate(store path: String, count: Int, durability: Durability) throws {
         item.done = i % 2 == 0
     }
     let inserted = now()
+    let insertPeak = peakRSSMegabytes()
     try context.save()
     let saved = now()
     report("populate", ["records": count, "seconds": saved - start, "insert_seconds": inserted - start, "save_seconds": saved - inserted,
-                        "records_per_s": Int(Double(count) / (saved - start)), "peak_rss_mb": peakRSSMegabytes(),
+                        "records_per_s": Int(Double(count) / (saved - start)), "peak_rss_mb": peakRSSMegabytes(), "insert_peak_rss_mb": insertPeak,
                         "file_bytes": directoryBytes(path)])
     context.reset()
     try container.close()

@@ -25,43 +25,40 @@ extension Store {
             let version = w.working.version + 1
             // Frames: blocks compressed in the background while the transaction was built are
             // ready; the rest are compressed now, on all cores (each block is independent).
-            let ready = transaction.compressor?.finish() ?? [:]
-            var frames = [[UInt8]](repeating: [], count: blocks.count)
-            let salt = active.salt
-            frames.withUnsafeMutableBufferPointer { frames in
-                // Each worker writes distinct elements; the buffer outlives the parallel loop.
-                let out = UncheckedSendable(UnsafeMutableBufferPointer(start: frames.baseAddress, count: frames.count))
-                let pending = UncheckedSendable(ready)
-                let workers = blocks.count - ready.count >= 16 ? 2 : 1
-                DispatchQueue.concurrentPerform(iterations: workers) { worker in
-                    var i = worker
-                    while i < blocks.count {
-                        var frame: [UInt8] = []
-                        if let (codec, stored) = pending.value[i] {
-                            frame.reserveCapacity((stored?.count ?? blocks[i].count) + JournalFormat.frameHeaderSize)
-                            if let stored {
-                                stored.withUnsafeBytes { Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &frame) }
-                            } else {
-                                blocks[i].withUnsafeBytes { Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &frame) }
-                            }
-                        } else {
-                            frame.reserveCapacity(blocks[i].count + 64)
-                            Frame.append(type: .operations, payload: blocks[i], compress: true, salt: salt, to: &frame)
+            var stored = transaction.compressor?.finish() ?? [:]
+            let missing = blocks.indices.filter { stored[$0] == nil }
+            if !missing.isEmpty {
+                var encoded = [(JournalFormat.Codec, [UInt8]?)](repeating: (.raw, nil), count: missing.count)
+                encoded.withUnsafeMutableBufferPointer { buffer in
+                    // Each worker writes distinct elements; the buffer outlives the parallel loop.
+                    let out = UncheckedSendable(buffer)
+                    let workers = missing.count >= 16 ? 2 : 1
+                    DispatchQueue.concurrentPerform(iterations: workers) { worker in
+                        var j = worker
+                        while j < missing.count {
+                            out.value[j] = blocks[missing[j]].withUnsafeBytes { Frame.encodePayload($0) }
+                            j += workers
                         }
-                        out.value[i] = frame
-                        i += workers
                     }
                 }
+                for (j, i) in missing.enumerated() { stored[i] = encoded[j] }
             }
+            let salt = active.salt
             var out: [UInt8] = []
-            out.reserveCapacity(min(frames.reduce(64) { $0 + $1.count }, 8 << 20 + 4096))
+            out.reserveCapacity(min(stored.values.reduce(64) { $0 + ($1.1?.count ?? 0) } + blocks.count * 16, 8 << 20 + 4096))
             var frameOffsets: [Int] = []
             frameOffsets.reserveCapacity(blocks.count)
             var outStart = w.appendOffset
             do {
-                for frame in frames {
+                for i in blocks.indices {
                     frameOffsets.append(outStart + out.count)
-                    out.append(contentsOf: frame)
+                    let (codec, payload) = stored[i]!
+                    if let payload {
+                        payload.withUnsafeBytes { Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &out) }
+                    } else {
+                        blocks[i].withUnsafeBytes { Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &out) }
+                    }
+                    stored[i] = nil
                     if out.count >= 8 << 20 {
                         try checkSize(outStart + out.count)
                         try active.handle.write(out, at: outStart)
@@ -69,8 +66,7 @@ extension Store {
                         out.removeAll(keepingCapacity: true)
                     }
                 }
-                frames = []
-                let record = CommitRecord(version: version, operationFrames: blocks.count, operations: transaction.operationCount,
+            let record = CommitRecord(version: version, operationFrames: blocks.count, operations: transaction.operationCount,
                                           firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
                 Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: active.salt, to: &out)
                 try checkSize(outStart + out.count)

@@ -143,20 +143,20 @@ struct PrimaryPass {
         }
         let n = m.count
         for i in 0..<n {
-            let ref = m.refs[i]
+            let ref = m.ref(i)
             let b = OperationManifest.block(ref)
             let offset = OperationManifest.offset(ref)
-            let end = i + 1 < n && OperationManifest.block(m.refs[i + 1]) == b ? OperationManifest.offset(m.refs[i + 1]) : blocks[b].block.count
+            let end = i + 1 < n && OperationManifest.block(m.ref(i + 1)) == b ? OperationManifest.offset(m.ref(i + 1)) : blocks[b].block.count
             let size = end - offset
             totalBytes += size
             switch OperationManifest.code(ref) {
             case JournalFormat.OperationCode.put.rawValue:
-                keys.append(m.keys[i])
+                keys.append(m.key(i))
                 locations.append(Location(segment: segment, frameOffset: blocks[b].frameOffset, blockOffset: offset).packed)
                 liveBytes += size
             case JournalFormat.OperationCode.delete.rawValue:
                 flush()
-                if let previous = primary.remove(m.keys[i]) { replaced.append((m.keys[i], previous)) }
+                if let previous = primary.remove(m.key(i)) { replaced.append((m.key(i), previous)) }
             default:
                 flush()
                 let decoded = blocks[b].block.withUnsafeBytes { try? Operation.decode($0, at: offset) }
@@ -193,9 +193,9 @@ struct IndexPass {
         for (b, entry) in blocks.enumerated() {
             entry.block.withUnsafeBytes { raw in
                 for p in pending.indices { pending[p].1.removeAll() }
-                while i < n && OperationManifest.block(m.refs[i]) == b {
-                    let ref = m.refs[i]
-                    let key = m.keys[i]
+                while i < n && OperationManifest.block(m.ref(i)) == b {
+                    let ref = m.ref(i)
+                    let key = m.key(i)
                     i += 1
                     guard OperationManifest.code(ref) == JournalFormat.OperationCode.put.rawValue else { continue }
                     var count = OperationManifest.indexCount(ref)

@@ -6,19 +6,25 @@
 /// entry from the operation's start (16; `unknownDelta` when it does not fit) · code (4) ·
 /// index entry count (4; 15 means "15 or more": decode).
 struct OperationManifest: Sendable {
-    var keys: [UInt64] = []
-    var refs: [UInt64] = []
+    struct Entry {
+        var key: UInt64
+        var ref: UInt64
+    }
+    /// One array of pairs: one append per operation.
+    var entries: [Entry] = []
 
     static let unknownDelta = 0xFFFF
     static let manyIndexKeys = 15
 
-    var count: Int { keys.count }
+    var count: Int { entries.count }
+
+    @inline(__always) func key(_ i: Int) -> UInt64 { entries[i].key }
+    @inline(__always) func ref(_ i: Int) -> UInt64 { entries[i].ref }
 
     @inline(__always)
     mutating func append(key: UInt64, block: Int, offset: Int, code: JournalFormat.OperationCode, indexDelta: Int, indexCount: Int) {
-        keys.append(key)
         let delta = UInt64(indexDelta < Self.unknownDelta ? indexDelta : Self.unknownDelta)
-        refs.append(UInt64(block) << 40 | UInt64(offset) << 24 | delta << 8 | UInt64(code.rawValue) << 4 | UInt64(min(indexCount, Self.manyIndexKeys)))
+        entries.append(Entry(key: key, ref: UInt64(block) << 40 | UInt64(offset) << 24 | delta << 8 | UInt64(code.rawValue) << 4 | UInt64(min(indexCount, Self.manyIndexKeys))))
     }
 
     @inline(__always) static func block(_ ref: UInt64) -> Int { Int(ref >> 40) }

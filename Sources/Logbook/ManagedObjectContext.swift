@@ -210,8 +210,20 @@ public final class ManagedObjectContext: @unchecked Sendable {
         return object
     }
 
+    /// Serial numbers reserved for this context, by entity: a range taken from the container
+    /// a batch at a time, so that inserting does not take the container's lock each time.
+    var reservedSerials: [Int: Range<UInt64>] = [:]
+
     func makeInserted(_ layout: EntityLayout) -> ManagedObject {
-        let key = container.allocateKey(entity: layout.index)
+        let key: UInt64
+        if let range = reservedSerials[layout.index], !range.isEmpty {
+            key = range.lowerBound
+            reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
+        } else {
+            let range = container.reserveKeys(entity: layout.index, count: 1024)
+            key = range.lowerBound
+            reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
+        }
         let object = layout.managedClass.init(ManagedObject.Bootstrap(
             layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: layout.defaultSlots, fault: false))
         willChange(object)
@@ -570,14 +582,15 @@ struct InsertedObjects {
 
     /// Calls `body` with each still-inserted object and whether the list holds its only
     /// reference, then empties the list.
-    mutating func drain(_ body: (ManagedObject, Bool) -> Void) {
+    /// Returns the list, for the caller to release (its objects may be the last references).
+    mutating func drain(_ body: (ManagedObject, Bool) -> Void) -> [ManagedObject] {
         index = nil
         for i in list.indices where list[i].flags.contains(.inserted) {
             let unique = isKnownUniquelyReferenced(&list[i])
             body(list[i], unique)
         }
-        list = []
-        count = 0
+        defer { list = []; count = 0 }
+        return list
     }
 
     /// One object left the inserted set (its flag was cleared by the caller).

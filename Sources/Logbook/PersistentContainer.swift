@@ -124,6 +124,16 @@ public final class PersistentContainer: Sendable {
 
     // MARK: Serial numbers
 
+    /// `count` consecutive keys of an entity (its keyspace in the high bits).
+    func reserveKeys(entity: Int, count: UInt64) -> Range<UInt64> {
+        let first = counters.withLock { c -> UInt64 in
+            defer { c[entity] += count }
+            return c[entity]
+        }
+        let base = UInt64(storeLayout.keyspace[entity]) << 48
+        return (base | first)..<(base | (first + count))
+    }
+
     func allocateKey(entity: Int) -> UInt64 {
         let serial = counters.withLock { c -> UInt64 in
             defer { c[entity] += 1 }

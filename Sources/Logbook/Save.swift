@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import LogbookEngine
 
@@ -59,9 +60,15 @@ extension ManagedObjectContext {
                              deleted: Set(deleted.values.map(\.objectID)), version: version)
             : nil
         // Inserted objects that live on (someone holds them) join the registry; the others go.
-        inserted.drain { o, unique in
+        let released = inserted.drain { o, unique in
             o.flags.remove(.inserted)
             if !unique { register(o) }
+        }
+        // The objects only the list held go away on another thread: nothing else can reach
+        // them (their deinit touches no context), and the caller need not wait for a million frees.
+        if released.count > 10_000 {
+            let garbage = UncheckedSendableBox(released)
+            DispatchQueue.global(qos: .utility).async { _ = garbage }
         }
         for o in updated.values { o.flags.remove(.updated); o.committed = nil }
         for o in deleted.values { o.flags = [.invalid, .deleted]; unregister(o.objectID.key) }
@@ -185,4 +192,10 @@ extension ManagedObjectContext {
         }
         for observer in changeObservers { observer(changes) }
     }
+}
+
+/// Hands a value to another thread where nothing else uses it (see each use).
+struct UncheckedSendableBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
 }

@@ -23,6 +23,8 @@ public struct FetchSortDescriptor: Sendable, Hashable {
 /// A fetch sees the context's unsaved inserts, changes and deletions.
 public struct FetchRequest<Result: ManagedObject> {
     public var entityName: String
+    /// Only the objects that satisfy it (all when nil).
+    public var predicate: FetchPredicate?
     public var sortDescriptors: [FetchSortDescriptor] = []
     /// At most this many objects (0: no limit).
     public var fetchLimit = 0
@@ -66,6 +68,10 @@ extension ManagedObjectContext {
         if let failure { throw failure }
         for o in inserted.values where o.layout === layout { objects.append(o) }
         for o in objects where o.flags.contains(.fault) { try fulfill(o) }
+        if let predicate = request.predicate {
+            var evaluator = PredicateEvaluator(format: predicate.format)
+            objects = try objects.filter { try evaluator.test(predicate.node, object: $0) }
+        }
         if !sortSlots.isEmpty {
             objects.sort { a, b in
                 for (slot, ascending, _) in sortSlots {
@@ -91,6 +97,7 @@ extension ManagedObjectContext {
     /// The number of objects a request would return, without materializing them when it can.
     public func count<T: ManagedObject>(for request: FetchRequest<T>) throws -> Int {
         let layout = try model.layout(named: request.entityName)
+        if request.predicate != nil { return try fetch(request).count }
         let stored = container.store.snapshot().count(inKeyspace: storeLayout.keyspace[layout.index])
         let added = inserted.values.filter { $0.layout === layout }.count
         let removed = deleted.values.filter { $0.layout === layout }.count

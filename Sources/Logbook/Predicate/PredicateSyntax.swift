@@ -1,0 +1,429 @@
+import Foundation
+
+/// A parsed predicate: the expression tree both format strings and (later) Swift predicates
+/// become, so both get the same evaluation and planning.
+indirect enum PredicateNode: @unchecked Sendable {
+    // @unchecked: constants hold the caller's argument values (`Any`), which are only read.
+    case constant(Bool)
+    case not(PredicateNode)
+    case and([PredicateNode])
+    case or([PredicateNode])
+    case comparison(Comparison)
+}
+
+struct Comparison {
+    enum Operator: String {
+        case equal = "==", notEqual = "!=", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">="
+        case beginsWith = "BEGINSWITH", endsWith = "ENDSWITH", contains = "CONTAINS", like = "LIKE", matches = "MATCHES"
+        case `in` = "IN", between = "BETWEEN"
+    }
+    enum Modifier { case direct, any, all, none }
+
+    var modifier: Modifier
+    var lhs: PredicateExpression
+    var op: Operator
+    var rhs: PredicateExpression
+    var caseInsensitive = false
+    var diacriticInsensitive = false
+    /// Column (1-based) of the operator in the format string, for errors found when evaluating.
+    var column: Int
+}
+
+indirect enum PredicateExpression {
+    /// A key path from the evaluated object (components; aggregates like `@count` included).
+    case keyPath([String], column: Int)
+    /// A key path from a SUBQUERY variable (`$x.age`).
+    case variable(String, [String], column: Int)
+    case value(Any?)
+    case list([PredicateExpression])
+    /// SUBQUERY(collection, $variable, predicate), with optional trailing aggregate (`.@count`).
+    case subquery(collection: PredicateExpression, variable: String, predicate: PredicateNode, aggregate: String?, column: Int)
+}
+
+/// Tokens of the predicate format language.
+struct PredicateToken: Equatable {
+    enum Kind: Equatable {
+        case identifier(String)     // keys, keywords (case-insensitive keywords are recognised by the parser)
+        case string(String)
+        case number(Double, isInteger: Bool)
+        case op(String)             // == = != <> < <= =< > >= => && || ! ( ) { } , . [ ]
+        case format(String)         // %@ %K %d %i %ld %lld %f %lf %u
+        case variable(String)       // $name
+        case at(String)             // @count @sum @avg @min @max
+        case end
+    }
+    var kind: Kind
+    var column: Int
+}
+
+enum PredicateLexer {
+    static func tokens(_ text: String) throws -> [PredicateToken] {
+        let chars = Array(text.unicodeScalars)
+        var i = 0
+        var out: [PredicateToken] = []
+        func fail(_ message: String, _ at: Int) -> LogbookError {
+            LogbookError(.invalidPredicate, "\(message) at column \(at + 1) of \"\(text)\"")
+        }
+        while i < chars.count {
+            let c = chars[i]
+            let start = i
+            if CharacterSet.whitespacesAndNewlines.contains(c) { i += 1; continue }
+            if c == "\"" || c == "'" {
+                var s = String.UnicodeScalarView()
+                i += 1
+                var closed = false
+                while i < chars.count {
+                    if chars[i] == "\\" && i + 1 < chars.count {
+                        let n = chars[i + 1]
+                        switch n {
+                        case "n": s.append("\n")
+                        case "t": s.append("\t")
+                        default: s.append(n)
+                        }
+                        i += 2
+                        continue
+                    }
+                    if chars[i] == c { closed = true; i += 1; break }
+                    s.append(chars[i])
+                    i += 1
+                }
+                guard closed else { throw fail("unterminated string", start) }
+                out.append(.init(kind: .string(String(s)), column: start + 1))
+                continue
+            }
+            if CharacterSet.decimalDigits.contains(c) || (c == "-" && i + 1 < chars.count && CharacterSet.decimalDigits.contains(chars[i + 1])
+                                                         && (out.last.map { if case .op(let o) = $0.kind { return o != ")" } else { return false } } ?? true)) {
+                var j = i + 1
+                var isInteger = true
+                while j < chars.count, CharacterSet.decimalDigits.contains(chars[j]) || chars[j] == "." || chars[j] == "e" || chars[j] == "E"
+                        || ((chars[j] == "-" || chars[j] == "+") && (chars[j - 1] == "e" || chars[j - 1] == "E")) {
+                    if chars[j] == "." || chars[j] == "e" || chars[j] == "E" { isInteger = false }
+                    j += 1
+                }
+                let s = String(String.UnicodeScalarView(chars[i..<j]))
+                guard let d = Double(s) else { throw fail("malformed number \(s)", start) }
+                out.append(.init(kind: .number(d, isInteger: isInteger), column: start + 1))
+                i = j
+                continue
+            }
+            if c == "%" {
+                var j = i + 1
+                while j < chars.count, CharacterSet.letters.contains(chars[j]) || chars[j] == "@" { j += 1; if chars[j - 1] == "@" || chars[j - 1] == "K" || chars[j - 1] == "d" || chars[j - 1] == "i" || chars[j - 1] == "f" || chars[j - 1] == "u" { break } }
+                let spec = String(String.UnicodeScalarView(chars[i..<j]))
+                guard ["%@", "%K", "%d", "%i", "%ld", "%lld", "%f", "%lf", "%u", "%lu"].contains(spec) else {
+                    throw fail("unknown format specifier \(spec)", start)
+                }
+                out.append(.init(kind: .format(spec), column: start + 1))
+                i = j
+                continue
+            }
+            if c == "$" || c == "@" || CharacterSet.letters.contains(c) || c == "_" || c == "#" {
+                var j = i + 1
+                while j < chars.count, CharacterSet.alphanumerics.contains(chars[j]) || chars[j] == "_" { j += 1 }
+                let word = String(String.UnicodeScalarView(chars[(c == "#" || c == "@" ? i + 1 : i)..<j]))
+                if c == "$" {
+                    guard word.count > 1 else { throw fail("a variable needs a name", start) }
+                    out.append(.init(kind: .variable(String(word.dropFirst())), column: start + 1))
+                } else if c == "@" && word.isEmpty {
+                    throw fail("'@' needs an aggregate name such as count", start)
+                } else if c == "@" {
+                    out.append(.init(kind: .at(word.lowercased()), column: start + 1))
+                } else {
+                    out.append(.init(kind: .identifier(word), column: start + 1))
+                }
+                i = j
+                continue
+            }
+            let two = i + 1 < chars.count ? String(String.UnicodeScalarView([c, chars[i + 1]])) : ""
+            if ["==", "!=", "<>", "<=", "=<", ">=", "=>", "&&", "||"].contains(two) {
+                out.append(.init(kind: .op(two), column: start + 1))
+                i += 2
+                continue
+            }
+            if "=<>!(){},.[]".unicodeScalars.contains(c) {
+                out.append(.init(kind: .op(String(c)), column: start + 1))
+                i += 1
+                continue
+            }
+            throw fail("unexpected character '\(c)'", start)
+        }
+        out.append(.init(kind: .end, column: chars.count + 1))
+        return out
+    }
+}
+
+/// Parses Core Data's predicate format strings (`NSPredicate(format:)`).
+struct PredicateParser {
+    let text: String
+    let tokens: [PredicateToken]
+    var position = 0
+    var arguments: [Any?]
+    var argumentIndex = 0
+
+    init(_ text: String, arguments: [Any?]) throws {
+        self.text = text
+        self.tokens = try PredicateLexer.tokens(text)
+        self.arguments = arguments
+    }
+
+    var current: PredicateToken { tokens[position] }
+
+    func fail(_ message: String, _ column: Int? = nil) -> LogbookError {
+        LogbookError(.invalidPredicate, "\(message) at column \(column ?? current.column) of \"\(text)\"")
+    }
+
+    func isKeyword(_ word: String, _ token: PredicateToken? = nil) -> Bool {
+        if case .identifier(let w) = (token ?? current).kind { return w.uppercased() == word }
+        return false
+    }
+
+    func isOp(_ op: String) -> Bool {
+        if case .op(let o) = current.kind { return o == op }
+        return false
+    }
+
+    mutating func expectOp(_ op: String) throws {
+        guard isOp(op) else { throw fail("expected '\(op)'") }
+        position += 1
+    }
+
+    mutating func parse() throws -> PredicateNode {
+        let node = try parseOr()
+        guard case .end = current.kind else { throw fail("unexpected \(describe(current)) after the predicate") }
+        guard argumentIndex == arguments.count else {
+            throw LogbookError(.invalidPredicate, "\(arguments.count) arguments given but the format \"\(text)\" uses \(argumentIndex)")
+        }
+        return node
+    }
+
+    func describe(_ t: PredicateToken) -> String {
+        switch t.kind {
+        case .identifier(let w): "'\(w)'"
+        case .string(let s): "string \"\(s)\""
+        case .number(let d, _): "number \(d)"
+        case .op(let o): "'\(o)'"
+        case .format(let f): "'\(f)'"
+        case .variable(let v): "'$\(v)'"
+        case .at(let a): "'@\(a)'"
+        case .end: "the end"
+        }
+    }
+
+    mutating func parseOr() throws -> PredicateNode {
+        var parts = [try parseAnd()]
+        while isKeyword("OR") || isOp("||") {
+            position += 1
+            parts.append(try parseAnd())
+        }
+        return parts.count == 1 ? parts[0] : .or(parts)
+    }
+
+    mutating func parseAnd() throws -> PredicateNode {
+        var parts = [try parseNot()]
+        while isKeyword("AND") || isOp("&&") {
+            position += 1
+            parts.append(try parseNot())
+        }
+        return parts.count == 1 ? parts[0] : .and(parts)
+    }
+
+    mutating func parseNot() throws -> PredicateNode {
+        if isKeyword("NOT") || isOp("!") {
+            position += 1
+            return .not(try parseNot())
+        }
+        return try parsePrimary()
+    }
+
+    mutating func parsePrimary() throws -> PredicateNode {
+        if isKeyword("TRUEPREDICATE") { position += 1; return .constant(true) }
+        if isKeyword("FALSEPREDICATE") { position += 1; return .constant(false) }
+        if isOp("(") {
+            // A parenthesised predicate (a parenthesised expression is not part of the language).
+            position += 1
+            let inner = try parseOr()
+            try expectOp(")")
+            return inner
+        }
+        return .comparison(try parseComparison())
+    }
+
+    mutating func parseComparison() throws -> Comparison {
+        var modifier = Comparison.Modifier.direct
+        if isKeyword("ANY") || isKeyword("SOME") { modifier = .any; position += 1 }
+        else if isKeyword("ALL") { modifier = .all; position += 1 }
+        else if isKeyword("NONE") { modifier = .none; position += 1 }
+        let lhs = try parseExpression()
+        let opColumn = current.column
+        let op: Comparison.Operator
+        var negate = false
+        switch current.kind {
+        case .op(let o):
+            switch o {
+            case "==", "=": op = .equal
+            case "!=", "<>": op = .notEqual
+            case "<": op = .less
+            case "<=", "=<": op = .lessOrEqual
+            case ">": op = .greater
+            case ">=", "=>": op = .greaterOrEqual
+            default: throw fail("expected a comparison operator, found \(describe(current))")
+            }
+            position += 1
+        case .identifier(let w):
+            switch w.uppercased() {
+            case "BEGINSWITH": op = .beginsWith
+            case "ENDSWITH": op = .endsWith
+            case "CONTAINS": op = .contains
+            case "LIKE": op = .like
+            case "MATCHES": op = .matches
+            case "IN": op = .in
+            case "BETWEEN": op = .between
+            default: throw fail("expected a comparison operator, found \(describe(current))")
+            }
+            position += 1
+        default:
+            throw fail("expected a comparison operator, found \(describe(current))")
+        }
+        _ = negate
+        negate = false
+        var ci = false, di = false
+        if isOp("[") {
+            position += 1
+            guard case .identifier(let flags) = current.kind else { throw fail("expected options such as c, d or cd") }
+            for f in flags.lowercased() {
+                switch f {
+                case "c": ci = true
+                case "d": di = true
+                case "n", "l": break
+                default: throw fail("unknown option '\(f)'; use c, d or cd")
+                }
+            }
+            position += 1
+            try expectOp("]")
+        }
+        let rhs = try parseExpression()
+        if op == .between {
+            guard case .list(let items) = rhs, items.count == 2 else {
+                if case .value(let v) = rhs, let a = v as? [Any], a.count == 2 {
+                    return Comparison(modifier: modifier, lhs: lhs, op: op, rhs: .list([.value(a[0]), .value(a[1])]),
+                                      caseInsensitive: ci, diacriticInsensitive: di, column: opColumn)
+                }
+                throw fail("BETWEEN needs two bounds, as {low, high}", opColumn)
+            }
+            _ = items
+        }
+        return Comparison(modifier: modifier, lhs: lhs, op: op, rhs: rhs, caseInsensitive: ci, diacriticInsensitive: di, column: opColumn)
+    }
+
+    mutating func nextArgument(_ column: Int) throws -> Any? {
+        guard argumentIndex < arguments.count else {
+            throw LogbookError(.invalidPredicate, "the format \"\(text)\" needs more arguments than the \(arguments.count) given (column \(column))")
+        }
+        defer { argumentIndex += 1 }
+        return arguments[argumentIndex]
+    }
+
+    mutating func parseExpression() throws -> PredicateExpression {
+        let t = current
+        switch t.kind {
+        case .string(let s):
+            position += 1
+            return .value(s)
+        case .number(let d, let isInteger):
+            position += 1
+            return .value(isInteger && abs(d) < 9.0e15 ? Int(d) as Any : d as Any)
+        case .format(let spec):
+            position += 1
+            let arg = try nextArgument(t.column)
+            switch spec {
+            case "%K":
+                guard let key = arg as? String else { throw fail("%K needs a key name (a String) argument", t.column) }
+                return try continueKeyPath(key.split(separator: ".").map(String.init), column: t.column)
+            case "%d", "%i", "%ld", "%lld", "%u", "%lu":
+                guard arg is any BinaryInteger else { throw fail("\(spec) needs an integer argument", t.column) }
+                return .value(arg)
+            case "%f", "%lf":
+                guard arg is any BinaryFloatingPoint else { throw fail("\(spec) needs a floating-point argument", t.column) }
+                return .value(arg)
+            default:
+                return .value(arg)
+            }
+        case .op("{"):
+            position += 1
+            var items: [PredicateExpression] = []
+            if !isOp("}") {
+                items.append(try parseExpression())
+                while isOp(",") {
+                    position += 1
+                    items.append(try parseExpression())
+                }
+            }
+            try expectOp("}")
+            return .list(items)
+        case .variable(let name):
+            position += 1
+            var path: [String] = []
+            while isOp(".") {
+                position += 1
+                path.append(try keyComponent())
+            }
+            return .variable(name, path, column: t.column)
+        case .identifier(let w):
+            switch w.uppercased() {
+            case "NIL", "NULL": position += 1; return .value(nil)
+            case "TRUE", "YES": position += 1; return .value(true)
+            case "FALSE", "NO": position += 1; return .value(false)
+            case "SUBQUERY":
+                position += 1
+                try expectOp("(")
+                let collection = try parseExpression()
+                try expectOp(",")
+                guard case .variable(let v) = current.kind else { throw fail("SUBQUERY needs a $variable") }
+                position += 1
+                try expectOp(",")
+                let predicate = try parseOr()
+                try expectOp(")")
+                var aggregate: String?
+                if isOp(".") {
+                    position += 1
+                    guard case .at(let a) = current.kind else { throw fail("expected @count after SUBQUERY(…)") }
+                    aggregate = a
+                    position += 1
+                }
+                return .subquery(collection: collection, variable: v, predicate: predicate, aggregate: aggregate, column: t.column)
+            default:
+                position += 1
+                return try continueKeyPath([w], column: t.column)
+            }
+        case .at(let a):
+            position += 1
+            return try continueKeyPath(["@" + a], column: t.column)
+        case .end:
+            throw fail("the predicate ends where a value or key was expected")
+        default:
+            throw fail("expected a key, a value or an argument, found \(describe(t))")
+        }
+    }
+
+    mutating func keyComponent() throws -> String {
+        switch current.kind {
+        case .identifier(let w): position += 1; return w
+        case .at(let a): position += 1; return "@" + a
+        case .format("%K"):
+            let c = current.column
+            position += 1
+            guard let key = try nextArgument(c) as? String else { throw fail("%K needs a key name (a String) argument", c) }
+            return key
+        default: throw fail("expected a key after '.'")
+        }
+    }
+
+    mutating func continueKeyPath(_ start: [String], column: Int) throws -> PredicateExpression {
+        var path = start
+        while isOp(".") {
+            position += 1
+            path.append(try keyComponent())
+        }
+        return .keyPath(path, column: column)
+    }
+}

@@ -37,56 +37,14 @@ public struct FetchRequest<Result: ManagedObject> {
 
 extension ManagedObjectContext {
     /// The objects a request asks for. An unknown entity is an error; no match is an empty array.
+    ///
+    /// Conditions on indexed attributes are answered from the store's ordered index (see
+    /// `explain`); the rest are checked on each object. Unsaved inserts, changes and deletions
+    /// of the context are taken into account.
     public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] {
         let layout = try model.layout(named: request.entityName)
-        var sortSlots: [(Int, Bool, AttributeType?)] = []
-        for s in request.sortDescriptors {
-            guard let slot = layout.slotByName[s.key] else {
-                throw LogbookError(.unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name, key: s.key)
-            }
-            sortSlots.append((slot, s.ascending, slot < layout.attributeCount ? layout.entity.attributes[slot].type : nil))
-        }
-        let snapshot = container.store.snapshot()
-        let keyspace = storeLayout.keyspace[layout.index]
-        var objects: [ManagedObject] = []
-        objects.reserveCapacity(snapshot.count(inKeyspace: keyspace) + inserted.count)
-        var failure: (any Error)?
-        snapshot.forEachKey(inKeyspace: keyspace) { key in
-            if let o = registered(key) {
-                if !o.flags.contains(.deleted) { objects.append(o) }
-                return true
-            }
-            do {
-                guard let slots = try decode(snapshot, key: key, layout: layout) else { return true }
-                objects.append(materialize(key: key, layout: layout, slots: slots))
-            } catch {
-                failure = error
-                return false
-            }
-            return true
-        }
-        if let failure { throw failure }
-        for o in inserted.values where o.layout === layout { objects.append(o) }
-        for o in objects where o.flags.contains(.fault) { try fulfill(o) }
-        if let predicate = request.predicate {
-            var evaluator = PredicateEvaluator(format: predicate.format)
-            objects = try objects.filter { try evaluator.test(predicate.node, object: $0) }
-        }
-        if !sortSlots.isEmpty {
-            objects.sort { a, b in
-                for (slot, ascending, _) in sortSlots {
-                    let c = Slot.compare(a.slots[slot], b.slots[slot])
-                    if c != 0 { return ascending ? c < 0 : c > 0 }
-                }
-                return false
-            }
-        } else {
-            objects.sort { $0.objectID.key < $1.objectID.key }
-        }
-        var result = objects[...]
-        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
-        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
-        return try result.map { o in
+        let objects = try fetchObjects(request, layout: layout)
+        return try objects.map { o in
             guard let t = o as? T else {
                 throw LogbookError(.typeMismatch, "\(layout.name) objects are \(type(of: o)), not \(T.self)", entity: layout.name)
             }
@@ -94,17 +52,128 @@ extension ManagedObjectContext {
         }
     }
 
-    /// The number of objects a request would return, without materializing them when it can.
+    /// The IDs of the objects a request asks for; when the index settles the whole predicate
+    /// and order, no object is read at all (Core Data's object-ID result type).
+    public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
+        let layout = try model.layout(named: request.entityName)
+        let plan = try plan(request, layout: layout)
+        if plan.residual == nil && !hasUnsavedChanges(layout) && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
+            let keys = try candidateKeys(plan, layout: layout, snapshot: container.store.snapshot(),
+                                         stopAfter: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+            lastFetchRecordsRead = 0
+            var slice = keys[...]
+            if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
+            if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
+            return slice.map { ObjectID(store: storeLayout.identity, key: $0) }
+        }
+        return try fetchObjects(request, layout: layout).map(\.objectID)
+    }
+
+    /// The number of objects a request would return: from the index (or the entity's count)
+    /// without reading objects when the index settles the predicate and nothing is unsaved.
     public func count<T: ManagedObject>(for request: FetchRequest<T>) throws -> Int {
         let layout = try model.layout(named: request.entityName)
-        if request.predicate != nil { return try fetch(request).count }
-        let stored = container.store.snapshot().count(inKeyspace: storeLayout.keyspace[layout.index])
-        let added = inserted.values.filter { $0.layout === layout }.count
-        let removed = deleted.values.filter { $0.layout === layout }.count
-        var n = stored + added - removed
+        let plan = try plan(request, layout: layout)
+        var n: Int
+        if plan.residual == nil && !hasUnsavedChanges(layout) {
+            let snapshot = container.store.snapshot()
+            if let index = plan.index {
+                n = snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)
+            } else {
+                n = snapshot.count(inKeyspace: storeLayout.keyspace[layout.index])
+            }
+            lastFetchRecordsRead = 0
+        } else {
+            var unlimited = request
+            unlimited.fetchLimit = 0
+            unlimited.fetchOffset = 0
+            n = try fetchObjects(unlimited, layout: layout).count
+        }
         if request.fetchOffset > 0 { n = max(0, n - request.fetchOffset) }
         if request.fetchLimit > 0 { n = min(n, request.fetchLimit) }
         return n
+    }
+
+    func hasUnsavedChanges(_ layout: EntityLayout) -> Bool {
+        inserted.values.contains { $0.layout === layout } || updated.values.contains { $0.layout === layout }
+            || deleted.values.contains { $0.layout === layout }
+    }
+
+    func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64] {
+        var keys: [UInt64] = []
+        if let index = plan.index {
+            keys.reserveCapacity(min(stopAfter ?? .max, snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)))
+            snapshot.forEachIndexEntry(index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse) { _, pk in
+                keys.append(pk)
+                return stopAfter.map { keys.count < $0 } ?? true
+            }
+        } else {
+            let keyspace = storeLayout.keyspace[layout.index]
+            keys.reserveCapacity(min(stopAfter ?? .max, snapshot.count(inKeyspace: keyspace)))
+            snapshot.forEachKey(inKeyspace: keyspace) { key in
+                keys.append(key)
+                return stopAfter.map { keys.count < $0 } ?? true
+            }
+        }
+        return keys
+    }
+
+    func fetchObjects<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [ManagedObject] {
+        var sortSlots: [(Int, Bool)] = []
+        for s in request.sortDescriptors {
+            guard let slot = layout.slotByName[s.key] else {
+                throw LogbookError(.unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name, key: s.key)
+            }
+            sortSlots.append((slot, s.ascending))
+        }
+        let plan = try plan(request, layout: layout)
+        let snapshot = container.store.snapshot()
+        let dirty = hasUnsavedChanges(layout)
+        let stopAfter = plan.limitPushedDown && !dirty ? request.fetchOffset + request.fetchLimit : nil
+        let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        var objects: [ManagedObject] = []
+        objects.reserveCapacity(keys.count)
+        var read = 0
+        for key in keys {
+            if let o = registered(key) {
+                // Changed objects are judged below on their current values.
+                if o.flags.contains(.deleted) || o.flags.contains(.updated) { continue }
+                if o.flags.contains(.fault) { try fulfill(o) }
+                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+                objects.append(o)
+                continue
+            }
+            guard let slots = try decode(snapshot, key: key, layout: layout) else { continue }
+            read += 1
+            let o = materialize(key: key, layout: layout, slots: slots)
+            if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+            objects.append(o)
+        }
+        lastFetchRecordsRead = read
+        var added = false
+        let changed = Array(updated.values.filter { $0.layout === layout && !$0.flags.contains(.deleted) }) + Array(inserted.values.filter { $0.layout === layout })
+        for o in changed {
+            if o.flags.contains(.fault) { try fulfill(o) }
+            if let p = request.predicate, try !evaluator.test(p.node, object: o) { continue }
+            objects.append(o)
+            added = true
+        }
+        if !sortSlots.isEmpty && (!plan.orderFromIndex || added) {
+            objects.sort { a, b in
+                for (slot, ascending) in sortSlots {
+                    let c = Slot.compare(a.slots[slot], b.slots[slot])
+                    if c != 0 { return ascending ? c < 0 : c > 0 }
+                }
+                return a.objectID.key < b.objectID.key
+            }
+        } else if sortSlots.isEmpty && added && plan.index == nil {
+            objects.sort { $0.objectID.key < $1.objectID.key }
+        }
+        var result = objects[...]
+        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
+        return Array(result)
     }
 }
 

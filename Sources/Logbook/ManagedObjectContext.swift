@@ -91,6 +91,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// Errors of typed property setters (which cannot throw), reported by the next save.
     var pendingErrors: [LogbookError] = []
     var groupDepth = 0
+    /// How many records the last fetch read from the store (0 when the index answered alone):
+    /// a diagnostic that shows whether a request used its index.
+    public internal(set) var lastFetchRecordsRead = 0
     /// Called after this context saves and after it merges another context's save.
     var changeObservers: [(ContextChanges) -> Void] = []
 

@@ -69,7 +69,16 @@ struct PosixFileSystem: FileSystem {
         if create { flags |= O_CREAT }
         let fd = retryingEINTR { open(path, flags, mode_t(JournalFormat.fileMode)) }
         guard fd >= 0 else { throw EngineError.systemCall("open lock file", path: path, errno: errno) }
-        if retryingEINTR({ flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) }) != 0 {
+        // A lock held for a moment only (a child process between fork and exec briefly shares
+        // the lock's file description) is waited for, up to a quarter of a second.
+        var attempts = 0
+        var failed = retryingEINTR({ flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) }) != 0
+        while failed && errno == EWOULDBLOCK && attempts < 50 {
+            usleep(5_000)
+            attempts += 1
+            failed = retryingEINTR({ flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) }) != 0
+        }
+        if failed {
             let code = errno
             _ = Glibc.close(fd)
             if code == EWOULDBLOCK {

@@ -30,6 +30,9 @@ public struct FetchRequest<Result: ManagedObject> {
     public var fetchLimit = 0
     /// Skip this many objects first.
     public var fetchOffset = 0
+    /// When positive, fetched objects come back as faults and are loaded this many at a time,
+    /// as the result is walked (touching one loads its batch); 0 loads them all at once.
+    public var fetchBatchSize = 0
 
     public init(entityName: String) { self.entityName = entityName }
     public init() { self.entityName = Result.entityName }
@@ -94,6 +97,31 @@ extension ManagedObjectContext {
         return n
     }
 
+    /// Faults for `keys` (after offset and limit), grouped in batches that load together.
+    func batchedFaults<T: ManagedObject>(_ keys: [UInt64], request: FetchRequest<T>, layout: EntityLayout, snapshot: Snapshot) -> [ManagedObject] {
+        var slice = keys[...]
+        if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
+        var result: [ManagedObject] = []
+        result.reserveCapacity(slice.count)
+        var batch: FaultBatch?
+        for (n, key) in slice.enumerated() {
+            if n % request.fetchBatchSize == 0 { batch = FaultBatch(snapshot: snapshot) }
+            if let o = registered(key) {
+                result.append(o)
+                continue
+            }
+            let o = layout.managedClass.init(ManagedObject.Bootstrap(
+                layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: [], fault: true))
+            o.batch = batch
+            batch!.append(o)
+            register(o)
+            result.append(o)
+        }
+        lastFetchRecordsRead = 0
+        return result
+    }
+
     func hasUnsavedChanges(_ layout: EntityLayout) -> Bool {
         inserted.values.contains { $0.layout === layout } || updated.values.contains { $0.layout === layout }
             || deleted.values.contains { $0.layout === layout }
@@ -131,6 +159,9 @@ extension ManagedObjectContext {
         let dirty = hasUnsavedChanges(layout)
         let stopAfter = plan.limitPushedDown && !dirty ? request.fetchOffset + request.fetchLimit : nil
         let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+        if request.fetchBatchSize > 0 && plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
+            return batchedFaults(keys, request: request, layout: layout, snapshot: snapshot)
+        }
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
         var objects: [ManagedObject] = []
         objects.reserveCapacity(keys.count)

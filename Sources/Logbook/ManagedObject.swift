@@ -36,6 +36,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The values as last saved (or fetched), kept once the object changes.
     @exclusivity(unchecked) var committed: [Slot]?
     @exclusivity(unchecked) var flags: Flags
+    /// For a fault from a batched fetch: the objects that load with it.
+    var batch: FaultBatch?
 
     struct Flags: OptionSet {
         let rawValue: UInt8
@@ -70,6 +72,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     deinit {
         if flags.contains(.registered), let context = token.context { context.unregister(objectID.key) }
+        batch?.forget(self)
     }
 
     // MARK: State

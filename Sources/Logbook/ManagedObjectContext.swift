@@ -290,6 +290,21 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func fulfill(_ object: ManagedObject) throws {
         guard object.flags.contains(.fault) else { return }
+        if let batch = object.batch {
+            // Load the whole batch from the fetch's snapshot.
+            let members = batch.take()
+            var read = 0
+            for o in members where o.flags.contains(.fault) {
+                o.batch = nil
+                if let slots = try decode(batch.snapshot, key: o.objectID.key, layout: o.layout) {
+                    o.slots = slots
+                    o.flags.remove(.fault)
+                    read += 1
+                }
+            }
+            lastFetchRecordsRead += read
+            if !object.flags.contains(.fault) { return }
+        }
         guard let slots = try decode(container.store.snapshot(), key: object.objectID.key, layout: object.layout) else {
             throw LogbookError(.objectNotFound, "the object was deleted from the store", entity: object.layout.name, objectID: object.objectID)
         }
@@ -598,4 +613,26 @@ struct InsertedObjects {
 
     /// One object left the inserted set (its flag was cleared by the caller).
     mutating func removeOne() { count -= 1 }
+}
+
+/// Faults of one batch of a batched fetch: touching one loads them all, from the snapshot of
+/// the fetch. Members are unretained (a fault that goes away leaves the batch).
+final class FaultBatch {
+    let snapshot: Snapshot
+    var members: [Unmanaged<ManagedObject>] = []
+
+    init(snapshot: Snapshot) { self.snapshot = snapshot }
+
+    func append(_ o: ManagedObject) { members.append(.passUnretained(o)) }
+
+    func forget(_ o: ManagedObject) {
+        members.removeAll { $0.toOpaque() == Unmanaged.passUnretained(o).toOpaque() }
+    }
+
+    /// The members still alive; the batch is spent.
+    func take() -> [ManagedObject] {
+        let all = members.map { $0.takeUnretainedValue() }
+        members = []
+        return all
+    }
 }

@@ -116,3 +116,35 @@ extension FetchRequest {
         return r
     }
 }
+
+@Suite struct BatchedFetchTests {
+    @Test func objectsLoadBatchByBatchAsTheResultIsWalked() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let writer = container.newContext(concurrencyType: .confinement)
+        for i in 0..<100 {
+            let p = try writer.insert(Person.self)
+            p.firstName = "P\(i)"
+            p.lastName = "L"
+            p.age = Int32(i)
+        }
+        try writer.save()
+        let context = container.newContext(concurrencyType: .confinement)
+        var request = FetchRequest<Person>()
+        request.sortDescriptors = [FetchSortDescriptor(key: "age")]
+        request.fetchBatchSize = 20
+        let people = try context.fetch(request)
+        #expect(people.count == 100)
+        let allFaults = people.allSatisfy { $0.isFault }
+        #expect(allFaults, "nothing is loaded before it is used")
+        #expect(context.lastFetchRecordsRead == 0)
+        #expect(people[0].firstName == "P0")
+        #expect(context.lastFetchRecordsRead == 20, "touching one object loads its batch")
+        #expect(!people[19].isFault && people[20].isFault)
+        #expect(people[45].age == 45)
+        #expect(!people[40].isFault && !people[59].isFault && people[60].isFault)
+        // Every object reads its own values.
+        #expect(people.map(\.firstName) == (0..<100).map { "P\($0)" })
+        try container.close()
+    }
+}

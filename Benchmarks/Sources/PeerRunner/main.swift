@@ -77,7 +77,7 @@ func logbookPopulate() throws -> (seconds: Double, bytes: Int) {
 
 // MARK: GRDB
 
-struct ItemRecord: Codable, PersistableRecord {
+struct ItemRecord: Codable, PersistableRecord, FetchableRecord {
     static let databaseTableName = "item"
     static let databaseDateEncodingStrategy = DatabaseDateEncodingStrategy.timeIntervalSince1970
     var name: String
@@ -127,6 +127,139 @@ func grdbRecords() throws -> (seconds: Double, bytes: Int) {
     return (seconds, directoryBytes(dir))
 }
 
+// MARK: W2–W4 (fetching), each store opened in a new process as the table asks
+
+/// `PeerRunner --phase NAME --store PATH` runs one phase and prints `seconds=… first=… records=…`.
+func runPhase(_ phase: String, _ path: String) throws {
+    let lo = base + 400.0, hi = base + 500.0   // createdAt ≥ base+400,000 ms and < base+500,000 ms
+    func median10(_ body: () throws -> Int) rethrows -> (Double, Double, Int) {
+        var times: [Double] = []
+        var n = 0
+        for _ in 0..<10 {
+            let t = now()
+            n = try body()
+            times.append(now() - t)
+        }
+        return (median(times), times[0], n)
+    }
+    switch phase {
+    case "logbook-w2":
+        let t0 = now()
+        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let context = container.newContext(concurrencyType: .confinement)
+        let opened = now()
+        var request = FetchRequest<Item>()
+        request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+        var chars = 0
+        for item in try context.fetch(request) { chars &+= item.name.utf8.count }
+        let fetched = now()
+        print("open=\(opened - t0) fetch=\(fetched - opened) records=\(chars > 0 ? try context.count(for: FetchRequest<Item>()) : 0)")
+    case "logbook-w3":
+        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let context = container.newContext(concurrencyType: .confinement)
+        var request = FetchRequest<Item>()
+        request.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@", Date(timeIntervalSince1970: lo), Date(timeIntervalSince1970: hi))
+        request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+        let (m, first, n) = try median10 {
+            var chars = 0
+            let items = try context.fetch(request)
+            for item in items { chars &+= item.name.utf8.count }
+            return items.count
+        }
+        print("median=\(m) first=\(first) records=\(n)")
+    case "logbook-w4":
+        let t0 = now()
+        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let context = container.newContext(concurrencyType: .confinement)
+        let firstAnswer = try context.count(for: FetchRequest<Item>())
+        let answered = now() - t0
+        let (m, first, n) = try median10 { try context.count(for: FetchRequest<Item>()) }
+        print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
+    case "grdb-w2":
+        let t0 = now()
+        let pool = try DatabasePool(path: path + "/db.sqlite")
+        let opened = now()
+        let n = try pool.read { db -> Int in
+            var chars = 0
+            let items = try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item ORDER BY createdAt")
+            for item in items { chars &+= item.name.utf8.count }
+            return items.count
+        }
+        print("open=\(opened - t0) fetch=\(now() - opened) records=\(n)")
+    case "grdb-w3":
+        let pool = try DatabasePool(path: path + "/db.sqlite")
+        let (m, first, n) = try median10 {
+            try pool.read { db -> Int in
+                var chars = 0
+                let items = try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item WHERE createdAt >= ? AND createdAt < ? ORDER BY createdAt", arguments: [lo, hi])
+                for item in items { chars &+= item.name.utf8.count }
+                return items.count
+            }
+        }
+        print("median=\(m) first=\(first) records=\(n)")
+    case "grdb-w4":
+        let t0 = now()
+        let pool = try DatabasePool(path: path + "/db.sqlite")
+        let firstAnswer = try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }
+        let answered = now() - t0
+        let (m, first, n) = try median10 { try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! } }
+        print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
+    default:
+        throw NSError(domain: "PeerRunner", code: 1, userInfo: [NSLocalizedDescriptionKey: "unknown phase \(phase)"])
+    }
+}
+
+/// Runs a phase in a new process and returns its key=value output.
+func inNewProcess(_ phase: String, _ path: String) throws -> [String: Double] {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+    p.arguments = ["--phase", phase, "--store", path]
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    try p.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    var result: [String: Double] = [:]
+    for field in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" }) {
+        let kv = field.split(separator: "=")
+        if kv.count == 2, let v = Double(kv[1]) { result[String(kv[0])] = v }
+    }
+    return result
+}
+
+if let i = arguments.firstIndex(of: "--phase"), i + 1 < arguments.count, let j = arguments.firstIndex(of: "--store"), j + 1 < arguments.count {
+    try runPhase(arguments[i + 1], arguments[j + 1])
+    exit(0)
+}
+
+/// W1 stores kept for the fetch workloads.
+func keptLogbookStore() throws -> String {
+    let dir = freshDirectory("logbook-w1")
+    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
+    let context = container.newContext(concurrencyType: .confinement)
+    for i in 1...count {
+        let item = try context.insert(Item.self)
+        item.name = "Item \(i)"
+        item.createdAt = Date(timeIntervalSince1970: base + Double(i) / 1000)
+        item.done = i % 2 == 0
+    }
+    try context.save()
+    context.reset()
+    try container.close()
+    return dir + "/store"
+}
+
+func keptGRDBStore() throws -> String {
+    let dir = freshDirectory("grdb-w1")
+    let pool = try grdbPool(dir)
+    try pool.write { db in
+        let statement = try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
+        for i in 1...count { try statement.execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0]) }
+    }
+    try pool.close()
+    return dir
+}
+
 // MARK: Run
 
 var logbook: [Double] = [], statement: [Double] = [], records: [Double] = []
@@ -140,6 +273,14 @@ for round in 1...repeats {
     FileHandle.standardError.write(Data("round \(round): logbook \(l.seconds) s, grdb statement \(s.seconds) s\n".utf8))
 }
 
+let logbookStore = try keptLogbookStore()
+let grdbStore = try keptGRDBStore()
+let lw2 = try inNewProcess("logbook-w2", logbookStore), gw2 = try inNewProcess("grdb-w2", grdbStore)
+let lw3 = try inNewProcess("logbook-w3", logbookStore), gw3 = try inNewProcess("grdb-w3", grdbStore)
+let lw4 = try inNewProcess("logbook-w4", logbookStore), gw4 = try inNewProcess("grdb-w4", grdbStore)
+try? FileManager.default.removeItem(atPath: (logbookStore as NSString).deletingLastPathComponent)
+try? FileManager.default.removeItem(atPath: grdbStore)
+
 func row(_ name: String, _ a: Double, _ b: Double, unit: String = "s") -> String {
     String(format: "| %@ | %.3f %@ | %.3f %@ | %.2f× |", name, a, unit, b, unit, b / a)
 }
@@ -149,3 +290,10 @@ print("|---|---|---|---|")
 print(row("W1 populate vs cached statement", median(logbook), median(statement)))
 print(row("W1 populate vs Codable records", median(logbook), median(records)))
 print(String(format: "| W1 store size | %.1f MB | %.1f MB | %.2f× |", Double(logbookBytes) / 1e6, Double(statementBytes) / 1e6, Double(statementBytes) / Double(logbookBytes)))
+print(row("W2 open (new process)", lw2["open"] ?? .nan, gw2["open"] ?? .nan))
+print(row("W2 fetch all sorted by createdAt, read names", lw2["fetch"] ?? .nan, gw2["fetch"] ?? .nan))
+print(row("W3 100,000-row range, median of 10", lw3["median"] ?? .nan, gw3["median"] ?? .nan))
+print(row("W3 first run", lw3["first"] ?? .nan, gw3["first"] ?? .nan))
+print(row("W4 count, median of 10", lw4["median"] ?? .nan, gw4["median"] ?? .nan))
+print(row("W8 open to first count", lw4["open_to_count"] ?? .nan, gw4["open_to_count"] ?? .nan))
+print("(records: W2 \(Int(lw2["records"] ?? 0))/\(Int(gw2["records"] ?? 0)), W3 \(Int(lw3["records"] ?? 0))/\(Int(gw3["records"] ?? 0)), W4 \(Int(lw4["records"] ?? 0))/\(Int(gw4["records"] ?? 0)))")

@@ -166,20 +166,50 @@ extension ManagedObjectContext {
         var objects: [ManagedObject] = []
         objects.reserveCapacity(keys.count)
         var read = 0
-        for key in keys {
-            if let o = registered(key) {
+        // Registered objects first (one lock), then the others read in one pass over the store.
+        let known = registered(keys: keys)
+        var fresh: [ManagedObject?] = Array(repeating: nil, count: keys.count)
+        var missing: [UInt64] = []
+        var missingAt: [Int] = []
+        for (i, o) in known.enumerated() where o == nil {
+            missing.append(keys[i])
+            missingAt.append(i)
+        }
+        if !missing.isEmpty {
+            var created: [ManagedObject] = []
+            created.reserveCapacity(missing.count)
+            do {
+                try snapshot.forEachValue(forKeys: missing) { j, key, raw in
+                    let slots = try RecordCodec.decode(raw, layout: layout) { slot in
+                        let r = layout.toOne[slot - layout.attributeCount]
+                        return UInt64(self.storeLayout.keyspace[layout.relationshipDestination[r]])
+                    }
+                    let o = layout.managedClass.init(ManagedObject.Bootstrap(
+                        layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: slots, fault: false))
+                    fresh[missingAt[j]] = o
+                    created.append(o)
+                }
+            } catch is RecordCodec.Malformed {
+                throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
+            } catch let e as LogbookError {
+                throw e
+            } catch {
+                throw LogbookError.wrap(error)
+            }
+            read = created.count
+            register(all: created)
+        }
+        for i in keys.indices {
+            if let o = known[i] {
                 // Changed objects are judged below on their current values.
                 if o.flags.contains(.deleted) || o.flags.contains(.updated) { continue }
                 if o.flags.contains(.fault) { try fulfill(o) }
                 if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
                 objects.append(o)
-                continue
+            } else if let o = fresh[i] {
+                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+                objects.append(o)
             }
-            guard let slots = try decode(snapshot, key: key, layout: layout) else { continue }
-            read += 1
-            let o = materialize(key: key, layout: layout, slots: slots)
-            if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
-            objects.append(o)
         }
         lastFetchRecordsRead = read
         var added = false

@@ -177,6 +177,33 @@ public final class ManagedObjectContext: @unchecked Sendable {
         }
     }
 
+    /// The registered objects for `keys` (nil where none), with one lock for all of them.
+    func registered(keys: [UInt64]) -> [ManagedObject?] {
+        var result = [ManagedObject?](repeating: nil, count: keys.count)
+        registryLock.withLock { table in
+            guard !table.isEmpty else { return }
+            for (i, k) in keys.enumerated() {
+                if let u = table[k] {
+                    let o = u.takeUnretainedValue()
+                    if !o.flags.contains(.invalid) { result[i] = o }
+                }
+            }
+        }
+        if !inserted.isEmpty {
+            for (i, k) in keys.enumerated() where result[i] == nil { result[i] = inserted.lookup(k) }
+        }
+        return result
+    }
+
+    /// Registers many new objects with one lock.
+    func register(all objects: [ManagedObject]) {
+        for o in objects { o.flags.insert(.registered) }
+        registryLock.withLock { table in
+            table.reserveCapacity(table.count + objects.count)
+            for o in objects { table[o.objectID.key] = Unmanaged.passUnretained(o) }
+        }
+    }
+
     /// The objects registered in the context (fetched, inserted or faulted in, and still alive).
     public var registeredObjects: [ManagedObject] {
         registryLock.withLock { Array($0.values) }.map { $0.takeUnretainedValue() }

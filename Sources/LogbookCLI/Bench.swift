@@ -18,6 +18,9 @@ struct Bench: ParsableCommand {
         }
         switch workload {
         case "engine": try engine(durability)
+        case "fetch":
+            guard let path = store else { throw ValidationError("fetch needs --store DIR of a populated store") }
+            try fetchSorted(store: path)
         case "populate":
             let path = store ?? temporaryStorePath("logbook-populate")
             printError("store: \(path)")

@@ -61,3 +61,29 @@ func populate(store path: String, count: Int, durability: Durability) throws {
     try container.close()
     report("populate_close", ["file_bytes": directoryBytes(path)])
 }
+
+/// W2: open a W1 store, fetch every Item sorted by createdAt as objects, read every name.
+func fetchSorted(store path: String) throws {
+    let start = now()
+    let container = try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path)
+    let context = container.newContext(concurrencyType: .confinement)
+    let opened = now()
+    report("open", ["seconds": opened - start])
+    var request = FetchRequest<Item>()
+    request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+    var chars = 0
+    let items = try context.fetch(request)
+    for item in items { chars &+= item.name.utf8.count }
+    let fetched = now()
+    report("fetch_sorted", ["records": items.count, "seconds": fetched - opened, "peak_rss_mb": peakRSSMegabytes()])
+    var range = FetchRequest<Item>()
+    let base = BenchmarkModel.base.timeIntervalSince1970
+    range.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@",
+                                         Date(timeIntervalSince1970: base + 400), Date(timeIntervalSince1970: base + 500))
+    range.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+    let r0 = now()
+    let found = try context.fetch(range)
+    for item in found { chars &+= item.name.utf8.count }
+    report("fetch_range", ["records": found.count, "seconds": now() - r0])
+    _ = chars
+}

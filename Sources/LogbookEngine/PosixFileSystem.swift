@@ -58,7 +58,13 @@ struct PosixFileSystem: FileSystem {
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// Creates the directory and any missing parents.
     func createDirectory(_ path: String) throws {
+        if mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST { return }
+        guard errno == ENOENT else { throw EngineError.systemCall("mkdir", path: path, errno: errno) }
+        let parent = parentDirectory(path)
+        guard parent != path, parent != "/", parent != "." else { throw EngineError.systemCall("mkdir", path: path, errno: ENOENT) }
+        try createDirectory(parent)
         guard mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST else {
             throw EngineError.systemCall("mkdir", path: path, errno: errno)
         }

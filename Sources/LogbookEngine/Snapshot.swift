@@ -57,6 +57,29 @@ public final class Snapshot: Sendable {
         }
     }
 
+    /// Calls `body` with the position, key and value of each of `keys` that has one, in order.
+    /// Consecutive keys stored in the same block (as keys written together are) share one
+    /// block lookup: this is the fast way to read many values.
+    public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        var blockKey = UInt64.max
+        var block: [UInt8] = []
+        for (i, key) in keys.enumerated() {
+            guard let packed = state.primary[key] else { continue }
+            let location = Location(packed: packed)
+            if location.frameKey != blockKey {
+                block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
+                blockKey = location.frameKey
+            }
+            try block.withUnsafeBytes { raw in
+                guard case let (.put(_, value, _, _), _)? = try? Operation.decode(raw, at: location.blockOffset) else {
+                    throw EngineError.corruption("a key's location does not hold a put",
+                                                 path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+                }
+                try body(i, key, UnsafeRawBufferPointer(rebasing: raw[value]))
+            }
+        }
+    }
+
     /// The secondary index entries stored with `key`'s value.
     public func indexKeys(forKey key: UInt64) throws -> [IndexKey] {
         guard let packed = state.primary[key] else { return [] }

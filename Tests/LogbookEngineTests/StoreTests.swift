@@ -218,3 +218,17 @@ import Glibc
         _ = pinned
     }
 }
+
+@Suite struct StoreLocationTests {
+    @Test func missingParentDirectoriesAreCreated() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let path = dir.path + "/a/b/c/store"
+        let store = try Store.open(at: path, options: quietOptions())
+        var t = Transaction()
+        t.put(1, value: bytes("deep"))
+        try store.commit(t)
+        try store.close()
+        #expect(string(try Store.open(at: path, options: quietOptions()).snapshot().value(forKey: 1)) == "deep")
+    }
+}

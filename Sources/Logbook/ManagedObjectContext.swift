@@ -73,15 +73,15 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// guarded by `lock` (an object may in principle be released on another thread).
     final class Registry: @unchecked Sendable {
         private let lock = NSLock()
-        private var table: [UInt64: Unmanaged<ManagedObject>] = [:]
+        private var table = RegistryTable()
 
-        func withLock<R>(_ body: (inout [UInt64: Unmanaged<ManagedObject>]) throws -> R) rethrows -> R {
+        func withLock<R>(_ body: (inout RegistryTable) throws -> R) rethrows -> R {
             lock.lock()
             defer { lock.unlock() }
             return try body(&table)
         }
     }
-    /// Inserted objects in the order of insertion (so a save writes keys in ascending order).
+
     @exclusivity(unchecked) var inserted = InsertedObjects()
     @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [UInt64: ManagedObject] = [:]
@@ -206,7 +206,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     /// The objects registered in the context (fetched, inserted or faulted in, and still alive).
     public var registeredObjects: [ManagedObject] {
-        registryLock.withLock { Array($0.values) }.map { $0.takeUnretainedValue() }
+        registryLock.withLock { $0.all() }.map { $0.takeUnretainedValue() }
     }
 
     // MARK: Changes
@@ -572,7 +572,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public func reset() {
         for o in registeredObjects { o.flags = [.invalid] }
         for o in inserted.values { o.flags = [.invalid] }
-        registryLock.withLock { $0 = [:] }
+        registryLock.withLock { $0 = RegistryTable() }
         inserted = InsertedObjects()
         updated = [:]
         deleted = [:]
@@ -663,3 +663,70 @@ final class FaultBatch {
         return all
     }
 }
+
+/// Objects by engine key: for each keyspace, pages of 1,024 slots indexed by serial number
+/// (serials are dense), with a dictionary for serials too large to page.
+struct RegistryTable {
+    private var spaces: [UInt16: [[Unmanaged<ManagedObject>?]]] = [:]
+    private var overflow: [UInt64: Unmanaged<ManagedObject>] = [:]
+    private(set) var count = 0
+    static let pageBits = 10
+    static let maxPagedSerial: UInt64 = 1 << 26
+
+    var isEmpty: Bool { count == 0 }
+
+    subscript(key: UInt64) -> Unmanaged<ManagedObject>? {
+        get {
+            let serial = key & 0xFFFF_FFFF_FFFF
+            guard serial < Self.maxPagedSerial else { return overflow[key] }
+            guard let pages = spaces[UInt16(truncatingIfNeeded: key >> 48)] else { return nil }
+            let p = Int(serial >> UInt64(Self.pageBits))
+            guard p < pages.count, !pages[p].isEmpty else { return nil }
+            return pages[p][Int(serial & 1023)]
+        }
+        set {
+            let serial = key & 0xFFFF_FFFF_FFFF
+            if serial >= Self.maxPagedSerial {
+                if let newValue {
+                    if overflow.updateValue(newValue, forKey: key) == nil { count += 1 }
+                } else if overflow.removeValue(forKey: key) != nil {
+                    count -= 1
+                }
+                return
+            }
+            let ks = UInt16(truncatingIfNeeded: key >> 48)
+            let p = Int(serial >> UInt64(Self.pageBits))
+            let i = Int(serial & 1023)
+            var pages = spaces.removeValue(forKey: ks) ?? []
+            defer { spaces[ks] = pages }
+            if p >= pages.count {
+                guard newValue != nil else { return }
+                pages.append(contentsOf: repeatElement([], count: p + 1 - pages.count))
+            }
+            if pages[p].isEmpty {
+                guard newValue != nil else { return }
+                pages[p] = Array(repeating: nil, count: 1024)
+            }
+            let old = pages[p][i]
+            pages[p][i] = newValue
+            count += (old == nil ? 0 : -1) + (newValue == nil ? 0 : 1)
+        }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey key: UInt64) -> Unmanaged<ManagedObject>? {
+        let old = self[key]
+        if old != nil { self[key] = nil }
+        return old
+    }
+
+    mutating func reserveCapacity(_ n: Int) {}
+
+    func all() -> [Unmanaged<ManagedObject>] {
+        var result: [Unmanaged<ManagedObject>] = []
+        for pages in spaces.values { for page in pages { for case let u? in page { result.append(u) } } }
+        result.append(contentsOf: overflow.values)
+        return result
+    }
+}
+

@@ -259,3 +259,28 @@ import LogbookEngine
         try container.close()
     }
 }
+
+@Suite struct RegistryTableTests {
+    @Test func pagedAndOverflowKeysBehaveAlike() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let context = container.newContext(concurrencyType: .confinement)
+        let a = try context.insert(Person.self), b = try context.insert(Person.self)
+        var table = RegistryTable()
+        let small: UInt64 = 1 << 48 | 5
+        let huge: UInt64 = 1 << 48 | (1 << 40)
+        table[small] = Unmanaged.passUnretained(a)
+        table[huge] = Unmanaged.passUnretained(b)
+        #expect(table.count == 2)
+        #expect(table[small]?.takeUnretainedValue() === a)
+        #expect(table[huge]?.takeUnretainedValue() === b)
+        #expect(table[1 << 48 | 6] == nil && table[2 << 48 | 5] == nil)
+        #expect(Set(table.all().map { ObjectIdentifier($0.takeUnretainedValue()) }) == [ObjectIdentifier(a), ObjectIdentifier(b)])
+        table.removeValue(forKey: small)
+        table[huge] = nil
+        #expect(table.isEmpty && table[small] == nil && table[huge] == nil)
+        table[huge] = nil
+        #expect(table.count == 0)
+        try container.close()
+    }
+}

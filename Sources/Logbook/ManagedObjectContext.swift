@@ -554,10 +554,11 @@ public final class ManagedObjectContext: @unchecked Sendable {
             o.committed = nil
             o.flags.subtract([.updated, .deleted])
         }
-        for o in registeredObjects where o.flags.contains(.updated) {
-            o.flags.remove(.updated)
-            if let c = o.committed { o.slots = c; o.committed = nil }
-        }
+        clearChanges()
+    }
+
+    /// Forgets the change sets (the objects were dealt with by the caller).
+    private func clearChanges() {
         inserted = InsertedObjects()
         updated = [:]
         deleted = [:]
@@ -573,13 +574,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         for o in registeredObjects { o.flags = [.invalid] }
         for o in inserted.values { o.flags = [.invalid] }
         registryLock.withLock { $0 = RegistryTable() }
-        inserted = InsertedObjects()
-        updated = [:]
-        deleted = [:]
-        setAdds = [:]
-        setRemoves = [:]
-        pendingErrors = []
-        undoHistory?.removeAll()
+        clearChanges()
     }
 
     /// Reloads an object's values from the store, dropping its unsaved changes if `mergeChanges` is false.

@@ -6,27 +6,17 @@ enum Frame {
 
     /// Appends a frame holding `payload`, LZ4-compressed when `compress` is set and it saves space.
     static func append(type: FrameType, payload: UnsafeRawBufferPointer, compress: Bool, salt: UInt32, to out: inout [UInt8]) {
-        let start = out.count
-        out.append(contentsOf: repeatElement(0, count: JournalFormat.frameHeaderSize))
-        var codec = Codec.raw
-        if compress && LZ4.compress(payload, appendingTo: &out) {
-            codec = .lz4
-        } else {
-            out.append(contentsOf: payload)
+        if compress {
+            let (codec, stored) = encodePayload(payload)
+            if let stored {
+                stored.withUnsafeBytes { append(type: type, codec: codec, stored: $0, salt: salt, to: &out) }
+                return
+            }
         }
-        let length = UInt32(out.count - start - JournalFormat.frameHeaderSize)
-        out.withUnsafeMutableBytes { raw in
-            let header = raw.baseAddress!.advanced(by: start)
-            header.storeBytes(of: length.littleEndian, toByteOffset: 4, as: UInt32.self)
-            header.storeBytes(of: type.rawValue, toByteOffset: 8, as: UInt8.self)
-            header.storeBytes(of: codec.rawValue, toByteOffset: 9, as: UInt8.self)
-            let crc = checksum(salt: salt, headerTail: UnsafeRawBufferPointer(start: header.advanced(by: 4), count: 8),
-                               payload: UnsafeRawBufferPointer(start: header.advanced(by: 12), count: Int(length)))
-            header.storeBytes(of: crc.littleEndian, toByteOffset: 0, as: UInt32.self)
-        }
+        append(type: type, codec: .raw, stored: payload, salt: salt, to: &out)
     }
 
-    /// The stored form of a payload: LZ4 when that saves space, else raw.
+    /// The stored form of a payload: LZ4 when that saves space, else raw (nil: store as is).
     static func encodePayload(_ payload: UnsafeRawBufferPointer) -> (Codec, [UInt8]?) {
         var out: [UInt8] = []
         return LZ4.compress(payload, appendingTo: &out) ? (.lz4, out) : (.raw, nil)

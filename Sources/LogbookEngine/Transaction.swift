@@ -52,10 +52,29 @@ public struct Transaction: Sendable {
     /// transaction's block (no intermediate buffer), with up to one index entry.
     public mutating func put(_ key: UInt64, valueCount: Int, indexKey: IndexKey?,
                              writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
+        if let indexKey {
+            withUnsafePointer(to: indexKey) {
+                putOperation(key, valueCount: valueCount, keys: UnsafeBufferPointer(start: $0, count: 1), writeValue: writeValue)
+            }
+        } else {
+            putOperation(key, valueCount: valueCount, keys: UnsafeBufferPointer(start: nil, count: 0), writeValue: writeValue)
+        }
+    }
+
+    private mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, keys: UnsafeBufferPointer<IndexKey>) {
+        putOperation(key, valueCount: value.count, keys: keys) { out in
+            if value.count > 0 { out.baseAddress!.copyMemory(from: value.baseAddress!, byteCount: value.count) }
+        }
+    }
+
+    /// The one encoder of puts: the operation's size first, then one write into the block.
+    private mutating func putOperation(_ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
+                                       writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
         precondition(valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
         if current.capacity == 0 { current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096) }
-        var size = 1 + varintSize(key >> 48) + varintSize(key & 0xFFFF_FFFF_FFFF) + varintSize(UInt64(valueCount)) + valueCount + 1
-        if let ik = indexKey {
+        var size = 1 + varintSize(key >> 48) + varintSize(key & 0xFFFF_FFFF_FFFF) + varintSize(UInt64(valueCount)) + valueCount
+        size += varintSize(UInt64(keys.count))
+        for ik in keys {
             precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
             size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
         }
@@ -69,40 +88,6 @@ public struct Transaction: Sendable {
             o += storeVarint(UInt64(valueCount), at: p + o)
             writeValue(UnsafeMutableRawBufferPointer(start: p + o, count: valueCount))
             o += valueCount
-            p.storeBytes(of: indexKey == nil ? 0 : 1, toByteOffset: o, as: UInt8.self)
-            o += 1
-            indexDelta = o
-            if let ik = indexKey {
-                o += storeVarint(UInt64(ik.index), at: p + o)
-                o += storeVarint(UInt64(ik.count), at: p + o)
-                let at = o
-                ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
-            }
-        }
-        manifest.append(key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: indexKey == nil ? 0 : 1)
-        finishOperation()
-    }
-
-    private mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, keys: UnsafeBufferPointer<IndexKey>) {
-        precondition(value.count <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
-        if current.capacity == 0 { current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096) }
-        // The whole operation's size first, then one write.
-        var size = 1 + varintSize(key >> 48) + varintSize(key & 0xFFFF_FFFF_FFFF) + varintSize(UInt64(value.count)) + value.count
-        size += varintSize(UInt64(keys.count))
-        for ik in keys {
-            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
-            size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
-        }
-        let opOffset = current.count
-        var indexDelta = 0
-        current.write(size) { p in
-            p.storeBytes(of: JournalFormat.OperationCode.put.rawValue, as: UInt8.self)
-            var o = 1
-            o += storeVarint(key >> 48, at: p + o)
-            o += storeVarint(key & 0xFFFF_FFFF_FFFF, at: p + o)
-            o += storeVarint(UInt64(value.count), at: p + o)
-            if value.count > 0 { (p + o).copyMemory(from: value.baseAddress!, byteCount: value.count) }
-            o += value.count
             o += storeVarint(UInt64(keys.count), at: p + o)
             indexDelta = o
             for ik in keys {

@@ -178,14 +178,17 @@ extension ManagedObjectContext {
         if !missing.isEmpty {
             var created: [ManagedObject] = []
             created.reserveCapacity(missing.count)
+            // Everything the loop needs, taken out of `self` once.
+            let destinations = layout.toOne.map { UInt64(storeLayout.keyspace[layout.relationshipDestination[$0]]) }
+            let attributeCount = layout.attributeCount
+            let identity = storeLayout.identity
+            let token = self.token
+            let managedClass = layout.managedClass
             do {
                 try snapshot.forEachValue(forKeys: missing) { j, key, raw in
-                    let slots = try RecordCodec.decode(raw, layout: layout) { slot in
-                        let r = layout.toOne[slot - layout.attributeCount]
-                        return UInt64(self.storeLayout.keyspace[layout.relationshipDestination[r]])
-                    }
-                    let o = layout.managedClass.init(ManagedObject.Bootstrap(
-                        layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: slots, fault: false))
+                    let slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                    let o = managedClass.init(ManagedObject.Bootstrap(
+                        layout: layout, id: ObjectID(store: identity, key: key), token: token, slots: slots, fault: false))
                     fresh[missingAt[j]] = o
                     created.append(o)
                 }

@@ -302,11 +302,10 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func decode(_ snapshot: Snapshot, key: UInt64, layout: EntityLayout) throws -> [Slot]? {
         do {
+            let destinations = layout.toOne.map { UInt64(storeLayout.keyspace[layout.relationshipDestination[$0]]) }
+            let attributeCount = layout.attributeCount
             return try snapshot.withValue(forKey: key) { raw in
-                try RecordCodec.decode(raw, layout: layout) { slot in
-                    let r = layout.toOne[slot - layout.attributeCount]
-                    return UInt64(self.storeLayout.keyspace[layout.relationshipDestination[r]])
-                }
+                try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
             }
         } catch is RecordCodec.Malformed {
             throw LogbookError(.store, "the record of \(layout.name) \(key & 0xFFFF_FFFF_FFFF) is malformed", entity: layout.name)

@@ -46,6 +46,10 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .testTarget(
+            name: "LogbookCLITests",
+            dependencies: ["LogbookCLI", "Logbook", "LogbookEngine"]
+        ),
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(
             name: "LogbookCrashHelper",

@@ -1,0 +1,33 @@
+import Foundation
+import LogbookEngine
+
+extension ManagedObjectModel {
+    /// The model a store records, read without the app's model (for tools): entities,
+    /// attributes with their types and optionality, relationships, indexes. Typed classes and
+    /// validation rules are the app's and are not recorded.
+    ///
+    /// ```swift
+    /// let model = try ManagedObjectModel(recordedIn: "/var/lib/myapp/people.logbook")
+    /// ```
+    public convenience init(recordedIn directory: String) throws {
+        var options = StoreOptions()
+        options.readOnly = true
+        let store: Store
+        do { store = try Store.open(at: directory, options: options) } catch { throw LogbookError.wrap(error) }
+        defer { try? store.close() }
+        guard let bytes = try? store.snapshot().value(forKey: StoredSchema.schemaKey) else {
+            throw LogbookError(.incompatibleModel, "the store holds no Logbook schema")
+        }
+        let schema = try StoredSchema.decode(bytes)
+        try self.init(entities: schema.entities.map { e in
+            EntityDescription(e.name,
+                attributes: e.attributes.map { a in
+                    AttributeDescription(a.name, Migration.storedType(a) ?? .data, optional: a.optional, indexed: a.index != nil)
+                },
+                relationships: e.relationships.map { r in
+                    RelationshipDescription(r.name, to: r.destination, inverse: r.inverse, toMany: r.toMany,
+                                            deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify)
+                })
+        })
+    }
+}

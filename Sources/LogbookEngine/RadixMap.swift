@@ -120,20 +120,21 @@ struct RadixMap<Value: RadixSlot> {
     /// per-node and per-keyspace counts in step with what `body` leaves in the slot.
     mutating func modify<R>(_ key: UInt64, _ body: (inout Value) -> R) -> R {
         let (ks, id) = Self.split(key)
-        let si: Int
-        if let found = spaceIndex(ks) {
-            si = found
-        } else {
-            spaces.append(Space(id: ks, root: nil, height: 1, count: 0))
-            si = spaces.count - 1
-        }
+        let si = spaceIndexCreating(ks)
         return spaces.withUnsafeMutableBufferPointer { buffer in
             Self.modify(&buffer[si], id: id, body)
         }
     }
 
-    private static func modify<R>(_ space: inout Space, id: UInt64, _ body: (inout Value) -> R) -> R {
-        // Grow until the id fits.
+    /// The index of a keyspace's space, appending an empty one if there is none.
+    private mutating func spaceIndexCreating(_ ks: UInt16) -> Int {
+        if let found = spaceIndex(ks) { return found }
+        spaces.append(Space(id: ks, root: nil, height: 1, count: 0))
+        return spaces.count - 1
+    }
+
+    /// Grows the space until `id` fits, and makes its root uniquely referenced.
+    private static func prepareRoot(_ space: inout Space, for id: UInt64) {
         while space.height < 8 && id >> UInt64(bits * space.height) != 0 {
             if let old = space.root {
                 let parent = Node(leaf: false)
@@ -145,6 +146,10 @@ struct RadixMap<Value: RadixSlot> {
         }
         if space.root == nil { space.root = Node(leaf: space.height == 1) }
         if !isKnownUniquelyReferenced(&space.root!) { space.root = Node(copying: space.root!) }
+    }
+
+    private static func modify<R>(_ space: inout Space, id: UInt64, _ body: (inout Value) -> R) -> R {
+        prepareRoot(&space, for: id)
         var delta = 0
         let result = modifyNode(space.root!, id: id, shift: bits * (space.height - 1), delta: &delta, body)
         space.count += delta
@@ -186,26 +191,10 @@ struct RadixMap<Value: RadixSlot> {
     /// step with `addCount` and `Node.occupied`, and may only make slots non-absent.
     mutating func uniqueLeaf(for key: UInt64) -> Node {
         let (ks, id) = Self.split(key)
-        let si: Int
-        if let found = spaceIndex(ks) {
-            si = found
-        } else {
-            spaces.append(Space(id: ks, root: nil, height: 1, count: 0))
-            si = spaces.count - 1
-        }
+        let si = spaceIndexCreating(ks)
         return spaces.withUnsafeMutableBufferPointer { buffer in
             let bits = Self.bits
-            while buffer[si].height < 8 && id >> UInt64(bits * buffer[si].height) != 0 {
-                if let old = buffer[si].root {
-                    let parent = Node(leaf: false)
-                    parent.children[0] = old
-                    parent.occupied = 1
-                    buffer[si].root = parent
-                }
-                buffer[si].height += 1
-            }
-            if buffer[si].root == nil { buffer[si].root = Node(leaf: buffer[si].height == 1) }
-            if !isKnownUniquelyReferenced(&buffer[si].root!) { buffer[si].root = Node(copying: buffer[si].root!) }
+            Self.prepareRoot(&buffer[si], for: id)
             var node = buffer[si].root!
             var shift = bits * (buffer[si].height - 1)
             while shift > 0 {

@@ -55,12 +55,11 @@ func logbookModel() throws -> ManagedObjectModel {
     }
 }
 
-/// W1 through a context: N managed objects, one save (durability full).
-func logbookPopulate() throws -> (seconds: Double, bytes: Int) {
-    let dir = freshDirectory("logbook")
-    defer { try? FileManager.default.removeItem(atPath: dir) }
+/// W1 through a context into `path`: N managed objects, one save (durability full); the
+/// seconds from opening the container to the end of the save.
+func logbookW1(_ path: String) throws -> Double {
     let start = now()
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
+    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
     let context = container.newContext(concurrencyType: .confinement)
     for i in 1...count {
         let item = try context.insert(Item.self)
@@ -72,6 +71,13 @@ func logbookPopulate() throws -> (seconds: Double, bytes: Int) {
     let seconds = now() - start
     context.reset()
     try container.close()
+    return seconds
+}
+
+func logbookPopulate() throws -> (seconds: Double, bytes: Int) {
+    let dir = freshDirectory("logbook")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let seconds = try logbookW1(dir + "/store")
     return (seconds, directoryBytes(dir + "/store"))
 }
 
@@ -235,17 +241,7 @@ if let i = arguments.firstIndex(of: "--phase"), i + 1 < arguments.count, let j =
 /// W1 stores kept for the fetch workloads.
 func keptLogbookStore() throws -> String {
     let dir = freshDirectory("logbook-w1")
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
-    let context = container.newContext(concurrencyType: .confinement)
-    for i in 1...count {
-        let item = try context.insert(Item.self)
-        item.name = "Item \(i)"
-        item.createdAt = Date(timeIntervalSince1970: base + Double(i) / 1000)
-        item.done = i % 2 == 0
-    }
-    try context.save()
-    context.reset()
-    try container.close()
+    _ = try logbookW1(dir + "/store")
     return dir + "/store"
 }
 

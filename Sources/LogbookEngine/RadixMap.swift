@@ -171,19 +171,25 @@ struct RadixMap<Value: RadixSlot> {
             return result
         }
         let i = Int((id >> UInt64(shift)) & 63)
-        if node.children[i] == nil {
-            node.children[i] = Node(leaf: shift == bits)
-            node.occupied += 1
-        } else if !isKnownUniquelyReferenced(&node.children[i]!) {
-            node.children[i] = Node(copying: node.children[i]!)
-        }
-        let child = node.children[i]!
+        let child = uniqueChild(of: node, at: i, leaf: shift == bits)
         let result = modifyNode(child, id: id, shift: shift - bits, delta: &delta, body)
         if child.occupied == 0 {
             node.children[i] = nil
             node.occupied -= 1
         }
         return result
+    }
+
+    /// Child `i` of a uniquely referenced node, created if missing, copied if shared.
+    @inline(__always)
+    private static func uniqueChild(of node: Node, at i: Int, leaf: Bool) -> Node {
+        if node.children[i] == nil {
+            node.children[i] = Node(leaf: leaf)
+            node.occupied += 1
+        } else if !isKnownUniquelyReferenced(&node.children[i]!) {
+            node.children[i] = Node(copying: node.children[i]!)
+        }
+        return node.children[i]!
     }
 
     /// The leaf that holds `key`'s slot, made uniquely referenced along its whole path (so the
@@ -198,14 +204,7 @@ struct RadixMap<Value: RadixSlot> {
             var node = buffer[si].root!
             var shift = bits * (buffer[si].height - 1)
             while shift > 0 {
-                let i = Int((id >> UInt64(shift)) & 63)
-                if node.children[i] == nil {
-                    node.children[i] = Node(leaf: shift == bits)
-                    node.occupied += 1
-                } else if !isKnownUniquelyReferenced(&node.children[i]!) {
-                    node.children[i] = Node(copying: node.children[i]!)
-                }
-                node = node.children[i]!
+                node = Self.uniqueChild(of: node, at: Int((id >> UInt64(shift)) & 63), leaf: shift == bits)
                 shift -= bits
             }
             return node

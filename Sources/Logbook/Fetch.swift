@@ -1,14 +1,49 @@
 import Foundation
 import LogbookEngine
 
-/// How to order fetched objects: by an attribute (or to-one relationship), ascending or not.
+/// How to order fetched objects: by an attribute (or to-one relationship), ascending or not,
+/// strings compared as `comparison` says.
+///
+/// ```swift
+/// FetchSortDescriptor(key: "lastName", comparison: .caseInsensitive)
+/// FetchSortDescriptor(key: "age", ascending: false)
+/// ```
 public struct FetchSortDescriptor: Sendable, Hashable {
     public var key: String
     public var ascending: Bool
+    /// How strings compare (other types ignore it).
+    public var comparison: StringComparison
 
-    public init(key: String, ascending: Bool = true) {
+    public init(key: String, ascending: Bool = true, comparison: StringComparison = .plain) {
         self.key = key
         self.ascending = ascending
+        self.comparison = comparison
+    }
+}
+
+/// How a sort compares strings.
+public enum StringComparison: Sendable, Hashable {
+    /// By Unicode scalar values, as `<` on `String` does (the order of the store's indexes).
+    case plain
+    /// Ignoring case (Core Data's `caseInsensitiveCompare:`).
+    case caseInsensitive
+    /// Ignoring accents and other diacritics.
+    case diacriticInsensitive
+    /// Ignoring both.
+    case caseAndDiacriticInsensitive
+    /// The current locale's order (`localizedCompare:`).
+    case localized
+    /// The order the Finder uses: localized, case-insensitive, numbers by value
+    /// (`localizedStandardCompare:`, "Item 9" before "Item 10").
+    case localizedStandard
+
+    var foldingOptions: String.CompareOptions? {
+        switch self {
+        case .caseInsensitive: [.caseInsensitive]
+        case .diacriticInsensitive: [.diacriticInsensitive]
+        case .caseAndDiacriticInsensitive: [.caseInsensitive, .diacriticInsensitive]
+        default: nil
+        }
     }
 }
 
@@ -33,6 +68,11 @@ public struct FetchRequest<Result: ManagedObject> {
     /// When positive, fetched objects come back as faults and are loaded this many at a time,
     /// as the result is walked (touching one loads its batch); 0 loads them all at once.
     public var fetchBatchSize = 0
+    /// For `fetchDictionaries`: the attributes and expressions each dictionary holds (all
+    /// attributes when empty).
+    public var propertiesToFetch: [FetchProperty] = []
+    /// For `fetchDictionaries`: one dictionary per distinct combination of these keys.
+    public var propertiesToGroupBy: [String] = []
 
     public init(entityName: String) { self.entityName = entityName }
     public init() { self.entityName = Result.entityName }
@@ -69,7 +109,9 @@ extension ManagedObjectContext {
             if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
             return slice.map { ObjectID(store: storeLayout.identity, key: $0) }
         }
-        return try fetchObjects(request, layout: layout).map(\.objectID)
+        var loading = request
+        loading.fetchBatchSize = 0
+        return try fetchObjects(loading, layout: layout).map(\.objectID)
     }
 
     /// The number of objects a request would return: from the index (or the entity's count)
@@ -90,6 +132,7 @@ extension ManagedObjectContext {
             var unlimited = request
             unlimited.fetchLimit = 0
             unlimited.fetchOffset = 0
+            unlimited.fetchBatchSize = 0
             n = try fetchObjects(unlimited, layout: layout).count
         }
         if request.fetchOffset > 0 { n = max(0, n - request.fetchOffset) }
@@ -146,22 +189,35 @@ extension ManagedObjectContext {
         return keys
     }
 
-    func fetchObjects<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [ManagedObject] {
-        var sortSlots: [(Int, Bool)] = []
-        for s in request.sortDescriptors {
-            guard let slot = layout.slotByName[s.key] else {
-                throw LogbookError(.unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name, key: s.key)
-            }
-            sortSlots.append((slot, s.ascending))
-        }
+    /// The objects of a request, all read from one snapshot of the store (`snapshot`, or one
+    /// taken now).
+    func fetchObjects<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil) throws -> [ManagedObject] {
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let plan = try plan(request, layout: layout)
-        let snapshot = container.store.snapshot()
+        let snapshot = given ?? container.store.snapshot()
         let dirty = hasUnsavedChanges(layout)
+        if request.fetchBatchSize > 0 {
+            if plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
+                // The index gives the keys in order: no object is read until the result is walked.
+                let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
+                let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+                return batchedFaults(keys, request: request, layout: layout, snapshot: snapshot)
+            }
+            // Filtering or sorting needs the values: read them, keep only the keys of the result
+            // (objects nothing else holds are released here), and hand out faults in batches.
+            var loading = request
+            loading.fetchBatchSize = 0
+            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot).map(\.objectID.key)
+            let read = lastFetchRecordsRead
+            var rest = request
+            rest.fetchOffset = 0
+            rest.fetchLimit = 0
+            let faults = batchedFaults(keys, request: rest, layout: layout, snapshot: snapshot)
+            lastFetchRecordsRead = read
+            return faults
+        }
         let stopAfter = plan.limitPushedDown && !dirty ? request.fetchOffset + request.fetchLimit : nil
         let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
-        if request.fetchBatchSize > 0 && plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
-            return batchedFaults(keys, request: request, layout: layout, snapshot: snapshot)
-        }
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
         var objects: [ManagedObject] = []
         objects.reserveCapacity(keys.count)
@@ -206,7 +262,7 @@ extension ManagedObjectContext {
             if let o = known[i] {
                 // Changed objects are judged below on their current values.
                 if o.flags.contains(.deleted) || o.flags.contains(.updated) { continue }
-                if o.flags.contains(.fault) { try fulfill(o) }
+                if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
                 if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
                 objects.append(o)
             } else if let o = fresh[i] {
@@ -223,15 +279,9 @@ extension ManagedObjectContext {
             objects.append(o)
             added = true
         }
-        if !sortSlots.isEmpty && (!plan.orderFromIndex || added) {
-            objects.sort { a, b in
-                for (slot, ascending) in sortSlots {
-                    let c = Slot.compare(a.slots[slot], b.slots[slot])
-                    if c != 0 { return ascending ? c < 0 : c > 0 }
-                }
-                return a.objectID.key < b.objectID.key
-            }
-        } else if sortSlots.isEmpty && added && plan.index == nil {
+        if !sortKeys.isEmpty && (!plan.orderFromIndex || added) {
+            SortKey.sort(&objects, by: sortKeys)
+        } else if sortKeys.isEmpty && added && plan.index == nil {
             objects.sort { $0.objectID.key < $1.objectID.key }
         }
         var result = objects[...]
@@ -264,5 +314,62 @@ extension Slot {
             }
         default: return 0
         }
+    }
+}
+
+/// A sort descriptor resolved against an entity: the slot, the direction, the comparison.
+struct SortKey {
+    var slot: Int
+    var ascending: Bool
+    var comparison: StringComparison
+
+    static func resolve(_ descriptors: [FetchSortDescriptor], layout: EntityLayout) throws -> [SortKey] {
+        try descriptors.map { s in
+            guard let slot = layout.slotByName[s.key] else {
+                throw LogbookError(.unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name, key: s.key)
+            }
+            return SortKey(slot: slot, ascending: s.ascending, comparison: s.comparison)
+        }
+    }
+
+    /// Sorts objects by the keys in turn, ties by key (the order objects were inserted).
+    static func sort(_ objects: inout [ManagedObject], by keys: [SortKey]) {
+        if keys.allSatisfy({ $0.comparison == .plain }) {
+            objects.sort { a, b in
+                for k in keys {
+                    let c = Slot.compare(a.slots[k.slot], b.slots[k.slot])
+                    if c != 0 { return k.ascending ? c < 0 : c > 0 }
+                }
+                return a.objectID.key < b.objectID.key
+            }
+            return
+        }
+        // Folded strings are computed once per object, not once per comparison.
+        let folded: [[Slot]] = objects.map { o in
+            keys.map { k in
+                guard let options = k.comparison.foldingOptions, case .string(let s) = o.slots[k.slot] else { return o.slots[k.slot] }
+                return .string(s.folding(options: options, locale: nil))
+            }
+        }
+        var order = Array(objects.indices)
+        order.sort { i, j in
+            for (n, k) in keys.enumerated() {
+                let c = compare(folded[i][n], folded[j][n], k.comparison)
+                if c != 0 { return k.ascending ? c < 0 : c > 0 }
+            }
+            return objects[i].objectID.key < objects[j].objectID.key
+        }
+        objects = order.map { objects[$0] }
+    }
+
+    static func compare(_ a: Slot, _ b: Slot, _ comparison: StringComparison) -> Int {
+        if case .string(let x) = a, case .string(let y) = b {
+            switch comparison {
+            case .localized: return x.localizedCompare(y).rawValue
+            case .localizedStandard: return x.localizedStandardCompare(y).rawValue
+            default: break
+            }
+        }
+        return Slot.compare(a, b)
     }
 }

@@ -112,7 +112,12 @@ extension ManagedObjectContext {
             settled.insert(n)
         }
         // Choose: an equality, else a range, else the first sort key's index, else a scan.
-        let firstSort = request.sortDescriptors.first.flatMap { s in layout.slotByName[s.key].map { ($0, s.ascending) } }
+        // The index orders strings plainly: a sort comparing them otherwise cannot use it.
+        let firstSort = request.sortDescriptors.first.flatMap { s -> (Int, Bool)? in
+            guard let slot = layout.slotByName[s.key] else { return nil }
+            if s.comparison != .plain, slot < layout.attributeCount, layout.entity.attributes[slot].type == .string { return nil }
+            return (slot, s.ascending)
+        }
         var chosen: Int?
         if let eq = ranges.first(where: { $0.value.equality })?.key { chosen = eq }
         else if let first = firstSort, ranges[first.0] != nil { chosen = first.0 }

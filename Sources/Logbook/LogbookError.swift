@@ -41,6 +41,8 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         /// The storage engine failed; `underlying` holds its error.
         public static let store = Code("store")
         public static let invalidPredicate = Code("invalidPredicate")
+        /// A fetch request whose parts do not fit together (dictionary results, group-by…).
+        public static let invalidFetch = Code("invalidFetch")
         public static let invalidArgument = Code("invalidArgument")
 
         public static func ~= (code: Code, error: any Error) -> Bool { (error as? LogbookError)?.code == code }

@@ -50,6 +50,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         static let fault = Flags(rawValue: 16)
         /// Registered in its context's registry (so deinit must unregister it).
         static let registered = Flags(rawValue: 32)
+        /// A stand-in that records which key a typed property reads (`KeyProbe`).
+        static let probe = Flags(rawValue: 64)
     }
 
     /// Made by contexts only.
@@ -108,6 +110,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     func checkUsable(_ key: String? = nil) throws -> ManagedObjectContext {
         guard !flags.contains(.invalid), let context = contextRef else {
+            if flags.contains(.probe), let key { KeyProbe.record(key, for: self) }
             throw LogbookError(.objectInvalidated, "the object is no longer usable: its context was reset or deallocated, or its deletion was saved",
                                entity: layout.name, key: key, objectID: objectID)
         }
@@ -145,7 +148,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
                 let attribute = layout.entity.attributes[slot]
                 let new: Slot
                 do { new = try Slot(value, type: attribute.type, transformers: ValueTransformers.registry) } catch let m as Slot.Mismatch {
-                    throw LogbookError(.typeMismatch, "\(key) is \(m.expected); \(type(of: m.got)) \(m.got) does not fit",
+                    throw LogbookError(.typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit",
                                        entity: layout.name, key: key, objectID: objectID)
                 }
                 context.setSlot(self, slot, new)
@@ -270,8 +273,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The stored value of an attribute for a typed property (nil when unusable or unknown).
     @usableFromInline
     func typedRead(_ key: String) -> (Slot, AttributeType)? {
-        guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return nil }
         if flags.contains(.fault) || flags.contains(.invalid) { guard (try? checkUsable(key)) != nil else { return nil } }
+        guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return nil }
         return (slots[slot], layout.entity.attributes[slot].type)
     }
 

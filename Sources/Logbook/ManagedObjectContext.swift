@@ -314,7 +314,10 @@ public final class ManagedObjectContext: @unchecked Sendable {
         }
     }
 
-    func fulfill(_ object: ManagedObject) throws {
+    /// Loads a fault's values: with its batch when it has one, else from `snapshot` (a fetch's
+    /// own, so that everything one fetch reads comes from one state of the store) or the
+    /// store's latest state.
+    func fulfill(_ object: ManagedObject, from snapshot: Snapshot? = nil) throws {
         guard object.flags.contains(.fault) else { return }
         if let batch = object.batch {
             // Load the whole batch from the fetch's snapshot.
@@ -331,7 +334,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             lastFetchRecordsRead += read
             if !object.flags.contains(.fault) { return }
         }
-        guard let slots = try decode(container.store.snapshot(), key: object.objectID.key, layout: object.layout) else {
+        guard let slots = try decode(snapshot ?? container.store.snapshot(), key: object.objectID.key, layout: object.layout) else {
             throw LogbookError(.objectNotFound, "the object was deleted from the store", entity: object.layout.name, objectID: object.objectID)
         }
         object.slots = slots

@@ -42,6 +42,14 @@ public enum AttributeType: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Integers, floating-point numbers and decimals.
+    var isNumeric: Bool {
+        switch self {
+        case .int16, .int32, .int64, .double, .float, .decimal: true
+        default: false
+        }
+    }
+
     /// Whether the attribute can have a secondary index.
     var isIndexable: Bool {
         switch self {

@@ -2,7 +2,7 @@ import Foundation
 
 /// A stored value of an attribute or a to-one relationship, as a managed object holds it.
 @usableFromInline
-enum Slot: Sendable, Equatable {
+enum Slot: Sendable, Hashable {
     case null
     case string(String)
     case int(Int64)
@@ -17,16 +17,25 @@ enum Slot: Sendable, Equatable {
 
     /// UUID, URL and Decimal live in a box so that a slot stays small.
     @usableFromInline
-    final class Boxed: Sendable, Equatable {
-        enum Value: Sendable, Equatable { case uuid(UUID), url(URL), decimal(Decimal) }
+    final class Boxed: Sendable, Hashable {
+        enum Value: Sendable, Hashable { case uuid(UUID), url(URL), decimal(Decimal) }
         let value: Value
         init(_ value: Value) { self.value = value }
         @usableFromInline static func == (a: Boxed, b: Boxed) -> Bool { a.value == b.value }
+        @usableFromInline func hash(into h: inout Hasher) { h.combine(value) }
     }
 
     var isNull: Bool { if case .null = self { true } else { false } }
 
-    struct Mismatch: Error { var expected: AttributeType; var got: Any }
+    struct Mismatch: Error {
+        var expected: AttributeType
+        /// The value given, as the error shows it: its type and the value.
+        var got: String
+        init(expected: AttributeType, got: Any) {
+            self.expected = expected
+            self.got = "\(Swift.type(of: got)) \(got)"
+        }
+    }
 
     /// Converts a Swift value to a slot of `type`, checking the type (and integer ranges).
     init(_ value: Any?, type: AttributeType, transformers: TransformerRegistry? = nil) throws {
@@ -95,7 +104,7 @@ enum Slot: Sendable, Equatable {
     }
 
     /// The Swift value of a slot of `type` (transformables stay blobs; see `ManagedObject.value(forKey:)`).
-    func value(type: AttributeType) -> Any? {
+    func value(type: AttributeType) -> (any Sendable)? {
         switch (self, type) {
         case (.null, _): return nil
         case (.string(let s), _): return s

@@ -8,7 +8,7 @@ func peakRSSMegabytes() -> Int {
     defer { fclose(f) }
     var line = [CChar](repeating: 0, count: 256)
     while fgets(&line, Int32(line.count), f) != nil {
-        let s = String(cString: line)
+        let s = line.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         if s.hasPrefix("VmHWM:") {
             let digits = s.filter(\.isNumber)
             return (Int(digits) ?? 0) / 1024
@@ -42,7 +42,7 @@ func temporaryStorePath(_ prefix: String) -> String {
     let base = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
     var template = Array("\(base)/\(prefix)-XXXXXX".utf8CString)
     _ = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-    return String(cString: template) + "/store"
+    return template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } + "/store"
 }
 
 /// Prints one phase line: `PHASE key=value …`.

@@ -1,0 +1,396 @@
+import Foundation
+import Synchronization
+
+// Foundation's `#Predicate` and `SortDescriptor` over typed classes, translated into the same
+// expression tree as format strings (so both get the same evaluation and planning).
+
+extension FetchPredicate {
+    /// A predicate written with Foundation's `#Predicate` over a typed class.
+    ///
+    /// ```swift
+    /// let adults = try FetchPredicate(#Predicate<Person> { $0.age >= 18 && $0.lastName.starts(with: "R") })
+    /// let managed = try FetchPredicate(#Predicate<Employee> { $0.manager?.lastName == "Smith" })
+    /// ```
+    ///
+    /// Translated: `== != < <= > >=`, `&& || !`, key paths of typed properties (through to-one
+    /// relationships with `?.` or `!`), `nil`, captured values, `contains` (of a string, of a
+    /// list of values, of a to-many relationship), `contains { … }` and `allSatisfy { … }` over
+    /// a to-many relationship, `starts(with:)`, `a...b` and `a..<b` ranges, `count` and `isEmpty`
+    /// of a to-many relationship. Anything else (arithmetic, `??`, conditionals) throws
+    /// `.invalidPredicate` naming the construct.
+    public init<T: ManagedObject>(_ predicate: Predicate<T>) throws {
+        var translator = SwiftPredicateTranslator()
+        translator.variables[predicate.variable.key] = .keyPath([], column: 0)
+        let node = try translator.node(predicate.expression)
+        self.init(node: node, format: node.formatDescription)
+    }
+}
+
+extension FetchRequest {
+    /// A request filtered by a `#Predicate` and ordered by key-path `SortDescriptor`s.
+    ///
+    /// ```swift
+    /// let request = try FetchRequest<Person>(predicate: #Predicate { $0.age >= 100 && $0.age <= 200 },
+    ///                                        sortBy: [SortDescriptor(\.age), SortDescriptor(\.firstName, order: .reverse)])
+    /// ```
+    public init(predicate: Predicate<Result>? = nil, sortBy: [SortDescriptor<Result>] = []) throws {
+        self.init()
+        if let predicate { self.predicate = try FetchPredicate(predicate) }
+        sortDescriptors = try sortBy.map(FetchSortDescriptor.init)
+    }
+}
+
+extension FetchSortDescriptor {
+    /// The same order as a key-path `SortDescriptor` of a typed class (`order: .reverse` is
+    /// descending).
+    public init<T: ManagedObject>(_ descriptor: SortDescriptor<T>) throws {
+        guard let keyPath = descriptor.keyPath, let key = KeyProbe.key(of: keyPath, in: T.self) else {
+            throw LogbookError(.invalidPredicate, "the sort descriptor \(descriptor) does not name a property of \(T.self) declared with @Attribute, @ToOne or @Transformable")
+        }
+        self.init(key: key, ascending: descriptor.order == .forward)
+    }
+}
+
+/// Finds which key a typed property reads, by reading it on a stand-in object that records
+/// the key its property wrapper asks for (key paths of computed properties carry no names).
+enum KeyProbe {
+    private static let recorded = Mutex<[ObjectIdentifier: String]>([:])
+    private static let layout: EntityLayout = {
+        // An entity without properties: every key lookup on the stand-in fails and is recorded.
+        try! EntityLayout(entity: EntityDescription("_KeyProbe"), index: 0, entityIndex: [:], entities: [])
+    }()
+    private static let identity = StoreIdentity(uuid: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)), keyspaces: [:])
+
+    static func record(_ key: String, for object: ManagedObject) {
+        recorded.withLock { $0[ObjectIdentifier(object)] = key }
+    }
+
+    /// The key that `keyPath` reads on objects of `type`, or nil when it reads none.
+    static func key<T: ManagedObject>(of keyPath: PartialKeyPath<T>, in type: T.Type) -> String? {
+        let token = ManagedObjectContext.Token()
+        let probe = type.init(ManagedObject.Bootstrap(layout: layout, id: ObjectID(store: identity, key: 0), token: token, slots: [], fault: false))
+        probe.flags = [.invalid, .probe]
+        _ = probe[keyPath: keyPath]
+        return recorded.withLock { $0.removeValue(forKey: ObjectIdentifier(probe)) }
+    }
+}
+
+/// What a part of a Swift predicate becomes.
+enum TranslatedPart {
+    case node(PredicateNode)
+    case expression(PredicateExpression)
+    /// `a...b` or `a..<b`.
+    case range(lower: PredicateExpression, upper: PredicateExpression, closed: Bool)
+}
+
+protocol SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart
+}
+
+struct SwiftPredicateTranslator {
+    var variables: [PredicateExpressions.VariableID: PredicateExpression] = [:]
+    var subqueries = 0
+
+    func unsupported(_ part: Any) -> LogbookError {
+        var name = String(describing: type(of: part))
+        if let angle = name.firstIndex(of: "<") { name = String(name[..<angle]) }
+        return LogbookError(.invalidPredicate, "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties, optional chaining, nil, contains, starts(with:), allSatisfy, ranges, count and isEmpty")
+    }
+
+    mutating func part(_ e: Any) throws -> TranslatedPart {
+        guard let t = e as? any SwiftPredicateTranslatable else { throw unsupported(e) }
+        return try t.translate(&self)
+    }
+
+    mutating func node(_ e: Any) throws -> PredicateNode {
+        switch try part(e) {
+        case .node(let n): return n
+        case .expression(let x):
+            // A Boolean key path used as a condition.
+            return .comparison(Comparison(modifier: .direct, lhs: x, op: .equal, rhs: .value(true), column: 0))
+        case .range: throw unsupported(e)
+        }
+    }
+
+    mutating func expression(_ e: Any) throws -> PredicateExpression {
+        switch try part(e) {
+        case .expression(let x): return x
+        case .node, .range:
+            throw LogbookError(.invalidPredicate, "a #Predicate uses a condition or a range where Logbook needs a value")
+        }
+    }
+
+    func compare(_ lhs: PredicateExpression, _ op: Comparison.Operator, _ rhs: PredicateExpression) -> TranslatedPart {
+        .node(.comparison(Comparison(modifier: .direct, lhs: lhs, op: op, rhs: rhs, column: 0)))
+    }
+
+    /// A value as the tree holds it: optionals unwrapped (nil for none).
+    static func plain(_ value: Any) -> Any? {
+        let mirror = Mirror(reflecting: value)
+        guard mirror.displayStyle == .optional else { return value }
+        guard let wrapped = mirror.children.first?.value else { return nil }
+        return plain(wrapped)
+    }
+}
+
+/// Collections whose `count` and `isEmpty` key paths a predicate may use.
+protocol CountedCollectionKeyPaths {
+    static func aggregate(of keyPath: AnyKeyPath) -> String?
+}
+extension Set: CountedCollectionKeyPaths {
+    static func aggregate(of keyPath: AnyKeyPath) -> String? {
+        keyPath == \Set.count ? "@count" : keyPath == \Set.isEmpty ? "isEmpty" : nil
+    }
+}
+extension Array: CountedCollectionKeyPaths {
+    static func aggregate(of keyPath: AnyKeyPath) -> String? {
+        keyPath == \Array.count ? "@count" : keyPath == \Array.isEmpty ? "isEmpty" : nil
+    }
+}
+extension String: CountedCollectionKeyPaths {
+    static func aggregate(of keyPath: AnyKeyPath) -> String? { nil }
+}
+
+/// Range values captured in a predicate (`let r = 1...5; #Predicate { r.contains($0.age) }`).
+protocol RangeValue { var bounds: (Any, Any, closed: Bool) { get } }
+extension ClosedRange: RangeValue { var bounds: (Any, Any, closed: Bool) { (lowerBound, upperBound, true) } }
+extension Range: RangeValue { var bounds: (Any, Any, closed: Bool) { (lowerBound, upperBound, false) } }
+
+extension PredicateExpressions.Variable: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        guard let bound = t.variables[key] else { throw t.unsupported(self) }
+        return .expression(bound)
+    }
+}
+
+extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        let base = try t.expression(root)
+        let component: String
+        if let objectType = Root.Output.self as? ManagedObject.Type {
+            guard let key = objectType.probeKey(keyPath) else {
+                throw LogbookError(.invalidPredicate, "\(keyPath) is not a property declared with @Attribute, @ToOne, @ToMany or @Transformable")
+            }
+            component = key
+        } else if let collection = Root.Output.self as? any CountedCollectionKeyPaths.Type, let aggregate = collection.aggregate(of: keyPath) {
+            component = aggregate
+        } else {
+            throw LogbookError(.invalidPredicate, "\(keyPath) cannot be translated: only typed properties, count and isEmpty")
+        }
+        func extended(_ path: [String]) -> [String] { path + [component == "isEmpty" ? "@count" : component] }
+        let expression: PredicateExpression
+        switch base {
+        case .keyPath(let path, let column): expression = .keyPath(extended(path), column: column)
+        case .variable(let name, let path, let column): expression = .variable(name, extended(path), column: column)
+        default: throw t.unsupported(self)
+        }
+        return component == "isEmpty" ? t.compare(expression, .equal, .value(0)) : .expression(expression)
+    }
+}
+
+extension ManagedObject {
+    /// The key a key path of this class reads (see `KeyProbe`).
+    static func probeKey(_ keyPath: AnyKeyPath) -> String? {
+        guard let typed = keyPath as? PartialKeyPath<Self> else { return nil }
+        return KeyProbe.key(of: typed, in: Self.self)
+    }
+}
+
+extension PredicateExpressions.Value: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        let v = SwiftPredicateTranslator.plain(value)
+        if let range = v as? any RangeValue {
+            let (lo, hi, closed) = range.bounds
+            return .range(lower: .value(lo), upper: .value(hi), closed: closed)
+        }
+        return .expression(.value(v))
+    }
+}
+
+extension PredicateExpressions.NilLiteral: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .expression(.value(nil)) }
+}
+
+extension PredicateExpressions.Equal: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        t.compare(try t.expression(lhs), .equal, try t.expression(rhs))
+    }
+}
+
+extension PredicateExpressions.NotEqual: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        t.compare(try t.expression(lhs), .notEqual, try t.expression(rhs))
+    }
+}
+
+extension PredicateExpressions.Comparison: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        let op: Comparison.Operator
+        switch self.op {
+        case .lessThan: op = .less
+        case .lessThanOrEqual: op = .lessOrEqual
+        case .greaterThan: op = .greater
+        case .greaterThanOrEqual: op = .greaterOrEqual
+        @unknown default: throw t.unsupported(self)
+        }
+        return t.compare(try t.expression(lhs), op, try t.expression(rhs))
+    }
+}
+
+extension PredicateExpressions.Conjunction: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        var parts: [PredicateNode] = []
+        for side in [try t.node(lhs), try t.node(rhs)] {
+            if case .and(let inner) = side { parts += inner } else { parts.append(side) }
+        }
+        return .node(.and(parts))
+    }
+}
+
+extension PredicateExpressions.Disjunction: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        var parts: [PredicateNode] = []
+        for side in [try t.node(lhs), try t.node(rhs)] {
+            if case .or(let inner) = side { parts += inner } else { parts.append(side) }
+        }
+        return .node(.or(parts))
+    }
+}
+
+extension PredicateExpressions.Negation: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .node(.not(try t.node(wrapped))) }
+}
+
+extension PredicateExpressions.ForcedUnwrap: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { try t.part(inner) }
+}
+
+extension PredicateExpressions.OptionalFlatMap: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        // `a?.b`: a key path that gives nil when `a` is nil, which is how key paths evaluate.
+        t.variables[variable.key] = try t.expression(wrapped)
+        return try t.part(transform)
+    }
+}
+
+extension PredicateExpressions.ClosedRange: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        .range(lower: try t.expression(lower), upper: try t.expression(upper), closed: true)
+    }
+}
+
+extension PredicateExpressions.Range: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        .range(lower: try t.expression(lower), upper: try t.expression(upper), closed: false)
+    }
+}
+
+extension PredicateExpressions.RangeExpressionContains: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        guard case let .range(lo, hi, closed) = try t.part(range) else { throw t.unsupported(self) }
+        let element = try t.expression(element)
+        if closed, case .value(let l) = lo, case .value(let h) = hi {
+            return t.compare(element, .between, .value([l, h] as [Any?]))
+        }
+        guard case .node(let lower) = t.compare(element, .greaterOrEqual, lo),
+              case .node(let upper) = t.compare(element, closed ? .lessOrEqual : .less, hi) else { throw t.unsupported(self) }
+        return .node(.and([lower, upper]))
+    }
+}
+
+extension PredicateExpressions.SequenceContains: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        let collection = try t.expression(sequence)
+        let item = try t.expression(element)
+        if case .keyPath = collection { return t.compare(collection, .contains, item) }
+        return t.compare(item, .in, collection)
+    }
+}
+
+extension PredicateExpressions.SequenceContainsWhere: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        let collection = try t.expression(sequence)
+        t.subqueries += 1
+        let name = "item\(t.subqueries)"
+        t.variables[variable.key] = .variable(name, [], column: 0)
+        let condition = try t.node(self.test)
+        return t.compare(.subquery(collection: collection, variable: name, predicate: condition, aggregate: "count", column: 0), .greater, .value(0))
+    }
+}
+
+extension PredicateExpressions.SequenceAllSatisfy: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        let collection = try t.expression(sequence)
+        t.subqueries += 1
+        let name = "item\(t.subqueries)"
+        t.variables[variable.key] = .variable(name, [], column: 0)
+        let condition = try t.node(self.test)
+        return t.compare(.subquery(collection: collection, variable: name, predicate: .not(condition), aggregate: "count", column: 0), .equal, .value(0))
+    }
+}
+
+extension PredicateExpressions.CollectionContainsCollection: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        t.compare(try t.expression(base), .contains, try t.expression(other))
+    }
+}
+
+extension PredicateExpressions.SequenceStartsWith: SwiftPredicateTranslatable {
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        t.compare(try t.expression(base), .beginsWith, try t.expression(prefix))
+    }
+}
+
+// MARK: Printing
+
+extension PredicateNode {
+    /// The node in the format language (how `explain` and `description` show a translated
+    /// `#Predicate`).
+    var formatDescription: String {
+        switch self {
+        case .constant(let b): return b ? "TRUEPREDICATE" : "FALSEPREDICATE"
+        case .not(let n): return "NOT (\(n.formatDescription))"
+        case .and(let parts): return parts.map { "(\($0.formatDescription))" }.joined(separator: " AND ")
+        case .or(let parts): return parts.map { "(\($0.formatDescription))" }.joined(separator: " OR ")
+        case .comparison(let c):
+            var s = ""
+            switch c.modifier {
+            case .direct: break
+            case .any: s = "ANY "
+            case .all: s = "ALL "
+            case .none: s = "NONE "
+            }
+            var options = ""
+            if c.caseInsensitive { options += "c" }
+            if c.diacriticInsensitive { options += "d" }
+            s += "\(c.lhs.formatDescription) \(c.op.rawValue)\(options.isEmpty ? "" : "[\(options)]") \(c.rhs.formatDescription)"
+            return s
+        }
+    }
+}
+
+extension PredicateExpression {
+    var formatDescription: String {
+        switch self {
+        case .keyPath(let path, _): return path.isEmpty ? "SELF" : path.joined(separator: ".")
+        case .variable(let name, let path, _): return (["$" + name] + path).joined(separator: ".")
+        case .value(let v): return Self.literal(v)
+        case .list(let items): return "{" + items.map(\.formatDescription).joined(separator: ", ") + "}"
+        case .subquery(let collection, let variable, let predicate, let aggregate, _):
+            return "SUBQUERY(\(collection.formatDescription), $\(variable), \(predicate.formatDescription))" + (aggregate.map { ".@\($0)" } ?? "")
+        }
+    }
+
+    static func literal(_ v: Any?) -> String {
+        switch v {
+        case nil: return "nil"
+        case let s as String: return "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        case let b as Bool: return b ? "YES" : "NO"
+        case let list as [Any?]: return "{" + list.map(literal).joined(separator: ", ") + "}"
+        case let list as [Any]: return "{" + list.map { literal($0) }.joined(separator: ", ") + "}"
+        case let o as ManagedObject: return o.objectID.uriRepresentation.absoluteString
+        case let d as Date: return "CAST(\(d.timeIntervalSinceReferenceDate), \"NSDate\")"
+        default: return "\(v!)"
+        }
+    }
+}

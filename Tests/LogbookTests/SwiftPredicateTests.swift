@@ -3,7 +3,7 @@ import Testing
 @testable import Logbook
 
 /// A typed class whose properties are not named like their keys.
-final class Task: ManagedObject {
+final class Chore: ManagedObject {
     @Attribute("name") var title: String
     @Attribute("createdAt") var created: Date
     @Attribute("done") var isDone: Bool
@@ -59,7 +59,7 @@ final class Task: ManagedObject {
     @Test func propertiesMapToTheirKeysAndBooleansAreConditions() throws {
         let store = TemporaryStore()
         let model = try ManagedObjectModel {
-            EntityDescription("Task", class: Task.self) {
+            EntityDescription("Chore", class: Chore.self) {
                 AttributeDescription("name", .string)
                 AttributeDescription("createdAt", .date, indexed: true)
                 AttributeDescription("done", .bool)
@@ -69,21 +69,21 @@ final class Task: ManagedObject {
         let context = container.newContext(concurrencyType: .confinement)
         let base = Date(timeIntervalSince1970: 1_700_000_000)
         for i in 1...50 {
-            let t = try context.insert(Task.self)
-            t.title = "Task \(i)"
+            let t = try context.insert(Chore.self)
+            t.title = "Chore \(i)"
             t.created = base + Double(i)
             t.isDone = i % 2 == 0
         }
         try context.save()
         let from = base + 10, to = base + 20
-        let request = try FetchRequest<Task>(predicate: #Predicate { $0.created >= from && $0.created < to && $0.isDone },
+        let request = try FetchRequest<Chore>(predicate: #Predicate { $0.created >= from && $0.created < to && $0.isDone },
                                              sortBy: [SortDescriptor(\.created, order: .reverse)])
         let plan = try context.explain(request)
         #expect(plan.description.contains("INDEX createdAt"), "the translated range uses the index: \(plan)")
         #expect(plan.filter?.contains("done") == true, "\(plan)")
-        #expect(try context.fetch(request).map(\.title) == [18, 16, 14, 12, 10].map { "Task \($0)" })
-        #expect(try FetchPredicate(#Predicate<Task> { $0.title == "x" }).description == "name == \"x\"")
-        #expect(try FetchSortDescriptor(SortDescriptor(\Task.title)) == FetchSortDescriptor(key: "name"))
+        #expect(try context.fetch(request).map(\.title) == [18, 16, 14, 12, 10].map { "Chore \($0)" })
+        #expect(try FetchPredicate(#Predicate<Chore> { $0.title == "x" }).description == "name == \"x\"")
+        #expect(try FetchSortDescriptor(SortDescriptor(\Chore.title)) == FetchSortDescriptor(key: "name"))
         try container.close()
     }
 
@@ -134,7 +134,7 @@ final class Task: ManagedObject {
     @Test func aStringSortWithOptionsDoesNotUseThePlainIndexOrder() throws {
         let store = TemporaryStore()
         let model = try ManagedObjectModel {
-            EntityDescription("Task", class: Task.self) {
+            EntityDescription("Chore", class: Chore.self) {
                 AttributeDescription("name", .string, indexed: true)
                 AttributeDescription("createdAt", .date)
                 AttributeDescription("done", .bool)
@@ -143,13 +143,13 @@ final class Task: ManagedObject {
         let container = try makeContainer(store, model: model)
         let context = container.newContext(concurrencyType: .confinement)
         for name in ["b", "A", "c"] {
-            let t = try context.insert(Task.self)
+            let t = try context.insert(Chore.self)
             t.title = name
             t.created = Date()
             t.isDone = false
         }
         try context.save()
-        var r = FetchRequest<Task>()
+        var r = FetchRequest<Chore>()
         r.sortDescriptors = [FetchSortDescriptor(key: "name")]
         #expect(try context.explain(r).orderFromIndex)
         #expect(try context.fetch(r).map(\.title) == ["A", "b", "c"])
@@ -233,6 +233,46 @@ final class Task: ManagedObject {
         #expect(people[0].firstName == want.first)
         #expect(!people[9].isFault && people[10].isFault, "touching one loads its batch of 10")
         #expect(people.map(\.firstName) == Array(want))
+        try container.close()
+    }
+
+    @Test func aBackgroundFetchReadsOneSnapshotWhileAnotherContextSaves() async throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let writer = container.newBackgroundContext()
+        let reader = container.newBackgroundContext()
+        // Each save inserts 50 persons and renames every earlier one: a fetch that mixed two
+        // states would see a count that is not a multiple of 50, or two generations of names.
+        let writing = Task.detached {
+            try await writer.perform {
+                for generation in 0..<30 {
+                    let all = try writer.fetch(FetchRequest<Person>())
+                    for p in all { p.lastName = "G\(generation)" }
+                    for i in 0..<50 {
+                        let p = try writer.insert(Person.self)
+                        p.firstName = "P\(generation)-\(i)"
+                        p.lastName = "G\(generation)"
+                    }
+                    try writer.save()
+                }
+            }
+        }
+        var fetches = 0
+        while fetches < 200 {
+            let (count, generations): (Int, Set<String>) = try await reader.perform {
+                reader.reset()
+                var request = FetchRequest<Person>()
+                request.sortDescriptors = [FetchSortDescriptor(key: "firstName", ascending: false)]
+                request.fetchBatchSize = 7
+                let people = try reader.fetch(request)
+                return (people.count, Set(people.map(\.lastName)))
+            }
+            #expect(count % 50 == 0, "a fetch saw part of a save: \(count)")
+            #expect(generations.count <= 1, "a fetch mixed states: \(generations)")
+            fetches += 1
+            if count == 1500 { break }
+        }
+        try await writing.value
         try container.close()
     }
 }

@@ -189,6 +189,76 @@ extension ManagedObjectContext {
         return keys
     }
 
+    /// Objects for keys that no object of the context holds, read from `snapshot` and
+    /// registered, in the order of `keys`.
+    func materialize(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
+        var created: [ManagedObject] = []
+        created.reserveCapacity(keys.count)
+        // Everything the loop needs, taken out of `self` once.
+        let destinations = layout.toOne.map { UInt64(storeLayout.keyspace[layout.relationshipDestination[$0]]) }
+        let attributeCount = layout.attributeCount
+        let identity = storeLayout.identity
+        let token = self.token
+        let managedClass = layout.managedClass
+        do {
+            try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+                let slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                created.append(managedClass.init(ManagedObject.Bootstrap(
+                    layout: layout, id: ObjectID(store: identity, key: key), token: token, slots: slots, fault: false)))
+            }
+        } catch is RecordCodec.Malformed {
+            throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
+        } catch let e as LogbookError {
+            throw e
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+        register(all: created)
+        return created
+    }
+
+    /// Visits every saved object of an entity in key order (the order of insertion), reading
+    /// `batchSize` records at a time from one snapshot; the objects of a batch are released
+    /// after it unless something else holds them, so memory stays bounded for any store size.
+    /// Unsaved inserts are not visited; unsaved changes of registered objects are seen.
+    ///
+    /// ```swift
+    /// try context.enumerateObjects(ofEntity: "Item") { item in
+    ///     print(try item.value(forKey: "name") ?? "")
+    /// }
+    /// ```
+    public func enumerateObjects(ofEntity entityName: String, batchSize: Int = 1000,
+                                 _ body: (ManagedObject) throws -> Void) throws {
+        let layout = try model.layout(named: entityName)
+        let snapshot = container.store.snapshot()
+        let keyspace = storeLayout.keyspace[layout.index]
+        var next: UInt64 = 0
+        var keys: [UInt64] = []
+        keys.reserveCapacity(max(1, batchSize))
+        while true {
+            keys.removeAll(keepingCapacity: true)
+            snapshot.forEachKey(inKeyspace: keyspace, from: next) { key in
+                keys.append(key)
+                return keys.count < max(1, batchSize)
+            }
+            guard let last = keys.last else { return }
+            do {
+                let known = registered(keys: keys)
+                let missing = keys.indices.filter { known[$0] == nil }.map { keys[$0] }
+                let created = try materialize(missing, layout: layout, snapshot: snapshot)
+                var c = 0
+                for i in keys.indices {
+                    let o: ManagedObject
+                    if let k = known[i] { o = k } else { o = created[c]; c += 1 }
+                    if o.flags.contains(.deleted) { continue }
+                    if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
+                    try body(o)
+                }
+            }
+            next = last + 1
+        }
+    }
+
     /// The objects of a request, all read from one snapshot of the store (`snapshot`, or one
     /// taken now).
     func fetchObjects<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil) throws -> [ManagedObject] {
@@ -232,31 +302,9 @@ extension ManagedObjectContext {
             missingAt.append(i)
         }
         if !missing.isEmpty {
-            var created: [ManagedObject] = []
-            created.reserveCapacity(missing.count)
-            // Everything the loop needs, taken out of `self` once.
-            let destinations = layout.toOne.map { UInt64(storeLayout.keyspace[layout.relationshipDestination[$0]]) }
-            let attributeCount = layout.attributeCount
-            let identity = storeLayout.identity
-            let token = self.token
-            let managedClass = layout.managedClass
-            do {
-                try snapshot.forEachValue(forKeys: missing) { j, key, raw in
-                    let slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
-                    let o = managedClass.init(ManagedObject.Bootstrap(
-                        layout: layout, id: ObjectID(store: identity, key: key), token: token, slots: slots, fault: false))
-                    fresh[missingAt[j]] = o
-                    created.append(o)
-                }
-            } catch is RecordCodec.Malformed {
-                throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
-            } catch let e as LogbookError {
-                throw e
-            } catch {
-                throw LogbookError.wrap(error)
-            }
+            let created = try materialize(missing, layout: layout, snapshot: snapshot)
+            for (j, o) in created.enumerated() { fresh[missingAt[j]] = o }
             read = created.count
-            register(all: created)
         }
         for i in keys.indices {
             if let o = known[i] {

@@ -163,3 +163,114 @@ nonisolated(unsafe) let isoFormatter: ISO8601DateFormatter = {
     f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
     return f
 }()
+
+struct Verify: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check every checksum, record and index of a store against its journal, without changing it.",
+        discussion: "Exit status: 0 when the store is sound, 1 when it is damaged (the file and offset are printed), 2 when the directory is not a store or cannot be read.")
+    @Argument(help: "The store directory.") var directory: String
+
+    func run() throws {
+        let report: VerificationReport
+        do {
+            report = try Store.verify(at: directory)
+        } catch let e as EngineError where e.code == .corruption {
+            printError("logbook: damaged: \(e)")
+            print("damaged")
+            throw ExitCode(1)
+        } catch {
+            fail(error, code: 2)
+        }
+        print("segments: \(report.segments) (\(report.segmentBytes) bytes)")
+        print("commits replayed: \(report.commits), version \(report.version)")
+        print("checkpoint: \(report.checkpoint.map { "\($0), compared with the journal" } ?? "none")")
+        print("records: \(report.records), index entries: \(report.indexEntries), set members: \(report.setMembers)")
+        if report.uncommittedTailBytes > 0 {
+            print("uncommitted tail: \(report.uncommittedTailBytes) bytes after the last commit (a torn write; the next open cuts it)")
+        }
+        if report.isSound {
+            print("sound")
+            return
+        }
+        for p in report.problems { printError("logbook: damaged: \(p)") }
+        print("damaged: \(report.problems.count) problem\(report.problems.count == 1 ? "" : "s")")
+        throw ExitCode(1)
+    }
+}
+
+struct Export: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write every object of a store as JSON, streamed (memory stays bounded for any size).",
+        discussion: "Output: {\"entities\": [{\"name\": E, \"objects\": [{\"id\": …, attributes…, relationships…}, …]}, …]}. To-one relationships are object ID URIs, to-many relationships arrays of them; dates are ISO 8601, data base64.")
+    @Argument(help: "The store directory.") var directory: String
+    @Flag(help: "Write JSON (the only format).") var json = false
+    @Option(help: "Only this entity.") var entity: String?
+
+    func run() throws {
+        guard json else { fail(ValidationError("export needs --json (the only format)"), code: 1) }
+        do {
+            let (container, context) = try openRecorded(directory)
+            var out = OutputBuffer()
+            out.write("{\"entities\": [")
+            let entities = try container.model.entities.filter { e in
+                guard let entity else { return true }
+                if container.model[entity: entity] == nil { throw LogbookError(.unknownEntity, "the store has no entity named \(entity)", entity: entity) }
+                return e.name == entity
+            }
+            for (n, e) in entities.enumerated() {
+                out.write(n == 0 ? "\n" : ",\n")
+                out.write("  {\"name\": \"\(escape(e.name))\", \"objects\": [")
+                var first = true
+                try context.enumerateObjects(ofEntity: e.name) { o in
+                    out.write(first ? "\n    {" : ",\n    {")
+                    first = false
+                    out.write("\"id\": \"\(o.objectID.uriRepresentation.absoluteString)\"")
+                    for a in e.attributes {
+                        let v = try o.value(forKey: a.name)
+                        if case .transformable = a.type {
+                            out.write(", \"\(escape(a.name))\": \(jsonValue(v.map { "\($0)" }))")
+                        } else {
+                            out.write(", \"\(escape(a.name))\": \(jsonValue(v))")
+                        }
+                    }
+                    for r in e.relationships {
+                        if r.isToMany {
+                            let ids = try o.objects(forKey: r.name).map(\.objectID.uriRepresentation.absoluteString).sorted()
+                            out.write(", \"\(escape(r.name))\": [" + ids.map { "\"\($0)\"" }.joined(separator: ", ") + "]")
+                        } else {
+                            let target = try o.value(forKey: r.name) as? ManagedObject
+                            out.write(", \"\(escape(r.name))\": " + (target.map { "\"\($0.objectID.uriRepresentation.absoluteString)\"" } ?? "null"))
+                        }
+                    }
+                    out.write("}")
+                }
+                out.write(first ? "]}" : "\n  ]}")
+            }
+            out.write("\n]}\n")
+            out.flush()
+            try? container.close()
+        } catch { fail(error) }
+    }
+}
+
+/// Standard output in 64 KiB writes.
+struct OutputBuffer {
+    private var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(1 << 16) }
+
+    mutating func write(_ s: String) {
+        bytes.append(contentsOf: s.utf8)
+        if bytes.count >= 1 << 16 { flush() }
+    }
+
+    mutating func flush() {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Foundation.write(1, $0.baseAddress!, $0.count) }
+            if n <= 0 { break }
+            offset += n
+        }
+        bytes.removeAll(keepingCapacity: true)
+    }
+}

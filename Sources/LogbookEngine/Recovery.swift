@@ -95,7 +95,7 @@ struct Recovery {
         var startIndex = 0
         var startOffset = JournalFormat.fileHeaderSize
         var checkpointVersion: UInt64 = 0
-        if manifest.checkpoint != 0 {
+        if manifest.checkpoint != 0 && !options.ignoresCheckpoint {
             let ckptPath = path(Checkpoint.fileName(manifest.checkpoint))
             do {
                 let loaded = try Checkpoint.read(path: ckptPath, number: manifest.checkpoint, fileSystem: fs)

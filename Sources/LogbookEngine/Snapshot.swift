@@ -127,6 +127,9 @@ public final class Snapshot: Sendable {
 
     public func isMember(_ member: UInt64, ofSet set: UInt64) -> Bool { state.sets[set]?.contains(member) ?? false }
 
+    /// The keyspaces that hold non-empty sets.
+    public var setKeyspaces: [UInt16] { state.sets.keyspaces.sorted() }
+
     /// Number of non-empty sets.
     public var setCount: Int { state.sets.count }
 

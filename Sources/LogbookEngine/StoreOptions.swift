@@ -45,6 +45,8 @@ public struct StoreOptions: Sendable {
     public var createIfMissing = true
     /// Bytes of decoded blocks kept in memory for reads.
     public var cacheSize: Int = 32 << 20
+    /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
+    var ignoresCheckpoint = false
 
     public init() {}
 }

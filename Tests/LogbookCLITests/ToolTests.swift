@@ -91,4 +91,98 @@ import LogbookEngine
         #expect(r.status == 0 && r.out.hasPrefix("compact seconds="))
         #expect(try run(["count", store, "--entity", "Person"]).out == "4\n")
     }
+
+    func files(_ store: String) throws -> [String: Data] {
+        var out: [String: Data] = [:]
+        for name in try FileManager.default.contentsOfDirectory(atPath: store) {
+            out[name] = try Data(contentsOf: URL(fileURLWithPath: store + "/" + name))
+        }
+        return out
+    }
+
+    func flipByte(in path: String, at offset: Int) throws {
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        data[offset] ^= 0x5A
+        try data.write(to: URL(fileURLWithPath: path))
+    }
+
+    @Test func verifyTellsSoundDamagedAndNotAStoreApartAndChangesNothing() throws {
+        let store = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: store) }
+        let before = try files(store)
+        let sound = try run(["verify", store])
+        #expect(sound.status == 0, "\(sound.err)")
+        #expect(sound.out.contains("records: 6") && sound.out.hasSuffix("sound\n"), "\(sound.out)")
+        #expect(try files(store) == before, "verify never changes the store")
+        // After a compaction the rewritten journal still agrees with the checkpoint.
+        #expect(try run(["compact", store]).status == 0)
+        #expect(try run(["verify", store]).status == 0)
+
+        // A damaged record in the journal: exit 1, naming the file and offset.
+        let segment = try FileManager.default.contentsOfDirectory(atPath: store).filter { $0.hasSuffix(".lbj") }
+            .max { try! files(store)[$0]!.count < files(store)[$1]!.count }!
+        try flipByte(in: store + "/" + segment, at: 40)
+        let damaged = try run(["verify", store])
+        #expect(damaged.status == 1, "\(damaged)")
+        #expect(damaged.err.contains(segment) && damaged.err.contains("offset"), "\(damaged.err)")
+        #expect(damaged.err.split(separator: "\n").count == 1)
+        try flipByte(in: store + "/" + segment, at: 40)
+        #expect(try run(["verify", store]).status == 0)
+
+        // A damaged checkpoint: the store still opens (from the journal), verify reports it.
+        let checkpoint = try FileManager.default.contentsOfDirectory(atPath: store).first { $0.hasSuffix(".lbc") }!
+        try flipByte(in: store + "/" + checkpoint, at: 40)
+        let badCheckpoint = try run(["verify", store])
+        #expect(badCheckpoint.status == 1 && badCheckpoint.err.contains("checkpoint"), "\(badCheckpoint)")
+
+        // Not a store, or nothing there: exit 2.
+        let empty = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-empty-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        try Data("hello".utf8).write(to: URL(fileURLWithPath: empty + "/notes.txt"))
+        defer { try? FileManager.default.removeItem(atPath: empty) }
+        let notAStore = try run(["verify", empty])
+        #expect(notAStore.status == 2 && notAStore.err.hasPrefix("logbook: "), "\(notAStore)")
+        #expect(try run(["verify", empty + "/missing"]).status == 2)
+    }
+
+    @Test func exportStreamsEveryObjectAsJSON() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-export-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let model = try ManagedObjectModel {
+            EntityDescription("Manager") {
+                AttributeDescription("name", .string)
+                RelationshipDescription("employees", to: "Employee", inverse: "manager", toMany: true)
+            }
+            EntityDescription("Employee") {
+                AttributeDescription("name", .string)
+                AttributeDescription("hired", .date, optional: true)
+                RelationshipDescription("manager", to: "Manager", inverse: "employees")
+            }
+        }
+        let container = try PersistentContainer(name: "Staff", model: model, directory: dir)
+        let context = container.newContext(concurrencyType: .confinement)
+        let boss = try context.insertNewObject(forEntityName: "Manager")
+        try boss.setValue("Boss", forKey: "name")
+        for i in 0..<2500 {
+            let e = try context.insertNewObject(forEntityName: "Employee")
+            try e.setValue("E\(i)", forKey: "name")
+            if i % 2 == 0 { try e.setValue(boss, forKey: "manager") }
+        }
+        try context.save()
+        try container.close()
+        let r = try run(["export", dir, "--json"])
+        #expect(r.status == 0, "\(r.err)")
+        let parsed = try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any]
+        let entities = parsed?["entities"] as? [[String: Any]] ?? []
+        #expect(entities.map { $0["name"] as? String } == ["Manager", "Employee"])
+        let managers = entities.first?["objects"] as? [[String: Any]] ?? []
+        let employees = entities.last?["objects"] as? [[String: Any]] ?? []
+        #expect(employees.count == 2500)
+        #expect(employees.map { $0["name"] as? String } == (0..<2500).map { "E\($0)" }, "in insertion order")
+        #expect((managers.first?["employees"] as? [String])?.count == 1250)
+        #expect(employees[0]["manager"] as? String == managers.first?["id"] as? String)
+        #expect(employees[1]["manager"] is NSNull && employees[1]["hired"] is NSNull)
+        let usage = try run(["export", dir])
+        #expect(usage.status != 0 && usage.err.contains("--json"))
+    }
 }

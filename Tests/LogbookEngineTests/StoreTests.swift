@@ -232,3 +232,39 @@ import Glibc
         #expect(string(try Store.open(at: path, options: quietOptions()).snapshot().value(forKey: 1)) == "deep")
     }
 }
+
+@Suite struct VerifyTests {
+    @Test func aSoundStoreVerifiesAndDifferencesAreNamed() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        try StoreTests().writeEveryKind(store)
+        try store.checkpoint()
+        var t = Transaction()
+        t.put(key(1, 500), value: bytes("after the checkpoint"), indexKeys: [IndexKey(index: 1, orderedInt64: 4)])
+        try store.commit(t)
+        try store.close()
+        let report = try Store.verify(at: dir.store())
+        #expect(report.isSound, "\(report.problems)")
+        #expect(report.records == 102 && report.indexEntries == 198 && report.setMembers == 5, "\(report)")
+        #expect(report.commits == 3 && report.version == 3 && report.checkpoint != nil)
+
+        // The comparison names what differs: a record, an index entry, a set member.
+        let other = TemporaryDirectory()
+        defer { other.cleanUp() }
+        let changed = try Store.open(at: other.store(), options: quietOptions())
+        try StoreTests().writeEveryKind(changed)
+        var u = Transaction()
+        u.put(key(1, 7), value: bytes("different"), indexKeys: [IndexKey(index: 1, orderedInt64: 7)])
+        u.addMembers([key(1, 9)], toSet: key(9, 2))
+        try changed.commit(u)
+        let reopened = try Store.open(at: dir.store(), options: quietOptions())
+        var diff = VerificationReport()
+        Store.compare(reopened.snapshot(), changed.snapshot(), into: &diff)
+        #expect(diff.problems.contains { $0.contains("record 1000000000007") }, "\(diff.problems)")
+        #expect(diff.problems.contains { $0.contains("set 9000000000002") }, "\(diff.problems)")
+        #expect(diff.problems.contains { $0.contains("index 1") }, "\(diff.problems)")
+        try reopened.close()
+        try changed.close()
+    }
+}

@@ -1,0 +1,157 @@
+/// What `Store.verify(at:)` found.
+public struct VerificationReport: Sendable {
+    /// Journal segments read, and their bytes.
+    public var segments = 0
+    public var segmentBytes = 0
+    /// Commits replayed from the start of the journal.
+    public var commits = 0
+    /// The store's version (its last commit).
+    public var version: UInt64 = 0
+    /// Records read and compared.
+    public var records = 0
+    /// Secondary index entries compared, and set members compared.
+    public var indexEntries = 0
+    public var setMembers = 0
+    /// The checkpoint checked against the journal (nil when there is none).
+    public var checkpoint: UInt64?
+    /// Bytes after the last commit that the next writable open will cut (a torn write, not damage).
+    public var uncommittedTailBytes = 0
+    /// Damage found, each naming the file and offset or the key; empty when the store is sound.
+    public var problems: [String] = []
+
+    public var isSound: Bool { problems.isEmpty }
+}
+
+extension Store {
+    /// Checks a store without changing it: every frame's checksum and every block of every
+    /// segment (by replaying the whole journal from its first segment), the checkpoint, and the
+    /// state the checkpoint gives (every record, index entry and set member) against the state
+    /// the journal alone gives.
+    ///
+    /// Damage that stops an open throws `EngineError` with `.corruption` (file and offset);
+    /// a directory that is not a store throws `.notAStore`. Differences between the checkpoint
+    /// and the journal are listed in `problems`.
+    ///
+    /// ```swift
+    /// let report = try Store.verify(at: "/data/items.logbook")
+    /// print(report.isSound ? "sound" : report.problems.joined(separator: "\n"))
+    /// ```
+    public static func verify(at directory: String) throws -> VerificationReport {
+        var options = StoreOptions()
+        options.readOnly = true
+        options.createIfMissing = false
+        options.checkpointOnClose = false
+        options.compaction = .manual
+        var report = VerificationReport()
+
+        // The journal alone, from its first byte.
+        var fromJournal = options
+        fromJournal.ignoresCheckpoint = true
+        let journal = try Store.open(at: directory, options: fromJournal)
+        defer { try? journal.close() }
+        let stats = journal.statistics()
+        report.segments = stats.segments.count
+        report.segmentBytes = stats.segments.reduce(0) { $0 + $1.bytes }
+        report.commits = journal.recoveryReport.commitsReplayed
+        report.version = journal.recoveryReport.version
+        report.uncommittedTailBytes = journal.recoveryReport.truncatedBytes
+
+        // The checkpoint and the journal after it, as a normal open reads the store.
+        let opened = try Store.open(at: directory, options: options)
+        defer { try? opened.close() }
+        report.checkpoint = opened.recoveryReport.checkpoint
+        if let problem = opened.recoveryReport.checkpointProblem {
+            report.problems.append("checkpoint: \(problem)")
+        }
+        compare(opened.snapshot(), journal.snapshot(), into: &report)
+        return report
+    }
+
+    /// Compares the state a normal open gives (`a`) with the journal's (`b`).
+    static func compare(_ a: Snapshot, _ b: Snapshot, into report: inout VerificationReport) {
+        func note(_ problem: String) {
+            if report.problems.count < 100 { report.problems.append(problem) }
+        }
+        if a.version != b.version { note("the checkpoint's state is version \(a.version), the journal's \(b.version)") }
+        if a.keyspaces != b.keyspaces { note("keyspaces differ: \(a.keyspaces) from the checkpoint, \(b.keyspaces) from the journal") }
+        for keyspace in Set(a.keyspaces).union(b.keyspaces).sorted() {
+            var aKeys: [UInt64] = []
+            var bKeys: [UInt64] = []
+            a.forEachKey(inKeyspace: keyspace) { aKeys.append($0); return true }
+            b.forEachKey(inKeyspace: keyspace) { bKeys.append($0); return true }
+            if aKeys != bKeys {
+                let (onlyA, onlyB) = (Set(aKeys).subtracting(bKeys), Set(bKeys).subtracting(aKeys))
+                note("keyspace \(keyspace): \(aKeys.count) records from the checkpoint, \(bKeys.count) from the journal"
+                     + (onlyA.min().map { "; record \(String($0, radix: 16)) only in the checkpoint's state" } ?? "")
+                     + (onlyB.min().map { "; record \(String($0, radix: 16)) only in the journal's" } ?? ""))
+                aKeys = aKeys.filter { !onlyA.contains($0) }
+            }
+            // Every record read from both (checksums and decompression checked on the way).
+            for chunk in stride(from: 0, to: aKeys.count, by: 4096) {
+                let keys = Array(aKeys[chunk..<min(chunk + 4096, aKeys.count)])
+                var fromA: [[UInt8]] = []
+                fromA.reserveCapacity(keys.count)
+                do {
+                    try a.forEachValue(forKeys: keys) { _, _, raw in fromA.append(Array(raw)) }
+                    try b.forEachValue(forKeys: keys) { i, key, raw in
+                        if !fromA[i].elementsEqual(raw) { note("record \(String(key, radix: 16)): the checkpoint and the journal hold different values") }
+                    }
+                } catch {
+                    note("keyspace \(keyspace): \(error)")
+                }
+                report.records += keys.count
+            }
+        }
+        for keyspace in Set(a.setKeyspaces).union(b.setKeyspaces).sorted() {
+            var aSets: [UInt64: [UInt64]] = [:]
+            a.forEachSet(inKeyspace: keyspace) { aSets[$0] = $1; return true }
+            var n = 0
+            b.forEachSet(inKeyspace: keyspace) { key, members in
+                if aSets[key] != members {
+                    note("set \(String(key, radix: 16)): the checkpoint and the journal hold different members")
+                }
+                report.setMembers += members.count
+                n += 1
+                return true
+            }
+            if n != aSets.count { note("keyspace \(keyspace): \(aSets.count) sets from the checkpoint, \(n) from the journal") }
+        }
+        if a.indexes != b.indexes { note("indexes differ: \(a.indexes) from the checkpoint, \(b.indexes) from the journal") }
+        for index in Set(a.indexes).intersection(b.indexes).sorted() {
+            var aEntries: [([UInt8], UInt64)] = []
+            a.forEachIndexEntry(index: index) { k, pk in aEntries.append((Array(k), pk)); return true }
+            var n = 0
+            var differs = false
+            b.forEachIndexEntry(index: index) { k, pk in
+                if n >= aEntries.count || aEntries[n].1 != pk || !aEntries[n].0.elementsEqual(k) { differs = true; return false }
+                n += 1
+                return true
+            }
+            if differs || n != aEntries.count {
+                note("index \(index): its entries differ between the checkpoint and the journal (\(aEntries.count) from the checkpoint)")
+            }
+            report.indexEntries += aEntries.count
+            // Each entry names a record that exists.
+            for (_, pk) in aEntries where !a.contains(pk) {
+                note("index \(index): an entry names the missing record \(String(pk, radix: 16))")
+                break
+            }
+        }
+        // The records' own index keys, counted, match the indexes' entries.
+        var expected: [UInt32: Int] = [:]
+        for keyspace in a.keyspaces {
+            var keys: [UInt64] = []
+            a.forEachKey(inKeyspace: keyspace) { keys.append($0); return true }
+            for key in keys {
+                do {
+                    for k in try a.indexKeys(forKey: key) { expected[k.index, default: 0] += 1 }
+                } catch {
+                    note("record \(String(key, radix: 16)): \(error)")
+                }
+            }
+        }
+        for index in Set(expected.keys).union(a.indexes).sorted() where expected[index, default: 0] != a.indexCount(index: index) {
+            note("index \(index): \(a.indexCount(index: index)) entries, but the records carry \(expected[index, default: 0]) keys for it")
+        }
+    }
+}

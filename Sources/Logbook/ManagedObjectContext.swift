@@ -67,7 +67,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     var model: ManagedObjectModel { container.model }
     var storeLayout: StoreLayout { container.storeLayout }
 
-    private let registryLock = Registry()
+    let registryLock = Registry()
 
     /// Registered objects by key, unretained: an object leaves when it deinits. `table` is
     /// guarded by `lock` (an object may in principle be released on another thread).

@@ -90,19 +90,23 @@ extension ManagedObjectContext {
     }
 
     func encode(_ object: ManagedObject, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
-        let entity = object.layout
+        Self.encode(object.slots, key: object.objectID.key, entity: object.layout, into: &t, buffer: &buffer, layout: layout)
+    }
+
+    /// Puts a record and its index keys into a transaction.
+    static func encode(_ slots: [Slot], key: UInt64, entity: EntityLayout, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
         let indexed = layout.indexedAttributes[entity.index]
-        if indexed.count <= 1, let size = RecordCodec.encodedSize(object.slots, layout: entity) {
+        if indexed.count <= 1, let size = RecordCodec.encodedSize(slots, layout: entity) {
             // The common case: the record written straight into the transaction.
-            let indexKey = indexed.first.map { RecordCodec.indexKey(object.slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
-            t.put(object.objectID.key, valueCount: size, indexKey: indexKey) { out in
-                RecordCodec.write(object.slots, layout: entity, to: out)
+            let indexKey = indexed.first.map { RecordCodec.indexKey(slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+            t.put(key, valueCount: size, indexKey: indexKey) { out in
+                RecordCodec.write(slots, layout: entity, to: out)
             }
             return
         }
-        RecordCodec.encode(object.slots, layout: entity, into: &buffer)
-        let keys = indexed.map { RecordCodec.indexKey(object.slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
-        t.put(object.objectID.key, value: buffer, indexKeys: keys)
+        RecordCodec.encode(slots, layout: entity, into: &buffer)
+        let keys = indexed.map { RecordCodec.indexKey(slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+        t.put(key, value: buffer, indexKeys: keys)
     }
 
     /// Every reason the changed objects cannot be saved.
@@ -118,36 +122,8 @@ extension ManagedObjectContext {
             for i in layout.requiredSlots where object.slots[i].isNull {
                 fail(object, layout.slotNames[i], "a value is required")
             }
-            if !layout.ruleSlots.isEmpty { checkRules(object) }
+            if !layout.ruleSlots.isEmpty { layout.checkRules(object.slots) { fail(object, $0, $1) } }
             if layout.hasRelationshipRules { checkRelationships(object) }
-        }
-        func checkRules(_ object: ManagedObject) {
-            let entity = object.layout.entity
-            for i in object.layout.ruleSlots {
-                let a = entity.attributes[i]
-                let slot = object.slots[i]
-                if slot.isNull { continue }
-                for rule in a.rules {
-                    switch rule {
-                    case .range(let range):
-                        if let n = slot.number, !range.contains(n) { fail(object, a.name, "\(n) is outside \(range.lowerBound)...\(range.upperBound)") }
-                        if case .double(let d) = slot, a.type == .date, !range.contains(d) { fail(object, a.name, "the date is outside the allowed range") }
-                    case .length(let range):
-                        var n: Int?
-                        if case .string(let s) = slot { n = s.count }
-                        if case .data(let d) = slot { n = d.count }
-                        if let n, !range.contains(n) { fail(object, a.name, "length \(n) is outside \(range.lowerBound)...\(range.upperBound)") }
-                    case .pattern(let pattern):
-                        if case .string(let s) = slot {
-                            let ok = (try? NSRegularExpression(pattern: "^(?:\(pattern))$"))
-                                .map { $0.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil } ?? false
-                            if !ok { fail(object, a.name, "\"\(s)\" does not match \(pattern)") }
-                        }
-                    case .custom(let check):
-                        if let reason = check(slot.value(type: a.type)) { fail(object, a.name, reason) }
-                    }
-                }
-            }
         }
         func checkRelationships(_ object: ManagedObject) {
             for (r, rel) in object.layout.entity.relationships.enumerated() {
@@ -175,6 +151,12 @@ extension ManagedObjectContext {
     /// Brings a save of another context into this one: registered objects that were updated
     /// reload their values (keeping their own unsaved changes), deleted ones are marked deleted.
     public func mergeChanges(_ changes: ContextChanges) {
+        refreshObjects(changes)
+        for observer in changeObservers { observer(changes) }
+    }
+
+    /// The registered objects a save changed reload (updated) or go (deleted).
+    func refreshObjects(_ changes: ContextChanges) {
         for id in changes.updated {
             guard let o = registered(id.key) else { continue }
             if o.hasChanges {
@@ -190,7 +172,6 @@ extension ManagedObjectContext {
             updated[id.key] = nil
             unregister(id.key)
         }
-        for observer in changeObservers { observer(changes) }
     }
 }
 
@@ -198,4 +179,35 @@ extension ManagedObjectContext {
 struct UncheckedSendableBox<T>: @unchecked Sendable {
     let value: T
     init(_ value: T) { self.value = value }
+}
+
+extension EntityLayout {
+    /// Calls `fail(key, reason)` for each validation rule an attribute's value breaks.
+    func checkRules(_ slots: [Slot], _ fail: (String, String) -> Void) {
+        for i in ruleSlots {
+            let a = entity.attributes[i]
+            let slot = slots[i]
+            if slot.isNull { continue }
+            for rule in a.rules {
+                switch rule {
+                case .range(let range):
+                    if let n = slot.number, !range.contains(n) { fail(a.name, "\(n) is outside \(range.lowerBound)...\(range.upperBound)") }
+                    if case .double(let d) = slot, a.type == .date, !range.contains(d) { fail(a.name, "the date is outside the allowed range") }
+                case .length(let range):
+                    var n: Int?
+                    if case .string(let s) = slot { n = s.count }
+                    if case .data(let d) = slot { n = d.count }
+                    if let n, !range.contains(n) { fail(a.name, "length \(n) is outside \(range.lowerBound)...\(range.upperBound)") }
+                case .pattern(let pattern):
+                    if case .string(let s) = slot {
+                        let ok = (try? NSRegularExpression(pattern: "^(?:\(pattern))$"))
+                            .map { $0.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil } ?? false
+                        if !ok { fail(a.name, "\"\(s)\" does not match \(pattern)") }
+                    }
+                case .custom(let check):
+                    if let reason = check(slot.value(type: a.type)) { fail(a.name, reason) }
+                }
+            }
+        }
+    }
 }

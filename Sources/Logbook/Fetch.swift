@@ -56,7 +56,7 @@ public enum StringComparison: Sendable, Hashable {
 /// ```
 ///
 /// A fetch sees the context's unsaved inserts, changes and deletions.
-public struct FetchRequest<Result: ManagedObject> {
+public struct FetchRequest<Result: ManagedObject>: Sendable {
     public var entityName: String
     /// Only the objects that satisfy it (all when nil).
     public var predicate: FetchPredicate?

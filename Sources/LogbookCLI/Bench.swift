@@ -1,35 +1,127 @@
 import ArgumentParser
+import Logbook
 @_spi(Benchmarks) import LogbookEngine
 import Foundation
 
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a benchmark workload.",
-        discussion: "Workloads: engine (the storage engine alone: N small records in one transaction, then reopen).")
+        abstract: "Run a benchmark workload of ../shared/benchmarks.md.",
+        discussion: """
+        Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
+        update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
+        compact (W9, after W5), snapshot (W10), all (each of them, N = --count), and engine, micro \
+        (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
+        (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
+        """)
 
     @Argument(help: "The workload to run.") var workload: String
     @Option(help: "Store directory (default: a fresh directory under the temporary directory).") var store: String?
-    @Option(help: "Number of records.") var count = 1_000_000
+    @Option(help: "Number of Items (W1); W6 uses count/10 employees and count/1000 managers.") var count = 1_000_000
     @Option(help: "Durability: full, normal or none.") var durability = "full"
+    @Flag(help: "populate: the batch-insert variant.") var batch = false
+    @Option(help: "commits: number of saves.") var commits = 10_000
+    @Option(help: "commits: Items per save.") var per = 1
+    @Flag(help: "Print each phase as a JSON object on its own line.") var json = false
 
     func run() throws {
         guard let durability = Durability(rawValue: durability) else {
             throw ValidationError("durability must be full, normal or none")
         }
+        reportsJSON = json
+        do {
+            try run(workload, durability)
+        } catch let e as ValidationError {
+            throw e
+        } catch let e as ExitCode {
+            throw e
+        } catch {
+            fail(error)
+        }
+    }
+
+    func freshStore(_ name: String) -> String {
+        let path = temporaryStorePath("logbook-\(name)")
+        printError("store: \(path)")
+        return path
+    }
+
+    /// A W1 store: the one given, else one populated by a child process.
+    func populatedStore() throws -> String {
+        if let store { return store }
+        let path = freshStore("w1")
+        try child(["populate", "--store", path], output: .standardError)
+        return path
+    }
+
+    func run(_ workload: String, _ durability: Durability) throws {
         switch workload {
         case "engine": try engine(durability)
-        case "fetch":
-            guard let path = store else { throw ValidationError("fetch needs --store DIR of a populated store") }
-            try fetchSorted(store: path)
-        case "populate":
-            let path = store ?? temporaryStorePath("logbook-populate")
-            printError("store: \(path)")
-            try populate(store: path, count: count, durability: durability)
         case "micro":
             for (name, seconds) in EngineMicrobenchmarks.run(count: count) {
                 report("micro_\(name)", ["records": count, "seconds": seconds, "ns_per_record": seconds * 1e9 / Double(count)])
             }
-        default: throw ValidationError("unknown workload '\(workload)'")
+        case "populate":
+            let path = store ?? freshStore(batch ? "populate-batch" : "populate")
+            if batch { try populateBatch(store: path, count: count, durability: durability) }
+            else { try populate(store: path, count: count, durability: durability) }
+        case "fetch":
+            try fetchWorkloads(store: try populatedStore(), count: count)
+        case "open":
+            try openToCount(store: try populatedStore())
+        case "update":
+            let path = store ?? freshStore("update")
+            if store == nil { try populate(store: path, count: count, durability: durability) }
+            try updateWorkloads(store: path, durability: durability)
+        case "compact":
+            let path = store ?? freshStore("compact")
+            if store == nil {
+                try child(["update", "--store", path], output: .standardError, populateFirst: path)
+            }
+            try compactWorkload(store: path)
+        case "relations":
+            try relationsWorkload(store: store ?? freshStore("relations"), count: count, durability: durability)
+        case "commits":
+            try commitsWorkload(store: store ?? freshStore("commits"), commits: commits, per: per, durability: durability)
+        case "snapshot":
+            try snapshotWorkload(store: try populatedStore(), count: count, durability: durability)
+        case "all":
+            try all()
+        default:
+            throw ValidationError("unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, all, engine or micro")
+        }
+    }
+
+    /// Every workload, each in a process of its own (so that each starts cold and its peak
+    /// memory is its own), on stores under one fresh directory.
+    func all() throws {
+        let w1 = freshStore("all-w1")
+        try child(["populate", "--store", w1])
+        try child(["populate", "--batch", "--store", freshStore("all-w1-batch")])
+        try child(["fetch", "--store", w1])
+        try child(["open", "--store", w1])
+        try child(["snapshot", "--store", w1])
+        try child(["update", "--store", w1])
+        try child(["compact", "--store", w1])
+        try child(["relations", "--store", freshStore("all-w6")])
+        try child(["commits", "--store", freshStore("all-w7")])
+    }
+
+    enum ChildOutput { case standardOutput, standardError }
+
+    /// Runs `logbook bench ARGS` (with this run's count, durability and format) and waits.
+    func child(_ arguments: [String], output: ChildOutput = .standardOutput, populateFirst: String? = nil) throws {
+        if let path = populateFirst { try child(["populate", "--store", path], output: output) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
+        var args = ["bench"] + arguments + ["--count", "\(count)", "--durability", durability]
+        if arguments.first == "commits" { args += ["--commits", "\(commits)", "--per", "\(per)"] }
+        if json { args.append("--json") }
+        p.arguments = args
+        if output == .standardError { p.standardOutput = FileHandle.standardError }
+        try p.run()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw LogbookError(.store, "logbook \(args.joined(separator: " ")) failed with status \(p.terminationStatus)")
         }
     }
 

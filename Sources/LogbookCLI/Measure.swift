@@ -45,16 +45,72 @@ func temporaryStorePath(_ prefix: String) -> String {
     return template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } + "/store"
 }
 
-/// Prints one phase line: `PHASE key=value …`.
+/// How phase lines are printed: `PHASE key=value …`, or one JSON object per line.
+nonisolated(unsafe) var reportsJSON = false   // set once from the command line, before any work
+
+/// Prints one phase line: `PHASE key=value …` (or `{"phase": PHASE, "key": value, …}`).
 func report(_ phase: String, _ fields: KeyValuePairs<String, Any>) {
-    var line = phase
-    for (k, v) in fields {
-        if let d = v as? Double { line += " \(k)=\(String(format: "%.4f", d))" } else { line += " \(k)=\(v)" }
+    func text(_ v: Any) -> String {
+        if let d = v as? Double { return String(format: "%.4f", d) }
+        return "\(v)"
     }
-    print(line)
+    if reportsJSON {
+        var parts = ["\"phase\": \"\(phase)\""]
+        for (k, v) in fields {
+            let value: String
+            switch v {
+            case let d as Double: value = d.isFinite ? text(d) : "null"
+            case is Int, is Int64, is UInt64, is Bool: value = "\(v)"
+            default: value = "\"\(v)\""
+            }
+            parts.append("\"\(k)\": \(value)")
+        }
+        print("{" + parts.joined(separator: ", ") + "}")
+    } else {
+        print(([phase] + fields.map { "\($0.key)=\(text($0.value))" }).joined(separator: " "))
+    }
+    fflush(nil)
 }
 
-func printError(_ message: String) {
-    let line = message + "\n"
+/// The median of some timings.
+func median(_ xs: [Double]) -> Double {
+    let s = xs.sorted()
+    guard !s.isEmpty else { return 0 }
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+/// A progress bar on standard error, drawn only when it is a terminal.
+struct Progress {
+    let label: String
+    let total: Int
+    private var shown = -1
+    private let enabled = isatty(2) != 0
+
+    init(_ label: String, total: Int) {
+        self.label = label
+        self.total = max(1, total)
+    }
+
+    @inline(__always)
+    mutating func update(_ done: Int) {
+        guard enabled else { return }
+        let percent = done * 100 / total
+        if percent != shown { draw(percent) }
+    }
+
+    private mutating func draw(_ percent: Int) {
+        shown = percent
+        let width = 30
+        let filled = percent * width / 100
+        printError("\r\(label) [" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "] \(percent)%", newline: false)
+    }
+
+    func finish() {
+        if enabled { printError("\r\u{1B}[K", newline: false) }
+    }
+}
+
+func printError(_ message: String, newline: Bool = true) {
+    let line = message + (newline ? "\n" : "")
     _ = line.withCString { write(2, $0, strlen($0)) }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Logbook
 import LogbookEngine
+import Synchronization
 
 /// The benchmark data of ../shared/benchmarks.md.
 enum BenchmarkModel {
@@ -36,54 +37,286 @@ final class Item: ManagedObject {
     @Attribute("done") var done: Bool
 }
 
-/// W1: insert N Items as managed objects in a context, one save with full durability.
-func populate(store path: String, count: Int, durability: Durability) throws {
+func openItems(_ path: String, durability: Durability = .full) throws -> PersistentContainer {
     var options = ContainerOptions()
     options.durability = durability
+    return try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
+}
+
+func itemDate(_ i: Int) -> Date { Date(timeIntervalSince1970: BenchmarkModel.base.timeIntervalSince1970 + Double(i) / 1000) }
+
+/// W1: insert N Items as managed objects in a context, one save with full durability.
+func populate(store path: String, count: Int, durability: Durability) throws {
     let start = now()
-    let container = try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
+    let container = try openItems(path, durability: durability)
     let context = container.newContext(concurrencyType: .confinement)
     let base = BenchmarkModel.base.timeIntervalSince1970
+    var progress = Progress("populate", total: count)
     for i in 1...count {
         let item = try context.insert(Item.self)
         item.name = "Item \(i)"
         item.createdAt = Date(timeIntervalSince1970: base + Double(i) / 1000)
         item.done = i % 2 == 0
+        if i & 0x3FFF == 0 { progress.update(i) }
     }
+    progress.finish()
     let inserted = now()
     let insertPeak = peakRSSMegabytes()
     try context.save()
     let saved = now()
+    context.reset()
+    try container.close()
     report("populate", ["records": count, "seconds": saved - start, "insert_seconds": inserted - start, "save_seconds": saved - inserted,
                         "records_per_s": Int(Double(count) / (saved - start)), "peak_rss_mb": peakRSSMegabytes(), "insert_peak_rss_mb": insertPeak,
                         "file_bytes": directoryBytes(path)])
-    context.reset()
-    try container.close()
-    report("populate_close", ["file_bytes": directoryBytes(path)])
 }
 
-/// W2: open a W1 store, fetch every Item sorted by createdAt as objects, read every name.
-func fetchSorted(store path: String) throws {
+/// W1, batch variant: the same Items through a batch insert, without managed objects.
+func populateBatch(store path: String, count: Int, durability: Durability) throws {
     let start = now()
-    let container = try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path)
+    let container = try openItems(path, durability: durability)
+    let context = container.newContext(concurrencyType: .confinement)
+    let base = BenchmarkModel.base.timeIntervalSince1970
+    var progress = Progress("populate --batch", total: count)
+    let request = BatchInsertRequest(entityName: "Item", count: count) { i, row in
+        let n = i + 1
+        row.set("Item \(n)", forKey: "name")
+        row.set(Date(timeIntervalSince1970: base + Double(n) / 1000), forKey: "createdAt")
+        row.set(n % 2 == 0, forKey: "done")
+        if n & 0x3FFF == 0 { progress.update(n) }
+    }
+    let result = try context.execute(request)
+    progress.finish()
+    let saved = now()
+    try container.close()
+    report("populate_batch", ["records": result.count, "seconds": saved - start, "records_per_s": Int(Double(count) / (saved - start)),
+                              "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+}
+
+/// W3's range: Items 400,001…500,000 of a million (createdAt ≥ base + 0.4·N ms and < base +
+/// 0.5·N ms: a tenth of the store for any N).
+func rangeRequest(count: Int) throws -> FetchRequest<Item> {
+    var range = FetchRequest<Item>()
+    range.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@", itemDate(count * 2 / 5), itemDate(count / 2))
+    range.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+    return range
+}
+
+/// W2–W4: open a W1 store, fetch every Item sorted by createdAt as objects reading every
+/// name; the 100,000-Item range ten times; the count ten times.
+func fetchWorkloads(store path: String, count: Int) throws {
+    let start = now()
+    let container = try openItems(path)
     let context = container.newContext(concurrencyType: .confinement)
     let opened = now()
-    report("open", ["seconds": opened - start])
+    report("open", ["seconds": opened - start, "file_bytes": directoryBytes(path)])
     var request = FetchRequest<Item>()
     request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
     var chars = 0
-    let items = try context.fetch(request)
+    var items = try context.fetch(request)
     for item in items { chars &+= item.name.utf8.count }
     let fetched = now()
     report("fetch_sorted", ["records": items.count, "seconds": fetched - opened, "peak_rss_mb": peakRSSMegabytes()])
-    var range = FetchRequest<Item>()
-    let base = BenchmarkModel.base.timeIntervalSince1970
-    range.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@",
-                                         Date(timeIntervalSince1970: base + 400), Date(timeIntervalSince1970: base + 500))
-    range.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
-    let r0 = now()
-    let found = try context.fetch(range)
-    for item in found { chars &+= item.name.utf8.count }
-    report("fetch_range", ["records": found.count, "seconds": now() - r0])
+    items = []
+    context.reset()
+    let range = try rangeRequest(count: count)
+    var times: [Double] = []
+    var found = 0
+    for _ in 0..<10 {
+        let t0 = now()
+        let objects = try context.fetch(range)
+        for item in objects { chars &+= item.name.utf8.count }
+        times.append(now() - t0)
+        found = objects.count
+    }
+    report("fetch_range", ["records": found, "seconds": median(times), "first_seconds": times[0]])
+    context.reset()
+    times = []
+    var n = 0
+    for _ in 0..<10 {
+        let t0 = now()
+        n = try context.count(for: FetchRequest<Item>())
+        times.append(now() - t0)
+    }
+    report("count", ["records": n, "seconds": median(times), "first_seconds": times[0]])
     _ = chars
+    try container.close()
+}
+
+/// W8: open the W1 store and answer the count of Items.
+func openToCount(store path: String) throws {
+    let start = now()
+    let container = try openItems(path)
+    let context = container.newContext(concurrencyType: .confinement)
+    let n = try context.count(for: FetchRequest<Item>())
+    let answered = now()
+    report("open", ["records": n, "seconds": answered - start, "index_bytes_per_record": Double(container.store.statistics().indexMemoryBytes) / Double(max(1, n))])
+    try container.close()
+}
+
+/// W5: (a) done = true on every Item in one batch update; (b) through a context: fetch all,
+/// rename each, one save.
+func updateWorkloads(store path: String, durability: Durability) throws {
+    let container = try openItems(path, durability: durability)
+    let context = container.newContext(concurrencyType: .confinement)
+    let t0 = now()
+    var batch = BatchUpdateRequest(entityName: "Item")
+    batch.propertiesToUpdate = ["done": true]
+    let changed = try context.execute(batch).count
+    let t1 = now()
+    report("update_batch", ["records": changed, "seconds": t1 - t0, "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    let t2 = now()
+    let items = try context.fetch(FetchRequest<Item>())
+    var progress = Progress("update", total: items.count)
+    for (n, item) in items.enumerated() {
+        // Item i is the i-th inserted: its serial is i.
+        item.name = "Renamed \(item.objectID.serial)"
+        if n & 0x3FFF == 0 { progress.update(n) }
+    }
+    progress.finish()
+    try context.save()
+    let t3 = now()
+    report("update_context", ["records": items.count, "seconds": t3 - t2, "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    context.reset()
+    try container.close()
+}
+
+/// W9: compact the store (after W5(b) every Item was rewritten once).
+func compactWorkload(store path: String) throws {
+    var options = StoreOptions()
+    options.compaction = .manual
+    let store = try Store.open(at: path, options: options)
+    let before = store.statistics()
+    let r = try store.compact()
+    let after = store.statistics()
+    try store.close()
+    // Live and dead bytes are the journal's record bytes (before compression).
+    report("compact", ["seconds": r.seconds, "bytes_before": r.bytesBefore, "bytes_after": r.bytesAfter,
+                       "live_bytes": before.liveBytes, "dead_bytes_before": before.deadBytes, "dead_bytes_after": after.deadBytes,
+                       "live_mb_per_s": Double(r.liveBytesRewritten) / 1e6 / max(r.seconds, 1e-9),
+                       "dead_reclaimed_pct": 100 * (1 - Double(after.deadBytes) / Double(max(1, before.deadBytes)))])
+}
+
+/// W6: 1,000 managers, 100,000 employees, employee i linked to managers i%1000, (i·7)%1000,
+/// (i·13)%1000; one save; then each manager's count of employees.
+func relationsWorkload(store path: String, count: Int, durability: Durability) throws {
+    let employees = max(1, count / 10)
+    let managersCount = max(1, employees / 100)
+    let start = now()
+    let container = try openItems(path, durability: durability)
+    let context = container.newContext(concurrencyType: .confinement)
+    var managers: [ManagedObject] = []
+    for m in 0..<managersCount {
+        let o = try context.insertNewObject(forEntityName: "Manager")
+        try o.setValue("M\(m)", forKey: "firstName")
+        try o.setValue("Manager", forKey: "lastName")
+        managers.append(o)
+    }
+    var links = 0
+    var progress = Progress("relations", total: employees)
+    for i in 0..<employees {
+        let e = try context.insertNewObject(forEntityName: "Employee")
+        try e.setValue("E\(i)", forKey: "firstName")
+        try e.setValue("Employee", forKey: "lastName")
+        try e.setValue(Int32(i % 100), forKey: "age")
+        let targets = Set([i % managersCount, (i * 7) % managersCount, (i * 13) % managersCount])
+        links += targets.count
+        try e.add(targets.map { managers[$0] }, toRelationship: "managers")
+        if i & 0xFFF == 0 { progress.update(i) }
+    }
+    progress.finish()
+    try context.save()
+    let saved = now()
+    report("relations_populate", ["records": employees + managersCount, "links": links, "seconds": saved - start,
+                                  "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    context.reset()
+    let t0 = now()
+    let fresh = container.newContext(concurrencyType: .confinement)
+    var total = 0
+    for m in try fresh.fetch(FetchRequest<ManagedObject>(entityName: "Manager")) {
+        total += try m.objects(forKey: "employees").count
+    }
+    let t1 = now()
+    report("relations_traverse", ["records": managersCount, "links": total, "seconds": t1 - t0])
+    try container.close()
+}
+
+/// W7: C saves of K inserted Items each.
+func commitsWorkload(store path: String, commits: Int, per: Int, durability: Durability) throws {
+    let container = try openItems(path, durability: durability)
+    let context = container.newContext(concurrencyType: .confinement)
+    var progress = Progress("commits", total: commits)
+    let t0 = now()
+    var i = 0
+    for c in 0..<commits {
+        for _ in 0..<per {
+            i += 1
+            let item = try context.insert(Item.self)
+            item.name = "Item \(i)"
+            item.createdAt = itemDate(i)
+            item.done = i % 2 == 0
+        }
+        try context.save()
+        if c & 0xFF == 0 { progress.update(c) }
+    }
+    progress.finish()
+    let seconds = now() - t0
+    try container.close()
+    report("commits", ["records": i, "commits": commits, "seconds": seconds, "mean_us_per_commit": seconds * 1e6 / Double(max(1, commits)),
+                       "durability": durability.rawValue, "file_bytes": directoryBytes(path)])
+}
+
+/// W10: a background context fetches the W3 range repeatedly while the main context makes 100
+/// small saves; the fetch latency while writing against idle, and how long each save took.
+func snapshotWorkload(store path: String, count: Int, durability: Durability) throws {
+    let container = try openItems(path, durability: durability)
+    let reader = container.newBackgroundContext()
+    let writer = container.newContext(concurrencyType: .confinement)
+    let request = try rangeRequest(count: count)
+    let fetched = Mutex(0)
+    @Sendable func fetchOnce() -> Double {
+        reader.performAndWait {
+            let t0 = now()
+            let items = (try? reader.fetch(request)) ?? []
+            var chars = 0
+            for item in items { chars &+= item.name.utf8.count }
+            let t = now() - t0
+            fetched.withLock { $0 = items.count + chars * 0 }
+            reader.reset()
+            return t
+        }
+    }
+    var idle: [Double] = []
+    for _ in 0..<5 { idle.append(fetchOnce()) }
+    // The reader runs on its own thread for as long as the writer writes.
+    let done = Mutex(false)
+    let busy = Mutex<[Double]>([])
+    let readerThread = Thread {
+        while !done.withLock({ $0 }) {
+            let t = fetchOnce()
+            busy.withLock { $0.append(t) }
+        }
+    }
+    readerThread.start()
+    var saves: [Double] = []
+    for i in 0..<100 {
+        let item = try writer.insert(Item.self)
+        item.name = "Snapshot \(i)"
+        item.createdAt = itemDate(2_000_000 + i)
+        item.done = false
+        let t0 = now()
+        try writer.save()
+        saves.append(now() - t0)
+        usleep(2000)
+    }
+    // Let the fetch in flight finish, so each timing is of a fetch that overlapped the saves.
+    done.withLock { $0 = true }
+    while busy.withLock({ $0.count }) == 0 { usleep(1000) }
+    let writing = busy.withLock { $0 }
+    let idleMedian = median(idle), busyMedian = median(writing)
+    report("snapshot_fetch", ["records": fetched.withLock { $0 }, "seconds": busyMedian, "idle_seconds": idleMedian, "ratio": busyMedian / idleMedian,
+                              "fetches_while_writing": writing.count, "saves": saves.count,
+                              "save_median_ms": median(saves) * 1000, "save_max_ms": (saves.max() ?? 0) * 1000])
+    while readerThread.isExecuting { usleep(1000) }
+    try container.close()
 }

@@ -185,4 +185,42 @@ import LogbookEngine
         let usage = try run(["export", dir])
         #expect(usage.status != 0 && usage.err.contains("--json"))
     }
+
+    /// Phase lines: `PHASE key=value …` with the keys the workloads promise, or JSON objects.
+    @Test func benchWorkloadsPrintPhaseLines() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-bench-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        func phases(_ out: String) -> [String: [String: String]] {
+            var result: [String: [String: String]] = [:]
+            for line in out.split(separator: "\n") {
+                let parts = line.split(separator: " ")
+                var fields: [String: String] = [:]
+                for p in parts.dropFirst() {
+                    let kv = p.split(separator: "=", maxSplits: 1)
+                    if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
+                }
+                result[String(parts[0])] = fields
+            }
+            return result
+        }
+        let populate = try run(["bench", "populate", "--store", dir + "/w1", "--count", "3000"])
+        #expect(populate.status == 0, "\(populate.err)")
+        let p = phases(populate.out)["populate"]
+        #expect(p?["records"] == "3000" && p?["seconds"] != nil && p?["peak_rss_mb"] != nil && Int(p?["file_bytes"] ?? "") ?? 0 > 0, "\(populate.out)")
+        let fetch = try run(["bench", "fetch", "--store", dir + "/w1", "--count", "3000"])
+        #expect(fetch.status == 0, "\(fetch.err)")
+        let f = phases(fetch.out)
+        #expect(Set(f.keys) == ["open", "fetch_sorted", "fetch_range", "count"], "\(fetch.out)")
+        #expect(f["fetch_sorted"]?["records"] == "3000" && f["fetch_range"]?["records"] == "300" && f["count"]?["records"] == "3000")
+        #expect(f["fetch_range"]?["first_seconds"] != nil && f["count"]?["first_seconds"] != nil)
+        let batch = try run(["bench", "populate", "--batch", "--store", dir + "/batch", "--count", "3000", "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(batch.out.utf8)) as? [String: Any]
+        #expect(object?["phase"] as? String == "populate_batch" && object?["records"] as? Int == 3000, "\(batch.out)")
+        let commits = try run(["bench", "commits", "--store", dir + "/w7", "--commits", "5", "--per", "2", "--durability", "normal"])
+        #expect(phases(commits.out)["commits"]?["records"] == "10" && phases(commits.out)["commits"]?["commits"] == "5", "\(commits.out)")
+        let unknown = try run(["bench", "nothing"])
+        #expect(unknown.status != 0 && unknown.err.contains("unknown workload"))
+        let none = try run(["bench", "populate", "--durability", "sometimes"])
+        #expect(none.status != 0 && none.err.contains("durability"))
+    }
 }

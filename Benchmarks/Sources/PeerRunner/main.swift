@@ -1,5 +1,6 @@
-// PeerRunner: W1 of ../shared/benchmarks.md on Logbook and on GRDB.swift 7.10.0 (SQLite,
-// DatabasePool, WAL, its defaults), in one run, then one table: workload, Logbook, GRDB, ratio.
+// PeerRunner: W1–W8 of ../shared/benchmarks.md on Logbook and on GRDB.swift 7.10.0 (SQLite,
+// DatabasePool, WAL, its defaults; a cached prepared statement and Codable records where both
+// apply), in one run, then one table: workload, Logbook, GRDB, ratio.
 //
 //   swift run -c release --package-path Benchmarks PeerRunner [--count N] [--repeat R]
 import Foundation
@@ -51,6 +52,18 @@ func logbookModel() throws -> ManagedObjectModel {
             AttributeDescription("name", .string)
             AttributeDescription("createdAt", .date, indexed: true)
             AttributeDescription("done", .bool, default: false)
+        }
+        EntityDescription("Manager") {
+            AttributeDescription("firstName", .string)
+            AttributeDescription("lastName", .string)
+            AttributeDescription("age", .int32, optional: true)
+            RelationshipDescription("employees", to: "Employee", inverse: "managers", toMany: true)
+        }
+        EntityDescription("Employee") {
+            AttributeDescription("firstName", .string)
+            AttributeDescription("lastName", .string)
+            AttributeDescription("age", .int32, optional: true)
+            RelationshipDescription("managers", to: "Manager", inverse: "employees", toMany: true)
         }
     }
 }
@@ -256,6 +269,235 @@ func keptGRDBStore() throws -> String {
     return dir
 }
 
+
+// MARK: W1 batch, W5, W6, W7
+
+/// W1 through a batch insert (no managed objects).
+func logbookBatchPopulate() throws -> Double {
+    let dir = freshDirectory("logbook-batch")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let start = now()
+    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
+    let context = container.newContext(concurrencyType: .confinement)
+    _ = try context.execute(BatchInsertRequest(entityName: "Item", count: count) { i, row in
+        let n = i + 1
+        row.set("Item \(n)", forKey: "name")
+        row.set(Date(timeIntervalSince1970: base + Double(n) / 1000), forKey: "createdAt")
+        row.set(n % 2 == 0, forKey: "done")
+    })
+    let seconds = now() - start
+    try container.close()
+    return seconds
+}
+
+struct ItemRow: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "item"
+    static let databaseDateEncodingStrategy = DatabaseDateEncodingStrategy.timeIntervalSince1970
+    static let databaseDateDecodingStrategy = DatabaseDateDecodingStrategy.timeIntervalSince1970
+    var id: Int64
+    var name: String
+    var createdAt: Date
+    var done: Bool
+}
+
+/// W5 on a W1 store: (a) done = true on every Item in one request, (b) fetch all, rename, save.
+func logbookW5(_ path: String) throws -> (batch: Double, context: Double) {
+    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+    let context = container.newContext(concurrencyType: .confinement)
+    let t0 = now()
+    var update = BatchUpdateRequest(entityName: "Item")
+    update.propertiesToUpdate = ["done": true]
+    _ = try context.execute(update)
+    let t1 = now()
+    for item in try context.fetch(FetchRequest<Item>()) { item.name = "Renamed \(item.objectID.serial)" }
+    try context.save()
+    let t2 = now()
+    context.reset()
+    try container.close()
+    return (t1 - t0, t2 - t1)
+}
+
+func grdbW5(_ dir: String) throws -> (update: Double, statement: Double, records: Double) {
+    let pool = try DatabasePool(path: dir + "/db.sqlite")
+    let t0 = now()
+    try pool.write { db in try db.execute(sql: "UPDATE item SET done = 1") }
+    let t1 = now()
+    try pool.write { db in
+        let ids = try Int64.fetchAll(db, sql: "SELECT id FROM item")
+        let statement = try db.cachedStatement(sql: "UPDATE item SET name = ? WHERE id = ?")
+        for id in ids { try statement.execute(arguments: ["Renamed \(id)", id]) }
+    }
+    let t2 = now()
+    try pool.write { db in
+        for var row in try ItemRow.fetchAll(db) {
+            row.name = "Renamed again \(row.id)"
+            try row.update(db)
+        }
+    }
+    let t3 = now()
+    try pool.close()
+    return (t1 - t0, t2 - t1, t3 - t2)
+}
+
+/// W6: 1,000 managers, 100,000 employees (for N = 1,000,000), three links each, one save;
+/// then each manager's count of employees.
+func logbookW6() throws -> (populate: Double, traverse: Double, links: Int) {
+    let dir = freshDirectory("logbook-w6")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let employees = count / 10, managersCount = max(1, count / 1000)
+    let start = now()
+    let container = try PersistentContainer(name: "Staff", model: logbookModel(), directory: dir + "/store")
+    let context = container.newContext(concurrencyType: .confinement)
+    var managers: [ManagedObject] = []
+    for m in 0..<managersCount {
+        let o = try context.insertNewObject(forEntityName: "Manager")
+        try o.setValue("M\(m)", forKey: "firstName")
+        try o.setValue("Manager", forKey: "lastName")
+        managers.append(o)
+    }
+    for i in 0..<employees {
+        let e = try context.insertNewObject(forEntityName: "Employee")
+        try e.setValue("E\(i)", forKey: "firstName")
+        try e.setValue("Employee", forKey: "lastName")
+        try e.setValue(Int32(i % 100), forKey: "age")
+        let targets = Set([i % managersCount, (i * 7) % managersCount, (i * 13) % managersCount])
+        try e.add(targets.map { managers[$0] }, toRelationship: "managers")
+    }
+    try context.save()
+    let populated = now()
+    managers = []
+    context.reset()
+    let t0 = now()
+    let fresh = container.newContext(concurrencyType: .confinement)
+    var links = 0
+    for m in try fresh.fetch(FetchRequest<ManagedObject>(entityName: "Manager")) { links += try m.objects(forKey: "employees").count }
+    let traversed = now()
+    try container.close()
+    return (populated - start, traversed - t0, links)
+}
+
+struct ManagerRow: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "manager"
+    var id: Int64
+    var firstName: String
+    var lastName: String
+    var age: Int32?
+}
+struct EmployeeRow: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "employee"
+    var id: Int64
+    var firstName: String
+    var lastName: String
+    var age: Int32?
+}
+struct LinkRow: Codable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "link"
+    var employeeId: Int64
+    var managerId: Int64
+}
+
+func grdbW6(records: Bool) throws -> (populate: Double, traverse: Double, links: Int) {
+    let dir = freshDirectory("grdb-w6")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let employees = count / 10, managersCount = max(1, count / 1000)
+    let start = now()
+    let pool = try DatabasePool(path: dir + "/db.sqlite")
+    try pool.write { db in
+        try db.execute(sql: """
+            CREATE TABLE manager (id INTEGER PRIMARY KEY, firstName TEXT NOT NULL, lastName TEXT NOT NULL, age INTEGER);
+            CREATE TABLE employee (id INTEGER PRIMARY KEY, firstName TEXT NOT NULL, lastName TEXT NOT NULL, age INTEGER);
+            CREATE TABLE link (employeeId INTEGER NOT NULL REFERENCES employee(id), managerId INTEGER NOT NULL REFERENCES manager(id),
+                               PRIMARY KEY (employeeId, managerId)) WITHOUT ROWID;
+            CREATE INDEX link_manager ON link(managerId);
+            """)
+        if records {
+            for m in 0..<managersCount { try ManagerRow(id: Int64(m + 1), firstName: "M\(m)", lastName: "Manager", age: nil).insert(db) }
+            for i in 0..<employees {
+                try EmployeeRow(id: Int64(i + 1), firstName: "E\(i)", lastName: "Employee", age: Int32(i % 100)).insert(db)
+                for m in Set([i % managersCount, (i * 7) % managersCount, (i * 13) % managersCount]) {
+                    try LinkRow(employeeId: Int64(i + 1), managerId: Int64(m + 1)).insert(db)
+                }
+            }
+        } else {
+            let manager = try db.cachedStatement(sql: "INSERT INTO manager (id, firstName, lastName) VALUES (?, ?, ?)")
+            for m in 0..<managersCount { try manager.execute(arguments: [m + 1, "M\(m)", "Manager"]) }
+            let employee = try db.cachedStatement(sql: "INSERT INTO employee (id, firstName, lastName, age) VALUES (?, ?, ?, ?)")
+            let link = try db.cachedStatement(sql: "INSERT INTO link (employeeId, managerId) VALUES (?, ?)")
+            for i in 0..<employees {
+                try employee.execute(arguments: [i + 1, "E\(i)", "Employee", i % 100])
+                for m in Set([i % managersCount, (i * 7) % managersCount, (i * 13) % managersCount]) {
+                    try link.execute(arguments: [i + 1, m + 1])
+                }
+            }
+        }
+    }
+    let populated = now()
+    let links = try pool.read { db -> Int in
+        var total = 0
+        if records {
+            for m in try ManagerRow.fetchAll(db) {
+                total += try LinkRow.filter(Column("managerId") == m.id).fetchCount(db)
+            }
+        } else {
+            let statement = try db.cachedStatement(sql: "SELECT COUNT(*) FROM link WHERE managerId = ?")
+            for id in try Int64.fetchAll(db, sql: "SELECT id FROM manager") {
+                total += try Int.fetchOne(statement, arguments: [id])!
+            }
+        }
+        return total
+    }
+    let traversed = now()
+    try pool.close()
+    return (populated - start, traversed - populated, links)
+}
+
+/// W7: commits saves of one inserted Item each, full durability.
+let commitCount = option("--commits", 10_000)
+
+func logbookW7() throws -> Double {
+    let dir = freshDirectory("logbook-w7")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
+    let context = container.newContext(concurrencyType: .confinement)
+    let t0 = now()
+    for i in 1...commitCount {
+        let item = try context.insert(Item.self)
+        item.name = "Item \(i)"
+        item.createdAt = Date(timeIntervalSince1970: base + Double(i) / 1000)
+        item.done = i % 2 == 0
+        try context.save()
+    }
+    let seconds = now() - t0
+    try container.close()
+    return seconds / Double(commitCount)
+}
+
+func grdbW7(records: Bool, synchronous: String) throws -> Double {
+    let dir = freshDirectory("grdb-w7")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    var config = Configuration()
+    config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
+    let pool = try DatabasePool(path: dir + "/db.sqlite", configuration: config)
+    try pool.write { db in
+        try db.execute(sql: "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)")
+        try db.execute(sql: "CREATE INDEX item_createdAt ON item(createdAt)")
+    }
+    let t0 = now()
+    for i in 1...commitCount {
+        try pool.write { db in
+            if records {
+                try ItemRecord(name: "Item \(i)", createdAt: Date(timeIntervalSince1970: base + Double(i) / 1000), done: i % 2 == 0).insert(db)
+            } else {
+                try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
+                    .execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0])
+            }
+        }
+    }
+    let seconds = now() - t0
+    try pool.close()
+    return seconds / Double(commitCount)
+}
+
 // MARK: Run
 
 var logbook: [Double] = [], statement: [Double] = [], records: [Double] = []
@@ -269,13 +511,28 @@ for round in 1...repeats {
     FileHandle.standardError.write(Data("round \(round): logbook \(l.seconds) s, grdb statement \(s.seconds) s\n".utf8))
 }
 
+var batchTimes: [Double] = []
+for _ in 1...repeats { batchTimes.append(try logbookBatchPopulate()) }
+
 let logbookStore = try keptLogbookStore()
 let grdbStore = try keptGRDBStore()
 let lw2 = try inNewProcess("logbook-w2", logbookStore), gw2 = try inNewProcess("grdb-w2", grdbStore)
 let lw3 = try inNewProcess("logbook-w3", logbookStore), gw3 = try inNewProcess("grdb-w3", grdbStore)
 let lw4 = try inNewProcess("logbook-w4", logbookStore), gw4 = try inNewProcess("grdb-w4", grdbStore)
+FileHandle.standardError.write(Data("W5…\n".utf8))
+let lw5 = try logbookW5(logbookStore)
+let gw5 = try grdbW5(grdbStore)
 try? FileManager.default.removeItem(atPath: (logbookStore as NSString).deletingLastPathComponent)
 try? FileManager.default.removeItem(atPath: grdbStore)
+FileHandle.standardError.write(Data("W6…\n".utf8))
+let lw6 = try logbookW6()
+let gw6s = try grdbW6(records: false)
+let gw6r = try grdbW6(records: true)
+FileHandle.standardError.write(Data("W7…\n".utf8))
+let lw7 = try logbookW7()
+let gw7full = try grdbW7(records: false, synchronous: "FULL")
+let gw7fullRecords = try grdbW7(records: true, synchronous: "FULL")
+let gw7normal = try grdbW7(records: false, synchronous: "NORMAL")
 
 func row(_ name: String, _ a: Double, _ b: Double, unit: String = "s") -> String {
     String(format: "| %@ | %.3f %@ | %.3f %@ | %.2f× |", name, a, unit, b, unit, b / a)
@@ -285,6 +542,7 @@ print("| workload | Logbook | GRDB | GRDB ÷ Logbook |")
 print("|---|---|---|---|")
 print(row("W1 populate vs cached statement", median(logbook), median(statement)))
 print(row("W1 populate vs Codable records", median(logbook), median(records)))
+print(row("W1 batch insert vs cached statement", median(batchTimes), median(statement)))
 print(String(format: "| W1 store size | %.1f MB | %.1f MB | %.2f× |", Double(logbookBytes) / 1e6, Double(statementBytes) / 1e6, Double(statementBytes) / Double(logbookBytes)))
 print(row("W2 open (new process)", lw2["open"] ?? .nan, gw2["open"] ?? .nan))
 print(row("W2 fetch all sorted by createdAt, read names", lw2["fetch"] ?? .nan, gw2["fetch"] ?? .nan))
@@ -293,3 +551,14 @@ print(row("W3 first run", lw3["first"] ?? .nan, gw3["first"] ?? .nan))
 print(row("W4 count, median of 10", lw4["median"] ?? .nan, gw4["median"] ?? .nan))
 print(row("W8 open to first count", lw4["open_to_count"] ?? .nan, gw4["open_to_count"] ?? .nan))
 print("(records: W2 \(Int(lw2["records"] ?? 0))/\(Int(gw2["records"] ?? 0)), W3 \(Int(lw3["records"] ?? 0))/\(Int(gw3["records"] ?? 0)), W4 \(Int(lw4["records"] ?? 0))/\(Int(gw4["records"] ?? 0)))")
+print(row("W5a batch update vs one UPDATE", lw5.batch, gw5.update))
+print(row("W5b context rename+save vs cached statement", lw5.context, gw5.statement))
+print(row("W5b context rename+save vs Codable records", lw5.context, gw5.records))
+print(row("W6 populate vs cached statements", lw6.populate, gw6s.populate))
+print(row("W6 populate vs Codable records", lw6.populate, gw6r.populate))
+print(row("W6 traverse vs cached statement", lw6.traverse, gw6s.traverse))
+print(row("W6 traverse vs Codable records", lw6.traverse, gw6r.traverse))
+print(row("W7 per commit (full) vs statement, synchronous=FULL", lw7 * 1e6, gw7full * 1e6, unit: "µs"))
+print(row("W7 per commit (full) vs records, synchronous=FULL", lw7 * 1e6, gw7fullRecords * 1e6, unit: "µs"))
+print(row("W7 per commit (full) vs statement, synchronous=NORMAL", lw7 * 1e6, gw7normal * 1e6, unit: "µs"))
+print("(links: W6 \(lw6.links)/\(gw6s.links)/\(gw6r.links); W7 \(commitCount) commits)")

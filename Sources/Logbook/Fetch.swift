@@ -192,8 +192,7 @@ extension ManagedObjectContext {
     /// Objects for keys that no object of the context holds, read from `snapshot` and
     /// registered, in the order of `keys`.
     func materialize(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
-        var created: [ManagedObject] = []
-        created.reserveCapacity(keys.count)
+        var made = [ManagedObject?](repeating: nil, count: keys.count)
         // Everything the loop needs, taken out of `self` once.
         let destinations = layout.toOne.map { UInt64(storeLayout.keyspace[layout.relationshipDestination[$0]]) }
         let attributeCount = layout.attributeCount
@@ -201,10 +200,10 @@ extension ManagedObjectContext {
         let token = self.token
         let managedClass = layout.managedClass
         do {
-            try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+            try snapshot.forEachValue(forKeys: keys) { i, key, raw in
                 let slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
-                created.append(managedClass.init(ManagedObject.Bootstrap(
-                    layout: layout, id: ObjectID(store: identity, key: key), token: token, slots: slots, fault: false)))
+                made[i] = managedClass.init(ManagedObject.Bootstrap(
+                    layout: layout, id: ObjectID(store: identity, key: key), token: token, slots: slots, fault: false))
             }
         } catch is RecordCodec.Malformed {
             throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
@@ -213,6 +212,7 @@ extension ManagedObjectContext {
         } catch {
             throw LogbookError.wrap(error)
         }
+        let created = made.count == keys.count && !made.contains(where: { $0 == nil }) ? made.map { $0.unsafelyUnwrapped } : made.compactMap { $0 }
         register(all: created)
         return created
     }

@@ -201,6 +201,20 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         return Set(try context.relatedObjects(self, relationship: r))
     }
 
+    /// The number of objects in a to-many relationship, counting unsaved changes, without
+    /// loading them (what Core Data's `employees.count` answers).
+    ///
+    /// ```swift
+    /// let staff = try manager.count(forKey: "employees")
+    /// ```
+    public func count(forKey key: String) throws -> Int {
+        let context = try checkUsable(key)
+        guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
+            throw LogbookError(.unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key, objectID: objectID)
+        }
+        return context.relatedCount(objectID.key, layout, r)
+    }
+
     /// Adds one object to a to-many relationship (and sets the inverse).
     public func add(_ object: ManagedObject, toRelationship key: String) throws {
         try add([object], toRelationship: key)

@@ -398,8 +398,36 @@ public final class ManagedObjectContext: @unchecked Sendable {
         return members
     }
 
+    /// The number of related objects: the stored set's count, corrected by unsaved changes.
+    func relatedCount(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> Int {
+        let k = setKey(owner, layout, r)
+        if setRemoves[k] == nil && setAdds[k] == nil { return container.store.snapshot().memberCount(ofSet: k) }
+        return relatedKeys(owner, layout, r).count
+    }
+
+    /// The related objects, ordered by key. Objects the context does not hold yet come back as
+    /// faults that load together (from one snapshot) when the first of them is touched, so
+    /// counting or walking a relationship reads no record it does not need.
     func relatedObjects(_ owner: ManagedObject, relationship r: Int) throws -> [ManagedObject] {
-        try relatedKeys(owner.objectID.key, owner.layout, r).sorted().map { try object(forKey: $0) }
+        let keys = relatedKeys(owner.objectID.key, owner.layout, r).sorted()
+        let destination = model.layouts[owner.layout.relationshipDestination[r]]
+        var batch: FaultBatch?
+        var result: [ManagedObject] = []
+        result.reserveCapacity(keys.count)
+        for key in keys {
+            if let o = registered(key) {
+                result.append(o)
+                continue
+            }
+            if batch == nil { batch = FaultBatch(snapshot: container.store.snapshot()) }
+            let o = destination.managedClass.init(ManagedObject.Bootstrap(
+                layout: destination, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: [], fault: true))
+            o.batch = batch
+            batch!.append(o)
+            register(o)
+            result.append(o)
+        }
+        return result
     }
 
     func addMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {

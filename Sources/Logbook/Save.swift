@@ -35,7 +35,11 @@ extension ManagedObjectContext {
         buffer.reserveCapacity(256)
         let layout = storeLayout
         for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
-        for object in updated.values where !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+        // Changed objects in key order: records read together later (by key) then sit together.
+        for key in updated.keys.sorted() {
+            let object = updated[key].unsafelyUnwrapped
+            if !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+        }
         for object in deleted.values {
             transaction.delete(object.objectID.key)
             for r in object.layout.toMany {

@@ -31,27 +31,32 @@ extension Store {
         // 2. Rewrite the live puts and every set into new segments, as commits of the sealed version.
         var output = CompactionWriter(store: self, version: sealedState.version)
         do {
-            var failure: (any Error)?
+            // Live records in storage order, so that each block is read (and decompressed) once,
+            // whatever order their keys were written in.
+            var live: [(packed: UInt64, key: UInt64)] = []
+            live.reserveCapacity(sealedState.primary.count)
             sealedState.primary.forEach { key, packed in
-                let location = Location(packed: packed)
-                guard sealedNumbers.contains(location.segment) else { return true }
-                do {
-                    let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
-                    try block.withUnsafeBytes { raw in
-                        let (_, end): (Operation, Int)
-                        do { (_, end) = try Operation.decode(raw, at: location.blockOffset) } catch {
-                            throw EngineError.corruption("malformed operation", path: allSegments.files[location.segment]?.path ?? "",
-                                                         offset: location.frameOffset)
-                        }
-                        try output.appendPut(key: key, old: packed, UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<end]))
-                    }
-                } catch {
-                    failure = error
-                    return false
-                }
+                if sealedNumbers.contains(Location(packed: packed).segment) { live.append((packed, key)) }
                 return true
             }
-            if let failure { throw failure }
+            live.sort { $0.packed < $1.packed }
+            var blockKey = UInt64.max
+            var block: [UInt8] = []
+            for (packed, key) in live {
+                let location = Location(packed: packed)
+                if location.frameKey != blockKey {
+                    block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
+                    blockKey = location.frameKey
+                }
+                try block.withUnsafeBytes { raw in
+                    let (_, end): (Operation, Int)
+                    do { (_, end) = try Operation.decode(raw, at: location.blockOffset) } catch {
+                        throw EngineError.corruption("malformed operation", path: allSegments.files[location.segment]?.path ?? "",
+                                                     offset: location.frameOffset)
+                    }
+                    try output.appendPut(key: key, old: packed, UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<end]))
+                }
+            }
             try sealedState.sets.forEach { key, set in
                 var t = Transaction()
                 t.replaceMembers(set.members, ofSet: key)

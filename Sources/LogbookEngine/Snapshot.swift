@@ -57,14 +57,28 @@ public final class Snapshot: Sendable {
         }
     }
 
-    /// Calls `body` with the position, key and value of each of `keys` that has one, in order.
-    /// Consecutive keys stored in the same block (as keys written together are) share one
-    /// block lookup: this is the fast way to read many values.
+    /// Calls `body` with the position in `keys`, the key and the value of each of `keys` that
+    /// has one. Values are visited in the order they are stored, so that each block is read
+    /// once: that is the order of `keys` when they were written in that order (as keys written
+    /// together are), else the storage order. This is the fast way to read many values.
     public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        // Locations first: when they rise with the keys, a single pass reads each block once.
+        var locations = [UInt64](repeating: 0, count: keys.count)
+        var ordered = true
+        var previous: UInt64 = 0
+        for (i, key) in keys.enumerated() {
+            let packed = state.primary[key] ?? .max
+            locations[i] = packed
+            if packed != .max {
+                if packed < previous { ordered = false }
+                previous = packed
+            }
+        }
         var blockKey = UInt64.max
         var block: [UInt8] = []
-        for (i, key) in keys.enumerated() {
-            guard let packed = state.primary[key] else { continue }
+        func visit(_ i: Int) throws {
+            let packed = locations[i]
+            guard packed != .max else { return }
             let location = Location(packed: packed)
             if location.frameKey != blockKey {
                 block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
@@ -75,8 +89,13 @@ public final class Snapshot: Sendable {
                     throw EngineError.corruption("a key's location does not hold a put",
                                                  path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
                 }
-                try body(i, key, UnsafeRawBufferPointer(rebasing: raw[value]))
+                try body(i, keys[i], UnsafeRawBufferPointer(rebasing: raw[value]))
             }
+        }
+        if ordered {
+            for i in keys.indices { try visit(i) }
+        } else {
+            for i in keys.indices.sorted(by: { locations[$0] < locations[$1] }) { try visit(i) }
         }
     }
 

@@ -89,10 +89,9 @@ extension Store {
             // Every record read from both (checksums and decompression checked on the way).
             for chunk in stride(from: 0, to: aKeys.count, by: 4096) {
                 let keys = Array(aKeys[chunk..<min(chunk + 4096, aKeys.count)])
-                var fromA: [[UInt8]] = []
-                fromA.reserveCapacity(keys.count)
+                var fromA = [[UInt8]](repeating: [], count: keys.count)
                 do {
-                    try a.forEachValue(forKeys: keys) { _, _, raw in fromA.append(Array(raw)) }
+                    try a.forEachValue(forKeys: keys) { i, _, raw in fromA[i] = Array(raw) }
                     try b.forEachValue(forKeys: keys) { i, key, raw in
                         if !fromA[i].elementsEqual(raw) { note("record \(String(key, radix: 16)): the checkpoint and the journal hold different values") }
                     }

@@ -1,0 +1,175 @@
+// The hot paths of Logbook under ordo-one/benchmark. Each benchmark works on a small store
+// (10,000 Items) so that a run takes seconds (names are shell-safe: the tool names threshold
+// files after them); the thresholds checked in under Thresholds/
+// catch a regression in time, allocations or memory:
+//
+//   swift package benchmark                                   # run them
+//   swift package benchmark thresholds check                  # compare with Thresholds/
+//   swift package --allow-writing-to-package-directory benchmark thresholds update
+import Benchmark
+import Foundation
+import Logbook
+import LogbookEngine
+
+final class Item: ManagedObject {
+    @Logbook.Attribute("name") var name: String
+    @Logbook.Attribute("createdAt") var createdAt: Date
+    @Logbook.Attribute("done") var done: Bool
+}
+
+let itemCount = 10_000
+let base = 1_700_000_000.0
+
+func model() throws -> ManagedObjectModel {
+    try ManagedObjectModel {
+        EntityDescription("Item", class: Item.self) {
+            AttributeDescription("name", .string)
+            AttributeDescription("createdAt", .date, indexed: true)
+            AttributeDescription("done", .bool, default: false)
+        }
+    }
+}
+
+func freshDirectory() -> String {
+    FileManager.default.temporaryDirectory.appendingPathComponent("logbook-benchmark-\(UUID().uuidString)").path
+}
+
+/// A store of `itemCount` Items, written once for the read benchmarks.
+func populatedStore() throws -> String {
+    let dir = freshDirectory()
+    let container = try PersistentContainer(name: "Items", model: model(), directory: dir)
+    let context = container.newContext(concurrencyType: .confinement)
+    _ = try context.execute(BatchInsertRequest(entityName: "Item", count: itemCount) { i, row in
+        row.set("Item \(i + 1)", forKey: "name")
+        row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
+        row.set(i % 2 == 1, forKey: "done")
+    })
+    try container.close()
+    return dir
+}
+
+func configuration() -> Benchmark.Configuration {
+    Benchmark.Configuration(
+    metrics: [.wallClock, .mallocCountTotal, .peakMemoryResident],
+    warmupIterations: 1,
+    scalingFactor: .one,
+    maxDuration: .seconds(3),
+    maxIterations: 50,
+    // Tolerances applied when checking against the static thresholds: the machines this runs
+    // on are shared and noisy, so time gets a wide margin; allocation counts are exact.
+    thresholds: [
+        .wallClock: .init(relative: [.p50: 50.0], absolute: [.p50: 5_000_000]),
+        .mallocCountTotal: .init(relative: [.p90: 10.0]),
+        .peakMemoryResident: .init(relative: [.p90: 25.0]),
+    ]
+    )
+}
+
+/// The store the read benchmarks share (benchmarks run one at a time).
+nonisolated(unsafe) var shared: PersistentContainer?
+
+func container() throws -> PersistentContainer {
+    if let shared { return shared }
+    let c = try PersistentContainer(name: "Items", model: model(), directory: try populatedStore())
+    shared = c
+    return c
+}
+
+let benchmarks: @Sendable () -> Void = {
+    Benchmark.defaultConfiguration = configuration()
+
+    Benchmark("engine-commit-10k-puts") { benchmark in
+        let dir = freshDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var options = StoreOptions()
+        options.durability = .none
+        let store = try Store.open(at: dir, options: options)
+        benchmark.startMeasurement()
+        var t = Transaction()
+        for i in 1...itemCount {
+            t.put(UInt64(1) << 48 | UInt64(i), value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i)))
+        }
+        try store.commit(t)
+        benchmark.stopMeasurement()
+        try store.close()
+    }
+
+    Benchmark("context-insert-save-10k-items") { benchmark in
+        let dir = freshDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var options = ContainerOptions()
+        options.durability = .none
+        let container = try PersistentContainer(name: "Items", model: model(), directory: dir, options: options)
+        let context = container.newContext(concurrencyType: .confinement)
+        benchmark.startMeasurement()
+        for i in 1...itemCount {
+            let item = try context.insert(Item.self)
+            item.name = "Item \(i)"
+            item.createdAt = Date(timeIntervalSince1970: base + Double(i) / 1000)
+            item.done = i % 2 == 0
+        }
+        try context.save()
+        benchmark.stopMeasurement()
+        try container.close()
+    }
+
+    Benchmark("batch-insert-10k-items") { benchmark in
+        let dir = freshDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var options = ContainerOptions()
+        options.durability = .none
+        let container = try PersistentContainer(name: "Items", model: model(), directory: dir, options: options)
+        let context = container.newContext(concurrencyType: .confinement)
+        benchmark.startMeasurement()
+        _ = try context.execute(BatchInsertRequest(entityName: "Item", count: itemCount) { i, row in
+            row.set("Item \(i + 1)", forKey: "name")
+            row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
+            row.set(i % 2 == 1, forKey: "done")
+        })
+        benchmark.stopMeasurement()
+        try container.close()
+    }
+
+    Benchmark("fetch-10k-items-sorted-read-names") { benchmark in
+        let context = try container().newContext(concurrencyType: .confinement)
+        var request = FetchRequest<Item>()
+        request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+        benchmark.startMeasurement()
+        var chars = 0
+        for item in try context.fetch(request) { chars &+= item.name.utf8.count }
+        benchmark.stopMeasurement()
+        blackHole(chars)
+    }
+
+    Benchmark("fetch-1k-item-range") { benchmark in
+        let context = try container().newContext(concurrencyType: .confinement)
+        var request = FetchRequest<Item>()
+        request.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@",
+                                               Date(timeIntervalSince1970: base + 4), Date(timeIntervalSince1970: base + 5))
+        request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+        benchmark.startMeasurement()
+        let items = try context.fetch(request)
+        benchmark.stopMeasurement()
+        precondition(items.count == 1000)
+    }
+
+    Benchmark("count-from-index", configuration: .init(scalingFactor: .kilo)) { benchmark in
+        let context = try container().newContext(concurrencyType: .confinement)
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations { blackHole(try context.count(for: FetchRequest<Item>())) }
+        benchmark.stopMeasurement()
+    }
+
+    Benchmark("predicate-parse-evaluate", configuration: .init(scalingFactor: .kilo)) { benchmark in
+        let context = try container().newContext(concurrencyType: .confinement)
+        var request = FetchRequest<Item>()
+        request.fetchLimit = 1
+        let item = try context.fetch(request)[0]
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            let p = try FetchPredicate(format: "name BEGINSWITH[c] %@ AND (done == NO OR createdAt > %@)", "item", Date(timeIntervalSince1970: base))
+            blackHole(try p.evaluate(with: item))
+        }
+        benchmark.stopMeasurement()
+    }
+}

@@ -212,7 +212,7 @@ extension ManagedObjectContext {
                 var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
                 if let residual = plan.residual {
                     // The conditions the index does not settle, checked on a detached object.
-                    let o = layout.managedClass.init(ManagedObject.Bootstrap(layout: layout, id: ObjectID(store: store.identity, key: key),
+                    let o = layout.managedClass.init(ManagedObject.Bootstrap(layout: layout, key: key,
                                                                              token: token, slots: slots, fault: false))
                     let passes = try evaluator.test(residual, object: o)
                     if !passes { return }

@@ -86,13 +86,40 @@ extension ManagedObjectContext {
     /// of the context are taken into account.
     public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] {
         let layout = try model.layout(named: request.entityName)
-        let objects = try fetchObjects(request, layout: layout)
-        return try objects.map { o in
-            guard let t = o as? T else {
-                throw LogbookError(.typeMismatch, "\(layout.name) objects are \(type(of: o)), not \(T.self)", entity: layout.name)
-            }
-            return t
+        guard layout.managedClass is T.Type else {
+            throw LogbookError(.typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
         }
+        if let direct = try fetchDirectly(request, layout: layout) { return direct }
+        return Self.typed(try fetchObjects(request, layout: layout), as: T.self)
+    }
+
+    /// The common case made cheap: when the index (or key order) gives the result and its
+    /// order, nothing is unsaved and the context holds none of the objects, they are read
+    /// straight into the result, in order, with no intermediate array. Nil when it does not apply.
+    func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [T]? {
+        guard request.fetchBatchSize == 0, !hasUnsavedChanges(layout) else { return nil }
+        let plan = try plan(request, layout: layout)
+        guard plan.residual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
+        _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let snapshot = container.store.snapshot()
+        let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
+        var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+        if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
+        if request.fetchLimit > 0 && keys.count > request.fetchLimit { keys.removeLast(keys.count - request.fetchLimit) }
+        let held = registryLock.withLock { table in keys.contains { table[$0] != nil } }
+        guard !held else { return nil }
+        let objects = try materialize(keys, layout: layout, snapshot: snapshot)
+        lastFetchRecordsRead = objects.count
+        return Self.typed(objects, as: T.self)
+    }
+
+    /// An array of objects the caller knows to be `T`s (made from a layout whose class is a
+    /// `T`), as `[T]` without copying: arrays of class references share one layout, and an
+    /// upcast array is the same storage too. Checked in debug builds.
+    static func typed<T: ManagedObject>(_ objects: [ManagedObject], as: T.Type) -> [T] {
+        if T.self == ManagedObject.self { return unsafeBitCast(objects, to: [T].self) }
+        assert(objects.allSatisfy { $0 is T })
+        return unsafeBitCast(objects, to: [T].self)
     }
 
     /// The IDs of the objects a request asks for; when the index settles the whole predicate
@@ -155,7 +182,7 @@ extension ManagedObjectContext {
                 continue
             }
             let o = layout.managedClass.init(ManagedObject.Bootstrap(
-                layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: [], fault: true))
+                layout: layout, key: key, token: token, slots: [], fault: true))
             o.batch = batch
             batch!.append(o)
             register(o)
@@ -192,7 +219,13 @@ extension ManagedObjectContext {
     /// Objects for keys that no object of the context holds, read from `snapshot` and
     /// registered, in the order of `keys`.
     func materialize(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
-        var made = [ManagedObject?](repeating: nil, count: keys.count)
+        var created: [ManagedObject] = []
+        created.reserveCapacity(keys.count)
+        // Values come in storage order, which is the keys' order when they were written in that
+        // order: then objects are appended as they come; else they are placed afterwards.
+        var inOrder = true
+        var stray: [Int] = []
+        var strayObjects: [ManagedObject] = []
         // Everything the loop needs, taken out of `self` once.
         let destinations = layout.toOne.map { UInt64(storeLayout.keyspace[layout.relationshipDestination[$0]]) }
         let attributeCount = layout.attributeCount
@@ -202,8 +235,15 @@ extension ManagedObjectContext {
         do {
             try snapshot.forEachValue(forKeys: keys) { i, key, raw in
                 let slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
-                made[i] = managedClass.init(ManagedObject.Bootstrap(
-                    layout: layout, id: ObjectID(store: identity, key: key), token: token, slots: slots, fault: false))
+                let o = managedClass.init(ManagedObject.Bootstrap(
+                    layout: layout, key: key, token: token, slots: slots, fault: false))
+                if inOrder && i == created.count {
+                    created.append(o)
+                } else {
+                    inOrder = false
+                    stray.append(i)
+                    strayObjects.append(o)
+                }
             }
         } catch is RecordCodec.Malformed {
             throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
@@ -212,7 +252,12 @@ extension ManagedObjectContext {
         } catch {
             throw LogbookError.wrap(error)
         }
-        let created = made.count == keys.count && !made.contains(where: { $0 == nil }) ? made.map { $0.unsafelyUnwrapped } : made.compactMap { $0 }
+        if !inOrder {
+            var placed = [ManagedObject?](repeating: nil, count: keys.count)
+            for (i, o) in created.enumerated() { placed[i] = o }
+            for (i, o) in zip(stray, strayObjects) { placed[i] = o }
+            created = placed.compactMap { $0 }
+        }
         register(all: created)
         return created
     }
@@ -277,7 +322,7 @@ extension ManagedObjectContext {
             // (objects nothing else holds are released here), and hand out faults in batches.
             var loading = request
             loading.fetchBatchSize = 0
-            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot).map(\.objectID.key)
+            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot).map(\.engineKey)
             let read = lastFetchRecordsRead
             var rest = request
             rest.fetchOffset = 0
@@ -330,7 +375,7 @@ extension ManagedObjectContext {
         if !sortKeys.isEmpty && (!plan.orderFromIndex || added) {
             SortKey.sort(&objects, by: sortKeys)
         } else if sortKeys.isEmpty && added && plan.index == nil {
-            objects.sort { $0.objectID.key < $1.objectID.key }
+            objects.sort { $0.engineKey < $1.engineKey }
         }
         var result = objects[...]
         if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
@@ -388,7 +433,7 @@ struct SortKey {
                     let c = Slot.compare(a.slots[k.slot], b.slots[k.slot])
                     if c != 0 { return k.ascending ? c < 0 : c > 0 }
                 }
-                return a.objectID.key < b.objectID.key
+                return a.engineKey < b.engineKey
             }
             return
         }
@@ -405,7 +450,7 @@ struct SortKey {
                 let c = compare(folded[i][n], folded[j][n], k.comparison)
                 if c != 0 { return k.ascending ? c < 0 : c > 0 }
             }
-            return objects[i].objectID.key < objects[j].objectID.key
+            return objects[i].engineKey < objects[j].engineKey
         }
         objects = order.map { objects[$0] }
     }

@@ -23,8 +23,11 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     open class var entityName: String { String(describing: self) }
 
     let layout: EntityLayout
-    /// The object's identity.
-    public let objectID: ObjectID
+    /// The engine key (keyspace and serial): the object's identity within its store.
+    let engineKey: UInt64
+    /// The object's identity (its store comes from the context's token: objects need not
+    /// hold a reference of their own to it).
+    public var objectID: ObjectID { ObjectID(store: token.identity, key: engineKey) }
     /// The context, through a token that knows whether the context still exists (cheaper on
     /// every access than a weak reference).
     let token: ManagedObjectContext.Token
@@ -57,7 +60,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// Made by contexts only.
     public required init(_ bootstrap: Bootstrap) {
         layout = bootstrap.layout
-        objectID = bootstrap.id
+        engineKey = bootstrap.key
         token = bootstrap.token
         slots = bootstrap.slots
         flags = bootstrap.fault ? [.fault] : []
@@ -66,14 +69,14 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// What a context hands a new object (opaque to subclasses).
     public struct Bootstrap {
         let layout: EntityLayout
-        let id: ObjectID
+        let key: UInt64
         let token: ManagedObjectContext.Token
         let slots: [Slot]
         let fault: Bool
     }
 
     deinit {
-        if flags.contains(.registered), let context = token.context { context.unregister(objectID.key) }
+        if flags.contains(.registered) { let key = engineKey; _ = token.withContext { $0.unregister(key) } }
         batch?.forget(self)
     }
 
@@ -212,7 +215,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
             throw LogbookError(.unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key, objectID: objectID)
         }
-        return context.relatedCount(objectID.key, layout, r)
+        return context.relatedCount(engineKey, layout, r)
     }
 
     /// Adds one object to a to-many relationship (and sets the inverse).

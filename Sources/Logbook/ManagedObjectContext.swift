@@ -42,7 +42,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     let queue: DispatchQueue?
     /// Handed to every object: says whether the context still exists.
-    let token = Token()
+    let token: Token
 
     /// An object's way to its context. `context` is unowned (no side table, unlike a weak
     /// reference); `alive` turns false when the context deinits, before it is gone.
@@ -50,6 +50,10 @@ public final class ManagedObjectContext: @unchecked Sendable {
         // Written by the context's init and deinit only; read on the context's queue.
         var owner: Unmanaged<ManagedObjectContext>?
         var alive = false
+        /// The store objects of the context belong to (their IDs name it).
+        let identity: StoreIdentity
+
+        init(identity: StoreIdentity) { self.identity = identity }
 
         @inline(__always)
         var context: ManagedObjectContext? { alive ? owner?.takeUnretainedValue() : nil }
@@ -106,6 +110,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     init(container: PersistentContainer, concurrencyType: ConcurrencyType) {
         self.container = container
         self.concurrencyType = concurrencyType
+        self.token = Token(identity: container.storeLayout.identity)
         switch concurrencyType {
         case .mainQueue: queue = .main
         case .privateQueue: queue = DispatchQueue(label: "logbook.context")
@@ -159,7 +164,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func register(_ object: ManagedObject) {
         object.flags.insert(.registered)
-        registryLock.withLock { $0[object.objectID.key] = Unmanaged.passUnretained(object) }
+        registryLock.withLock { $0[object.engineKey] = Unmanaged.passUnretained(object) }
     }
 
     func unregister(_ key: UInt64) {
@@ -199,8 +204,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     func register(all objects: [ManagedObject]) {
         for o in objects { o.flags.insert(.registered) }
         registryLock.withLock { table in
-            table.reserveCapacity(table.count + objects.count)
-            for o in objects { table[o.objectID.key] = Unmanaged.passUnretained(o) }
+            for o in objects { table[o.engineKey] = Unmanaged.passUnretained(o) }
         }
     }
 
@@ -255,7 +259,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
         }
         let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: layout.defaultSlots, fault: false))
+            layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
         willChange(object)
         object.flags.insert(.inserted)
         // Inserted objects are found through `inserted` until the save registers the ones that
@@ -295,7 +299,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     func materialize(key: UInt64, layout: EntityLayout, slots: [Slot]) -> ManagedObject {
         if let o = registered(key) { return o }
         let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: slots, fault: false))
+            layout: layout, key: key, token: token, slots: slots, fault: false))
         register(object)
         return object
     }
@@ -325,7 +329,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             var read = 0
             for o in members where o.flags.contains(.fault) {
                 o.batch = nil
-                if let slots = try decode(batch.snapshot, key: o.objectID.key, layout: o.layout) {
+                if let slots = try decode(batch.snapshot, key: o.engineKey, layout: o.layout) {
                     o.slots = slots
                     o.flags.remove(.fault)
                     read += 1
@@ -334,7 +338,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             lastFetchRecordsRead += read
             if !object.flags.contains(.fault) { return }
         }
-        guard let slots = try decode(snapshot ?? container.store.snapshot(), key: object.objectID.key, layout: object.layout) else {
+        guard let slots = try decode(snapshot ?? container.store.snapshot(), key: object.engineKey, layout: object.layout) else {
             throw LogbookError(.objectNotFound, "the object was deleted from the store", entity: object.layout.name, objectID: object.objectID)
         }
         object.slots = slots
@@ -355,7 +359,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             if object.committed == nil { object.committed = object.slots }
             if !object.flags.contains(.updated) {
                 object.flags.insert(.updated)
-                updated[object.objectID.key] = object
+                updated[object.engineKey] = object
             }
         }
         object.slots[slot] = value
@@ -367,7 +371,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         if !object.flags.contains(.inserted) && !object.flags.contains(.updated) {
             if object.committed == nil && !object.flags.contains(.fault) { object.committed = object.slots }
             object.flags.insert(.updated)
-            updated[object.objectID.key] = object
+            updated[object.engineKey] = object
         }
     }
 
@@ -409,7 +413,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// faults that load together (from one snapshot) when the first of them is touched, so
     /// counting or walking a relationship reads no record it does not need.
     func relatedObjects(_ owner: ManagedObject, relationship r: Int) throws -> [ManagedObject] {
-        let keys = relatedKeys(owner.objectID.key, owner.layout, r).sorted()
+        let keys = relatedKeys(owner.engineKey, owner.layout, r).sorted()
         let destination = model.layouts[owner.layout.relationshipDestination[r]]
         var batch: FaultBatch?
         var result: [ManagedObject] = []
@@ -421,7 +425,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             }
             if batch == nil { batch = FaultBatch(snapshot: container.store.snapshot()) }
             let o = destination.managedClass.init(ManagedObject.Bootstrap(
-                layout: destination, id: ObjectID(store: storeLayout.identity, key: key), token: token, slots: [], fault: true))
+                layout: destination, key: key, token: token, slots: [], fault: true))
             o.batch = batch
             batch!.append(o)
             register(o)
@@ -449,19 +453,19 @@ public final class ManagedObjectContext: @unchecked Sendable {
         guard let inv = owner.layout.relationshipInverse[r] else { return }
         let destLayout = model.layouts[owner.layout.relationshipDestination[r]]
         if destLayout.entity.relationships[inv].isToMany {
-            if adding { addMember(owner.objectID.key, owner: otherKey, destLayout, inv) }
-            else { removeMember(owner.objectID.key, owner: otherKey, destLayout, inv) }
+            if adding { addMember(owner.engineKey, owner: otherKey, destLayout, inv) }
+            else { removeMember(owner.engineKey, owner: otherKey, destLayout, inv) }
         } else {
             let other = try object(forKey: otherKey)
             try fulfill(other)
             let slot = destLayout.slot(ofToOne: inv)
             if adding {
                 // `other` pointed elsewhere before: that object loses it.
-                if case .object(let previous) = other.slots[slot], previous != owner.objectID.key {
+                if case .object(let previous) = other.slots[slot], previous != owner.engineKey {
                     try unlinkForward(previousOwner: previous, destLayout: destLayout, inverse: inv, other: other)
                 }
-                setSlot(other, slot, .object(owner.objectID.key))
-            } else if case .object(let k) = other.slots[slot], k == owner.objectID.key {
+                setSlot(other, slot, .object(owner.engineKey))
+            } else if case .object(let k) = other.slots[slot], k == owner.engineKey {
                 setSlot(other, slot, .null)
             }
         }
@@ -473,12 +477,12 @@ public final class ManagedObjectContext: @unchecked Sendable {
         guard let forward = destLayout.relationshipInverse[inverse] else { return }
         let ownerLayout = model.layouts[destLayout.relationshipDestination[inverse]]
         if ownerLayout.entity.relationships[forward].isToMany {
-            removeMember(other.objectID.key, owner: previousOwner, ownerLayout, forward)
+            removeMember(other.engineKey, owner: previousOwner, ownerLayout, forward)
         } else {
             let prev = try object(forKey: previousOwner)
             try fulfill(prev)
             let s = ownerLayout.slot(ofToOne: forward)
-            if case .object(let k) = prev.slots[s], k == other.objectID.key { setSlot(prev, s, .null) }
+            if case .object(let k) = prev.slots[s], k == other.engineKey { setSlot(prev, s, .null) }
         }
     }
 
@@ -486,7 +490,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         if let target { try checkRelated(owner, r, target) }
         let slot = owner.layout.slot(ofToOne: r)
         let old: UInt64? = if case .object(let k) = owner.slots[slot] { k } else { nil }
-        let new = target?.objectID.key
+        let new = target?.engineKey
         guard old != new else { return }
         if let old { try linkInverse(owner, r, old, adding: false) }
         setSlot(owner, slot, new.map { .object($0) } ?? .null)
@@ -495,28 +499,28 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func addRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
         for o in objects { try checkRelated(owner, r, o) }
-        let current = relatedKeys(owner.objectID.key, owner.layout, r)
-        for o in objects where !current.contains(o.objectID.key) {
-            addMember(o.objectID.key, owner: owner.objectID.key, owner.layout, r)
-            try linkInverse(owner, r, o.objectID.key, adding: true)
+        let current = relatedKeys(owner.engineKey, owner.layout, r)
+        for o in objects where !current.contains(o.engineKey) {
+            addMember(o.engineKey, owner: owner.engineKey, owner.layout, r)
+            try linkInverse(owner, r, o.engineKey, adding: true)
         }
     }
 
     func removeRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
-        let current = relatedKeys(owner.objectID.key, owner.layout, r)
-        for o in objects where current.contains(o.objectID.key) {
-            removeMember(o.objectID.key, owner: owner.objectID.key, owner.layout, r)
-            try linkInverse(owner, r, o.objectID.key, adding: false)
+        let current = relatedKeys(owner.engineKey, owner.layout, r)
+        for o in objects where current.contains(o.engineKey) {
+            removeMember(o.engineKey, owner: owner.engineKey, owner.layout, r)
+            try linkInverse(owner, r, o.engineKey, adding: false)
         }
     }
 
     func replaceRelated(_ owner: ManagedObject, relationship r: Int, with objects: [ManagedObject]) throws {
         for o in objects { try checkRelated(owner, r, o) }
-        let wanted = Set(objects.map(\.objectID.key))
-        let current = relatedKeys(owner.objectID.key, owner.layout, r)
+        let wanted = Set(objects.map(\.engineKey))
+        let current = relatedKeys(owner.engineKey, owner.layout, r)
         let gone = try current.subtracting(wanted).map { try object(forKey: $0) }
         try removeRelated(owner, relationship: r, gone)
-        try addRelated(owner, relationship: r, objects.filter { !current.contains($0.objectID.key) })
+        try addRelated(owner, relationship: r, objects.filter { !current.contains($0.engineKey) })
     }
 
     // MARK: Delete
@@ -539,7 +543,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         try fulfill(object)
         willChange(object)
         object.flags.insert(.deleted)
-        let key = object.objectID.key
+        let key = object.engineKey
         if object.flags.contains(.inserted) {
             object.flags.remove(.inserted)
             inserted.removeOne()
@@ -578,7 +582,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// Forgets every unsaved change: inserted objects go away, changed ones get their saved
     /// values back, deleted ones come back.
     public func rollback() {
-        for o in inserted.values { o.flags = [.invalid]; unregister(o.objectID.key) }
+        for o in inserted.values { o.flags = [.invalid]; unregister(o.engineKey) }
         for o in Array(updated.values) + Array(deleted.values) {
             if let c = o.committed { o.slots = c }
             o.committed = nil
@@ -614,7 +618,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
             object.flags.insert(.fault)
             object.flags.subtract([.updated])
             object.committed = nil
-            updated[object.objectID.key] = nil
+            updated[object.engineKey] = nil
         }
     }
 }
@@ -633,7 +637,7 @@ struct InsertedObjects {
     private var index: [UInt64: Int]?
 
     mutating func append(_ object: ManagedObject) {
-        if index != nil { index![object.objectID.key] = list.count }
+        if index != nil { index![object.engineKey] = list.count }
         list.append(object)
         count += 1
     }
@@ -642,7 +646,7 @@ struct InsertedObjects {
         if index == nil {
             var built: [UInt64: Int] = [:]
             built.reserveCapacity(list.count)
-            for (i, o) in list.enumerated() { built[o.objectID.key] = i }
+            for (i, o) in list.enumerated() { built[o.engineKey] = i }
             index = built
         }
         guard let i = index![key] else { return nil }
@@ -692,22 +696,53 @@ final class FaultBatch {
 /// Objects by engine key: for each keyspace, pages of 1,024 slots indexed by serial number
 /// (serials are dense), with a dictionary for serials too large to page.
 struct RegistryTable {
-    private var spaces: [UInt16: [[Unmanaged<ManagedObject>?]]] = [:]
+    /// The pages of one keyspace: 1,024 entries each, allocated when first used.
+    final class Space {
+        var pages: [UnsafeMutablePointer<Unmanaged<ManagedObject>?>?] = []
+
+        deinit {
+            for case let page? in pages {
+                page.deinitialize(count: RegistryTable.pageSize)
+                page.deallocate()
+            }
+        }
+
+        @inline(__always)
+        func page(_ p: Int, create: Bool) -> UnsafeMutablePointer<Unmanaged<ManagedObject>?>? {
+            if p < pages.count, let page = pages[p] { return page }
+            guard create else { return nil }
+            if p >= pages.count { pages.append(contentsOf: repeatElement(nil, count: p + 1 - pages.count)) }
+            let page = UnsafeMutablePointer<Unmanaged<ManagedObject>?>.allocate(capacity: RegistryTable.pageSize)
+            page.initialize(repeating: nil, count: RegistryTable.pageSize)
+            pages[p] = page
+            return page
+        }
+    }
+
+    // A few entities: a linear search of their keyspaces beats hashing.
+    private var keyspaces: [UInt16] = []
+    private var spaces: [Space] = []
     private var overflow: [UInt64: Unmanaged<ManagedObject>] = [:]
     private(set) var count = 0
     static let pageBits = 10
-    static let maxPagedSerial: UInt64 = 1 << 26
+    static let pageSize = 1 << pageBits
+    static let maxPagedSerial: UInt64 = 1 << 32
 
     var isEmpty: Bool { count == 0 }
+
+    @inline(__always)
+    private func space(_ ks: UInt16) -> Space? {
+        for i in keyspaces.indices where keyspaces[i] == ks { return spaces[i] }
+        return nil
+    }
 
     subscript(key: UInt64) -> Unmanaged<ManagedObject>? {
         get {
             let serial = key & 0xFFFF_FFFF_FFFF
             guard serial < Self.maxPagedSerial else { return overflow[key] }
-            guard let pages = spaces[UInt16(truncatingIfNeeded: key >> 48)] else { return nil }
-            let p = Int(serial >> UInt64(Self.pageBits))
-            guard p < pages.count, !pages[p].isEmpty else { return nil }
-            return pages[p][Int(serial & 1023)]
+            guard let space = space(UInt16(truncatingIfNeeded: key >> 48)),
+                  let page = space.page(Int(serial >> UInt64(Self.pageBits)), create: false) else { return nil }
+            return page[Int(serial) & (Self.pageSize - 1)]
         }
         set {
             let serial = key & 0xFFFF_FFFF_FFFF
@@ -720,20 +755,17 @@ struct RegistryTable {
                 return
             }
             let ks = UInt16(truncatingIfNeeded: key >> 48)
-            let p = Int(serial >> UInt64(Self.pageBits))
-            let i = Int(serial & 1023)
-            var pages = spaces.removeValue(forKey: ks) ?? []
-            defer { spaces[ks] = pages }
-            if p >= pages.count {
+            var found = space(ks)
+            if found == nil {
                 guard newValue != nil else { return }
-                pages.append(contentsOf: repeatElement([], count: p + 1 - pages.count))
+                found = Space()
+                keyspaces.append(ks)
+                spaces.append(found!)
             }
-            if pages[p].isEmpty {
-                guard newValue != nil else { return }
-                pages[p] = Array(repeating: nil, count: 1024)
-            }
-            let old = pages[p][i]
-            pages[p][i] = newValue
+            guard let page = found!.page(Int(serial >> UInt64(Self.pageBits)), create: newValue != nil) else { return }
+            let slot = page + (Int(serial) & (Self.pageSize - 1))
+            let old = slot.pointee
+            slot.pointee = newValue
             count += (old == nil ? 0 : -1) + (newValue == nil ? 0 : 1)
         }
     }
@@ -749,7 +781,11 @@ struct RegistryTable {
 
     func all() -> [Unmanaged<ManagedObject>] {
         var result: [Unmanaged<ManagedObject>] = []
-        for pages in spaces.values { for page in pages { for case let u? in page { result.append(u) } } }
+        for space in spaces {
+            for case let page? in space.pages {
+                for i in 0..<Self.pageSize { if let u = page[i] { result.append(u) } }
+            }
+        }
         result.append(contentsOf: overflow.values)
         return result
     }

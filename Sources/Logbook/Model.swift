@@ -269,6 +269,8 @@ final class EntityLayout: Sendable {
     let defaultSlots: [Slot]
     /// Names by slot.
     let slotNames: [String]
+    /// Storage kinds by slot.
+    let slotKinds: [SlotKind]
     /// What save checks, precomputed: slots that must have a value, attributes with rules,
     /// to-one relationships that must be set, to-many relationships with count bounds.
     let requiredSlots: [Int]
@@ -326,6 +328,7 @@ final class EntityLayout: Sendable {
         }
         self.defaultSlots = defaults
         self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
+        self.slotKinds = Self.kinds(entity, toOneCount: toOne.count)
         self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
         self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
         self.hasRelationshipRules = entity.relationships.contains { r in
@@ -339,6 +342,25 @@ final class EntityLayout: Sendable {
     }
 
     var slotCount: Int { attributeCount + toOne.count }
+
+    /// How each slot is stored, for decoding without reading the attribute descriptions.
+    enum SlotKind: UInt8 { case string, int, double, float, bool, data, uuid, url, decimal, object }
+
+    static func kinds(_ entity: EntityDescription, toOneCount: Int) -> [SlotKind] {
+        entity.attributes.map { a -> SlotKind in
+            switch a.type {
+            case .string: .string
+            case .int16, .int32, .int64: .int
+            case .double, .date: .double
+            case .float: .float
+            case .bool: .bool
+            case .data, .transformable: .data
+            case .uuid: .uuid
+            case .url: .url
+            case .decimal: .decimal
+            }
+        } + Array(repeating: .object, count: toOneCount)
+    }
 
     func checkInverses(_ layouts: [EntityLayout]) throws {
         for (i, r) in entity.relationships.enumerated() {

@@ -127,65 +127,66 @@ enum RecordCodec {
     /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
     static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt64) throws -> [Slot] {
         let n = layout.slotCount
-        var slots = [Slot](repeating: .null, count: n)
         guard raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
-        var o = 1 + (n + 7) / 8
-        func varint() throws -> UInt64 {
-            var result: UInt64 = 0
-            var shift: UInt64 = 0
-            while true {
-                guard o < raw.count, shift < 64 else { throw Malformed() }
-                let b = raw[o]
-                o += 1
-                result |= UInt64(b & 0x7F) << shift
-                if b < 0x80 { return result }
-                shift += 7
+        let kinds = layout.slotKinds
+        return try [Slot](unsafeUninitializedCapacity: n) { slots, initialized in
+            slots.initialize(repeating: .null)
+            initialized = n
+            var o = 1 + (n + 7) / 8
+            func varint() throws -> UInt64 {
+                var result: UInt64 = 0
+                var shift: UInt64 = 0
+                while true {
+                    guard o < raw.count, shift < 64 else { throw Malformed() }
+                    let b = raw[o]
+                    o += 1
+                    result |= UInt64(b & 0x7F) << shift
+                    if b < 0x80 { return result }
+                    shift += 7
+                }
+            }
+            func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
+                guard count >= 0, count <= raw.count - o else { throw Malformed() }
+                defer { o += count }
+                return UnsafeRawBufferPointer(rebasing: raw[o..<(o + count)])
+            }
+            for i in 0..<n where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
+                switch kinds[i] {
+                case .object:
+                    let serial = try varint()
+                    slots[i] = .object(destinationKeyspace(i) << 48 | serial)
+                case .string:
+                    let b = try bytes(Int(try varint()))
+                    slots[i] = .string(String(decoding: b, as: UTF8.self))
+                case .int:
+                    let z = try varint()
+                    slots[i] = .int(Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
+                case .double:
+                    let b = try bytes(8)
+                    slots[i] = .double(Double(bitPattern: b.loadUnaligned(as: UInt64.self).littleEndian))
+                case .float:
+                    let b = try bytes(4)
+                    slots[i] = .double(Double(Float(bitPattern: b.loadUnaligned(as: UInt32.self).littleEndian)))
+                case .bool:
+                    slots[i] = .bool(try bytes(1)[0] != 0)
+                case .data:
+                    slots[i] = .data(Data(try bytes(Int(try varint()))))
+                case .uuid:
+                    let b = try bytes(16)
+                    var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+                    withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
+                    slots[i] = .boxed(.init(.uuid(UUID(uuid: u))))
+                case .url:
+                    let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
+                    guard let u = URL(string: s) else { throw Malformed() }
+                    slots[i] = .boxed(.init(.url(u)))
+                case .decimal:
+                    let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
+                    guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
+                    slots[i] = .boxed(.init(.decimal(d)))
+                }
             }
         }
-        func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
-            guard count >= 0, count <= raw.count - o else { throw Malformed() }
-            defer { o += count }
-            return UnsafeRawBufferPointer(rebasing: raw[o..<(o + count)])
-        }
-        for i in 0..<n where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
-            if i >= layout.attributeCount {
-                let serial = try varint()
-                slots[i] = .object(destinationKeyspace(i) << 48 | serial)
-                continue
-            }
-            switch layout.entity.attributes[i].type {
-            case .string:
-                let b = try bytes(Int(try varint()))
-                slots[i] = .string(String(decoding: b, as: UTF8.self))
-            case .int16, .int32, .int64:
-                let z = try varint()
-                slots[i] = .int(Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
-            case .double, .date:
-                let b = try bytes(8)
-                slots[i] = .double(Double(bitPattern: b.loadUnaligned(as: UInt64.self).littleEndian))
-            case .float:
-                let b = try bytes(4)
-                slots[i] = .double(Double(Float(bitPattern: b.loadUnaligned(as: UInt32.self).littleEndian)))
-            case .bool:
-                slots[i] = .bool(try bytes(1)[0] != 0)
-            case .data, .transformable:
-                slots[i] = .data(Data(try bytes(Int(try varint()))))
-            case .uuid:
-                let b = try bytes(16)
-                var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-                withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
-                slots[i] = .boxed(.init(.uuid(UUID(uuid: u))))
-            case .url:
-                let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
-                guard let u = URL(string: s) else { throw Malformed() }
-                slots[i] = .boxed(.init(.url(u)))
-            case .decimal:
-                let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
-                guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
-                slots[i] = .boxed(.init(.decimal(d)))
-            }
-        }
-        return slots
     }
 
     /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like

@@ -41,9 +41,9 @@ extension ManagedObjectContext {
             if !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
         }
         for object in deleted.values {
-            transaction.delete(object.objectID.key)
+            transaction.delete(object.engineKey)
             for r in object.layout.toMany {
-                transaction.replaceMembers(EmptyCollection(), ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.objectID.key))
+                transaction.replaceMembers(EmptyCollection(), ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
             }
         }
         let deletedKeys = Set(deleted.keys)
@@ -75,7 +75,7 @@ extension ManagedObjectContext {
             DispatchQueue.global(qos: .utility).async { _ = garbage }
         }
         for o in updated.values { o.flags.remove(.updated); o.committed = nil }
-        for o in deleted.values { o.flags = [.invalid, .deleted]; unregister(o.objectID.key) }
+        for o in deleted.values { o.flags = [.invalid, .deleted]; unregister(o.engineKey) }
         updated = [:]
         deleted = [:]
         setAdds = [:]
@@ -94,7 +94,7 @@ extension ManagedObjectContext {
     }
 
     func encode(_ object: ManagedObject, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
-        Self.encode(object.slots, key: object.objectID.key, entity: object.layout, into: &t, buffer: &buffer, layout: layout)
+        Self.encode(object.slots, key: object.engineKey, entity: object.layout, into: &t, buffer: &buffer, layout: layout)
     }
 
     /// Puts a record and its index keys into a transaction.
@@ -133,7 +133,7 @@ extension ManagedObjectContext {
             for (r, rel) in object.layout.entity.relationships.enumerated() {
                 if rel.isToMany {
                     if rel.minCount > 0 || rel.maxCount < .max {
-                        let n = relatedKeys(object.objectID.key, object.layout, r).count
+                        let n = relatedKeys(object.engineKey, object.layout, r).count
                         if n < rel.minCount || n > rel.maxCount { fail(object, rel.name, "\(n) related objects; \(rel.minCount)...\(rel.maxCount) allowed") }
                     }
                 } else if !rel.isOptional, object.slots[object.layout.slot(ofToOne: r)].isNull {
@@ -144,7 +144,7 @@ extension ManagedObjectContext {
         for object in deleted.values {
             for (r, rel) in object.layout.entity.relationships.enumerated() where rel.deleteRule == .deny {
                 let related: Int
-                if rel.isToMany { related = relatedKeys(object.objectID.key, object.layout, r).count }
+                if rel.isToMany { related = relatedKeys(object.engineKey, object.layout, r).count }
                 else { related = object.slots[object.layout.slot(ofToOne: r)].isNull ? 0 : 1 }
                 if related > 0 { fail(object, rel.name, "the delete rule is deny and \(related) related object\(related == 1 ? " is" : "s are") still there") }
             }

@@ -105,7 +105,7 @@ extension ManagedObjectContext {
             s.object.slots = s.slots
             s.object.committed = s.committed
             s.object.flags = s.wasNew ? [.invalid] : s.flags
-            if s.wasNew { unregister(s.object.objectID.key) } else if s.object.flags.contains(.registered) { register(s.object) }
+            if s.wasNew { unregister(s.object.engineKey) } else if s.object.flags.contains(.registered) { register(s.object) }
         }
         inserted = step.context.inserted
         updated = step.context.updated

@@ -1,3 +1,4 @@
+import Dispatch
 /// Checkpoints: the indexes written out so that an open replays only the journal after them.
 ///
 /// A checkpoint file is a 32-byte header (magic "LBKCKPT\0") followed by `checkpointData`
@@ -102,6 +103,11 @@ enum Checkpoint {
 
     struct Malformed: Error {}
 
+    /// A result handed back from another thread (read after the group's wait).
+    final class ResultBox<T>: @unchecked Sendable {
+        var value: T?
+    }
+
     static func decode(_ bytes: [UInt8]) throws -> Loaded {
         try bytes.withUnsafeBytes { raw in
             var r = ByteReader(raw)
@@ -113,38 +119,62 @@ enum Checkpoint {
                 state.liveBytes = Int(try r.readLE(UInt64.self))
                 state.totalBytes = Int(try r.readLE(UInt64.self))
                 let spaces = try r.readLength(limit: 1 << 16)
+                var primaryParts: [([UInt64], [UInt64])] = []
                 for _ in 0..<spaces {
                     let ks = try r.readLength(limit: 0xFFFF)
                     let count = try r.readLength(limit: r.remaining)
-                    var keys = [UInt64](repeating: 0, count: count)
-                    var locations = [UInt64](repeating: 0, count: count)
+                    // Each entry at least two bytes: a count past that is malformed, not allocated.
+                    guard count <= r.remaining / 2 else { throw Malformed() }
                     var id: UInt64 = 0
                     var location: UInt64 = 0
-                    for i in 0..<count {
-                        let d = try r.readVarint()
-                        guard i == 0 || d > 0 else { throw Malformed() }
-                        id = i == 0 ? d : id &+ d
-                        location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
-                        guard id <= 0xFFFF_FFFF_FFFF, location != 0 else { throw Malformed() }
-                        keys[i] = UInt64(ks) << 48 | id
-                        locations[i] = location
+                    var locations: [UInt64] = []
+                    let keys = try [UInt64](unsafeUninitializedCapacity: count) { keyBuffer, keysMade in
+                        locations = try [UInt64](unsafeUninitializedCapacity: count) { locationBuffer, locationsMade in
+                            for i in 0..<count {
+                                let d = try r.readVarint()
+                                guard i == 0 || d > 0 else { throw Malformed() }
+                                id = i == 0 ? d : id &+ d
+                                location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                                guard id <= 0xFFFF_FFFF_FFFF, location != 0 else { throw Malformed() }
+                                keyBuffer[i] = UInt64(ks) << 48 | id
+                                locationBuffer[i] = location
+                                keysMade = i + 1
+                                locationsMade = i + 1
+                            }
+                        }
                     }
-                    state.primary.setMany(count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
+                    primaryParts.append((keys, locations))
                 }
+                // The primary map is built on another thread while this one reads the indexes.
+                let parts = UncheckedSendable(primaryParts)
+                let built = UncheckedSendable(ResultBox<RadixMap<UInt64>>())
+                let group = DispatchGroup()
+                DispatchQueue.global().async(group: group) {
+                    var primary = RadixMap<UInt64>()
+                    for (keys, locations) in parts.value {
+                        primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
+                    }
+                    built.value.value = primary
+                }
+                defer { group.wait() }
                 let indexCount = try r.readLength(limit: 1 << 20)
                 for _ in 0..<indexCount {
                     let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
                     let count = try r.readLength(limit: r.remaining)
                     var builder = OrderedIndex.Builder()
-                    var key: [UInt8] = []
                     var pk: UInt64 = 0
-                    for _ in 0..<count {
-                        let shared = try r.readLength(limit: key.count)
-                        let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength)
-                        key.removeSubrange(shared...)
-                        key.append(contentsOf: try r.readBytes(suffix))
-                        pk = pk &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
-                        key.withUnsafeBytes { builder.append($0, pk) }
+                    // The current key, rebuilt in place from its shared prefix and new suffix.
+                    try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
+                        var length = 0
+                        for _ in 0..<count {
+                            let shared = try r.readLength(limit: length)
+                            let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                            let bytes = try r.readBytes(suffix)
+                            if suffix > 0 { key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix) }
+                            length = shared + suffix
+                            pk = pk &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                            builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), pk)
+                        }
                     }
                     state.indexes[id] = builder.build()
                 }
@@ -169,6 +199,8 @@ enum Checkpoint {
                     }
                 }
                 guard r.isAtEnd else { throw Malformed() }
+                group.wait()
+                state.primary = built.value.value ?? RadixMap()
                 return Loaded(state: state, segment: segment, offset: offset)
             } catch {
                 throw Malformed()

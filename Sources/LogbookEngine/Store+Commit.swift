@@ -33,13 +33,14 @@ extension Store {
                     // Each worker writes distinct elements; the buffer outlives the parallel loop.
                     let out = UncheckedSendable(buffer)
                     let workers = missing.count >= 16 ? 2 : 1
-                    DispatchQueue.concurrentPerform(iterations: workers) { worker in
+                    let work: @Sendable (Int) -> Void = { worker in
                         var j = worker
                         while j < missing.count {
                             out.value[j] = blocks[missing[j]].withUnsafeBytes { Frame.encodePayload($0) }
                             j += workers
                         }
                     }
+                    if workers == 1 { work(0) } else { DispatchQueue.concurrentPerform(iterations: workers, execute: work) }
                 }
                 for (j, i) in missing.enumerated() { stored[i] = encoded[j] }
             }
@@ -81,11 +82,13 @@ extension Store {
                 w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                 throw error
             }
-            // The sync runs while the indexes are updated; the commit is published only
-            // after both.
+            // For a large transaction the sync runs on another thread while the indexes are
+            // updated; a small one syncs on this thread (a handoff would cost more than it
+            // saves). The commit is published only after both.
             let syncDone = DispatchSemaphore(value: 0)
             let syncResult = Mutex<(any Error)?>(nil)
-            if durability == .full {
+            let overlapSync = blocks.count >= 4
+            if durability == .full && overlapSync {
                 DispatchQueue.global().async {
                     do { try active.handle.sync() } catch { syncResult.withLock { $0 = error } }
                     syncDone.signal()
@@ -104,7 +107,9 @@ extension Store {
                 throw error
             }
             if durability == .full {
-                syncDone.wait()
+                if overlapSync { syncDone.wait() } else {
+                    do { try active.handle.sync() } catch { syncResult.withLock { $0 = error } }
+                }
                 if let error = syncResult.withLock({ $0 }) {
                     w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                     throw error

@@ -71,7 +71,8 @@ public struct Transaction: Sendable {
     private mutating func putOperation(_ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
                                        writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
         precondition(valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
-        if current.capacity == 0 { current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096) }
+        // The first block starts small (most transactions are small) and grows; later ones start full size.
+        if current.capacity == 0 { current = ByteWriter(capacity: 2048) }
         var size = 1 + varintSize(key >> 48) + varintSize(key & 0xFFFF_FFFF_FFFF) + varintSize(UInt64(valueCount)) + valueCount
         size += varintSize(UInt64(keys.count))
         for ik in keys {

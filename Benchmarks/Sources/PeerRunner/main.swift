@@ -370,7 +370,7 @@ func logbookW6() throws -> (populate: Double, traverse: Double, links: Int) {
     let t0 = now()
     let fresh = container.newContext(concurrencyType: .confinement)
     var links = 0
-    for m in try fresh.fetch(FetchRequest<ManagedObject>(entityName: "Manager")) { links += try m.objects(forKey: "employees").count }
+    for m in try fresh.fetch(FetchRequest<ManagedObject>(entityName: "Manager")) { links += try m.count(forKey: "employees") }
     let traversed = now()
     try container.close()
     return (populated - start, traversed - t0, links)
@@ -475,9 +475,13 @@ func logbookW7() throws -> Double {
 func grdbW7(records: Bool, synchronous: String) throws -> Double {
     let dir = freshDirectory("grdb-w7")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    var config = Configuration()
-    config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
-    let pool = try DatabasePool(path: dir + "/db.sqlite", configuration: config)
+    let pool = try DatabasePool(path: dir + "/db.sqlite")
+    // On the writer connection, after GRDB's own setup (which chooses NORMAL), and checked.
+    let mode = try pool.writeWithoutTransaction { db -> Int in
+        try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+        return try Int.fetchOne(db, sql: "PRAGMA synchronous")!
+    }
+    precondition(mode == (synchronous == "FULL" ? 2 : 1), "synchronous is \(mode)")
     try pool.write { db in
         try db.execute(sql: "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)")
         try db.execute(sql: "CREATE INDEX item_createdAt ON item(createdAt)")

@@ -147,7 +147,7 @@ struct PredicateEvaluator {
 
     func asCollection(_ v: Any?) -> [Any?]? {
         switch v {
-        case let s as Set<ManagedObject>: return s.sorted { $0.objectID.key < $1.objectID.key }
+        case let s as Set<ManagedObject>: return s.sorted { $0.engineKey < $1.engineKey }
         case let a as [Any?]: return a
         case let a as [Any]: return a.map { $0 }
         case let s as Set<AnyHashable>: return Array(s)

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Dispatch
 
 /// Everything the engine keeps in memory about the store at one version: the primary index
@@ -81,23 +86,20 @@ struct IndexState: Sendable {
                 let o = try putOperation(old, oldRaw)
                 liveBytes -= o.end - old.blockOffset
                 guard o.count > 0 else { return }
-                // The final version's index section, to keep what it still has.
-                var finalSection: [UInt8] = []
-                if let final, let finalBlock {
-                    try finalBlock.withUnsafeBytes { f in
-                        let n = try putOperation(final, f)
-                        finalSection = Array(f[n.indexKeys])
-                        finalSection.insert(UInt8(truncatingIfNeeded: n.count), at: 0)
-                    }
-                }
-                var oldSection = Array(oldRaw[o.indexKeys])
-                oldSection.insert(UInt8(truncatingIfNeeded: o.count), at: 0)
-                if oldSection == finalSection { return }
+                // The final version's index section: entries it shares with the old one stay.
+                // The common case, the same section byte for byte, is settled without copying.
                 var finalKeys: [(UInt32, [UInt8])] = []
-                if finalSection.count > 1 {
-                    finalSection.withUnsafeBytes { f in
-                        Operation.forEachIndexKey(f, 1..<f.count, count: Int(finalSection[0])) { finalKeys.append(($0, Array($1))) }
+                if let final, let finalBlock {
+                    let same = try finalBlock.withUnsafeBytes { f -> Bool in
+                        let n = try putOperation(final, f)
+                        if n.count == o.count && n.indexKeys.count == o.indexKeys.count
+                            && memcmp(f.baseAddress! + n.indexKeys.lowerBound, oldRaw.baseAddress! + o.indexKeys.lowerBound, o.indexKeys.count) == 0 {
+                            return true
+                        }
+                        Operation.forEachIndexKey(f, n.indexKeys, count: n.count) { finalKeys.append(($0, Array($1))) }
+                        return false
                     }
+                    if same { return }
                 }
                 Operation.forEachIndexKey(oldRaw, o.indexKeys, count: o.count) { index, bytes in
                     if finalKeys.contains(where: { $0.0 == index && $0.1.elementsEqual(bytes) }) { return }

@@ -233,8 +233,9 @@ extension ManagedObjectContext {
         let token = self.token
         let managedClass = layout.managedClass
         do {
+            try layout.slotKinds.withUnsafeBufferPointer { kinds in
             try snapshot.forEachValue(forKeys: keys) { i, key, raw in
-                let slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
                 let o = managedClass.init(ManagedObject.Bootstrap(
                     layout: layout, key: key, token: token, slots: slots, fault: false))
                 if inOrder && i == created.count {
@@ -244,6 +245,7 @@ extension ManagedObjectContext {
                     stray.append(i)
                     strayObjects.append(o)
                 }
+            }
             }
         } catch is RecordCodec.Malformed {
             throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)

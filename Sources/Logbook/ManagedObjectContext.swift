@@ -202,10 +202,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     /// Registers many new objects with one lock.
     func register(all objects: [ManagedObject]) {
-        for o in objects { o.flags.insert(.registered) }
-        registryLock.withLock { table in
-            for o in objects { table[o.engineKey] = Unmanaged.passUnretained(o) }
-        }
+        registryLock.withLock { table in table.insertAll(objects) }
     }
 
     /// The objects registered in the context (fetched, inserted or faulted in, and still alive).
@@ -698,7 +695,8 @@ final class FaultBatch {
 struct RegistryTable {
     /// The pages of one keyspace: 1,024 entries each, allocated when first used.
     final class Space {
-        var pages: [UnsafeMutablePointer<Unmanaged<ManagedObject>?>?] = []
+        // Touched only under the registry's lock.
+        @exclusivity(unchecked) var pages: [UnsafeMutablePointer<Unmanaged<ManagedObject>?>?] = []
 
         deinit {
             for case let page? in pages {
@@ -767,6 +765,47 @@ struct RegistryTable {
             let old = slot.pointee
             slot.pointee = newValue
             count += (old == nil ? 0 : -1) + (newValue == nil ? 0 : 1)
+        }
+    }
+
+    /// Registers many objects (marking them registered): the keyspace's pages and the current
+    /// page are looked up once per run of keys that share them, and no reference is retained.
+    mutating func insertAll(_ objects: [ManagedObject]) {
+        objects.withUnsafeBufferPointer { list in
+            guard let base = list.baseAddress else { return }
+            let raw = UnsafeRawPointer(base)
+            var pageNumber = -1
+            var keyspace: UInt16 = 0
+            var page: UnsafeMutablePointer<Unmanaged<ManagedObject>?>?
+            for i in 0..<list.count {
+                // The reference as a bare pointer: the array keeps the object alive.
+                let object = Unmanaged<ManagedObject>.fromOpaque(raw.load(fromByteOffset: i * MemoryLayout<ManagedObject>.stride, as: UnsafeRawPointer.self))
+                let key = object._withUnsafeGuaranteedRef { o in
+                    o.flags.insert(.registered)
+                    return o.engineKey
+                }
+                let serial = key & 0xFFFF_FFFF_FFFF
+                let ks = UInt16(truncatingIfNeeded: key >> 48)
+                guard serial < Self.maxPagedSerial else {
+                    self[key] = object
+                    continue
+                }
+                let p = Int(serial >> UInt64(Self.pageBits))
+                if page == nil || p != pageNumber || ks != keyspace {
+                    var found = space(ks)
+                    if found == nil {
+                        found = Space()
+                        keyspaces.append(ks)
+                        spaces.append(found!)
+                    }
+                    page = found!.page(p, create: true)
+                    pageNumber = p
+                    keyspace = ks
+                }
+                let slot = page! + (Int(serial) & (Self.pageSize - 1))
+                if slot.pointee == nil { count += 1 }
+                slot.pointee = object
+            }
         }
     }
 

@@ -126,12 +126,19 @@ enum RecordCodec {
 
     /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
     static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt64) throws -> [Slot] {
-        let n = layout.slotCount
+        try layout.slotKinds.withUnsafeBufferPointer { kinds in
+            try decode(raw, kinds: kinds, destinationKeyspace: destinationKeyspace)
+        }
+    }
+
+    /// The same with the slot kinds given (a loop over many records takes them once).
+    @inline(__always)
+    static func decode(_ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
+                       destinationKeyspace: (Int) -> UInt64) throws -> [Slot] {
+        let n = kinds.count
         guard raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
-        let kinds = layout.slotKinds
-        return try [Slot](unsafeUninitializedCapacity: n) { slots, initialized in
-            slots.initialize(repeating: .null)
-            initialized = n
+        var result = [Slot](repeating: .null, count: n)
+        try result.withUnsafeMutableBufferPointer { slots in
             var o = 1 + (n + 7) / 8
             func varint() throws -> UInt64 {
                 var result: UInt64 = 0
@@ -187,6 +194,7 @@ enum RecordCodec {
                 }
             }
         }
+        return result
     }
 
     /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like

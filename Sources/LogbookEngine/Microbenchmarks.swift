@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 /// Timings of the engine's inner structures, for `logbook bench micro` (not API).
 @_spi(Benchmarks)
 public enum EngineMicrobenchmarks {
@@ -56,6 +59,34 @@ public enum EngineMicrobenchmarks {
         let reader = BlockReader(segments: SegmentSet([:]), cache: FrameCache(capacityBytes: 1 << 20))
         time("apply") {
             try! state.apply(transaction: txBlocks, manifest: manifest, segment: 1, reader: reader)
+        }
+        time("radix_get") {
+            var sum: UInt64 = 0
+            for i in 0..<count { sum &+= map[UInt64(1) << 48 | UInt64(i)] ?? 0 }
+            precondition(sum > 0)
+        }
+        time("index_walk") {
+            var n = 0
+            state.indexes[1]?.forEach(from: nil, to: nil, reverse: false) { _, _ in n += 1; return true }
+            precondition(n == count)
+        }
+        // Reading values back through a store: the fetch path below the object graph.
+        let directory = "/tmp/logbook-micro-\(UInt64.random(in: 0..<UInt64.max))"
+        var options = StoreOptions()
+        options.durability = .none
+        options.checkpointOnClose = false
+        if let store = try? Store.open(at: directory, options: options) {
+            _ = try? store.commit(t)
+            let snapshot = store.snapshot()
+            let keys = (0..<count).map { UInt64(1) << 48 | UInt64($0) }
+            time("snapshot_values") {
+                var bytes = 0
+                try? snapshot.forEachValue(forKeys: keys) { _, _, raw in bytes &+= raw.count }
+                precondition(bytes > 0)
+            }
+            try? store.close()
+            for name in (try? PosixFileSystem().listDirectory(directory)) ?? [] { try? PosixFileSystem().removeFile(directory + "/" + name) }
+            _ = rmdir(directory)
         }
         return results
     }

@@ -93,6 +93,39 @@ struct RadixMap<Value: RadixSlot> {
         return value.isAbsent ? nil : value
     }
 
+    /// The leaf that holds `key`'s slot, or nil when there is none.
+    @inline(__always)
+    func leaf(for key: UInt64) -> Node? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks) else { return nil }
+        let height = spaces[si].height
+        guard var node = spaces[si].root, id >> UInt64(Self.bits * height) == 0 || height >= 8 else { return nil }
+        var shift = Self.bits * (height - 1)
+        while shift > 0 {
+            guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
+            node = child
+            shift -= Self.bits
+        }
+        return node
+    }
+
+    /// The values of many keys (absent ones as `.absent`), in the keys' order. Keys that share a
+    /// leaf one after the other (ascending ids, as fetches ask) share one walk down the trie.
+    func values(forKeys keys: [UInt64]) -> [Value] {
+        [Value](unsafeUninitializedCapacity: keys.count) { out, made in
+            var prefix = UInt64.max
+            var slots: [Value] = []
+            for (i, key) in keys.enumerated() {
+                if key >> Self.bits != prefix {
+                    prefix = key >> Self.bits
+                    slots = self.leaf(for: key)?.slots ?? []
+                }
+                (out.baseAddress! + i).initialize(to: slots.isEmpty ? .absent : slots[Int(key & 63)])
+                made = i + 1
+            }
+        }
+    }
+
     /// Sets `value` for `key` (which must not be absent); returns the previous value.
     @discardableResult
     mutating func set(_ key: UInt64, _ value: Value) -> Value? {

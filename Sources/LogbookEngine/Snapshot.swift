@@ -63,16 +63,17 @@ public final class Snapshot: Sendable {
     /// together are), else the storage order. This is the fast way to read many values.
     public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
         // Locations first: when they rise with the keys, a single pass reads each block once.
-        var locations = [UInt64](repeating: 0, count: keys.count)
+        var locations = state.primary.values(forKeys: keys)
         var ordered = true
         var previous: UInt64 = 0
-        for (i, key) in keys.enumerated() {
-            let packed = state.primary[key] ?? .max
-            locations[i] = packed
-            if packed != .max {
-                if packed < previous { ordered = false }
-                previous = packed
+        for i in locations.indices {
+            let packed = locations[i]
+            if packed == 0 {
+                locations[i] = .max     // no such key
+                continue
             }
+            if packed < previous { ordered = false }
+            previous = packed
         }
         var blockKey = UInt64.max
         var block: [UInt8] = []

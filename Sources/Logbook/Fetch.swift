@@ -108,7 +108,7 @@ extension ManagedObjectContext {
         if request.fetchLimit > 0 && keys.count > request.fetchLimit { keys.removeLast(keys.count - request.fetchLimit) }
         let held = registryLock.withLock { table in keys.contains { table[$0] != nil } }
         guard !held else { return nil }
-        let objects = try materialize(keys, layout: layout, snapshot: snapshot)
+        let objects = try faultsWithRecords(keys, layout: layout, snapshot: snapshot)
         lastFetchRecordsRead = objects.count
         return Self.typed(objects, as: T.self)
     }
@@ -259,6 +259,43 @@ extension ManagedObjectContext {
             for (i, o) in created.enumerated() { placed[i] = o }
             for (i, o) in zip(stray, strayObjects) { placed[i] = o }
             created = placed.compactMap { $0 }
+        }
+        register(all: created)
+        return created
+    }
+
+    /// Objects for keys no object of the context holds, as faults that keep their record's
+    /// bytes (copied into one arena per fetch): a typed property reads its value from them
+    /// without decoding the rest, anything else decodes the record once. In the order of `keys`.
+    func faultsWithRecords(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
+        var bytes: [UInt8] = []
+        var spans = [(offset: UInt32, count: UInt32)](repeating: (0, 0), count: keys.count)
+        var found = [Bool](repeating: false, count: keys.count)
+        do {
+            try snapshot.forEachValue(forKeys: keys) { i, _, raw in
+                // Room for all, guessed from the first record (records of an entity are alike).
+                if bytes.isEmpty { bytes.reserveCapacity(min(raw.count * keys.count * 5 / 4 + 64, Int(UInt32.max))) }
+                spans[i] = (UInt32(bytes.count), UInt32(raw.count))
+                found[i] = true
+                bytes.append(contentsOf: raw)
+            }
+        } catch let e as LogbookError {
+            throw e
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+        guard bytes.count < Int(UInt32.max) else { return try materialize(keys, layout: layout, snapshot: snapshot) }
+        let arena = RecordArena(bytes)
+        let token = self.token
+        let managedClass = layout.managedClass
+        var created: [ManagedObject] = []
+        created.reserveCapacity(keys.count)
+        for i in keys.indices where found[i] {
+            let o = managedClass.init(ManagedObject.Bootstrap(layout: layout, key: keys[i], token: token, slots: [], fault: true))
+            o.rawArena = arena
+            o.rawOffset = spans[i].offset
+            o.rawCount = spans[i].count
+            created.append(o)
         }
         register(all: created)
         return created

@@ -41,6 +41,11 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     @exclusivity(unchecked) var flags: Flags
     /// For a fault from a batched fetch: the objects that load with it.
     var batch: FaultBatch?
+    /// For a fault from a direct fetch: its record's bytes, read already (typed reads decode
+    /// single values from them; anything else decodes the whole record).
+    @exclusivity(unchecked) var rawArena: RecordArena?
+    @exclusivity(unchecked) var rawOffset: UInt32 = 0
+    @exclusivity(unchecked) var rawCount: UInt32 = 0
 
     struct Flags: OptionSet {
         let rawValue: UInt8
@@ -290,6 +295,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The stored value of an attribute for a typed property (nil when unusable or unknown).
     @usableFromInline
     func typedRead(_ key: String) -> (Slot, AttributeType)? {
+        if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive {
+            // A value straight from the record's bytes: the object stays a fault.
+            guard let slot = layout.slot(named: key), slot < layout.attributeCount,
+                  let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout) else { return nil }
+            return (value, layout.entity.attributes[slot].type)
+        }
         if flags.contains(.fault) || flags.contains(.invalid) { guard (try? checkUsable(key)) != nil else { return nil } }
         guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return nil }
         return (slots[slot], layout.entity.attributes[slot].type)

@@ -320,6 +320,20 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// store's latest state.
     func fulfill(_ object: ManagedObject, from snapshot: Snapshot? = nil) throws {
         guard object.flags.contains(.fault) else { return }
+        if let arena = object.rawArena {
+            // The record was read by the fetch that made the object: decode it.
+            let layout = object.layout
+            do {
+                object.slots = try arena.slots(offset: object.rawOffset, count: object.rawCount, layout: layout) { slot in
+                    UInt64(self.storeLayout.keyspace[layout.relationshipDestination[layout.toOne[slot - layout.attributeCount]]])
+                }
+            } catch {
+                throw LogbookError(.store, "the record of \(layout.name) \(object.engineKey & 0xFFFF_FFFF_FFFF) is malformed", entity: layout.name)
+            }
+            object.rawArena = nil
+            object.flags.remove(.fault)
+            return
+        }
         if let batch = object.batch {
             // Load the whole batch from the fetch's snapshot.
             let members = batch.take()

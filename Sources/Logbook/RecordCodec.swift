@@ -1,6 +1,31 @@
 import Foundation
 import LogbookEngine
 
+/// The bytes of the records one fetch read, which its objects decode from on first use
+/// (Core Data's row cache, per fetch): immutable once made.
+final class RecordArena: @unchecked Sendable {
+    // @unchecked: never mutated after init.
+    let bytes: [UInt8]
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// One attribute of the record at `offset` (nil when the record is malformed).
+    func slot(_ index: Int, offset: UInt32, count: UInt32, layout: EntityLayout) -> Slot? {
+        bytes.withUnsafeBytes { all in
+            layout.slotKinds.withUnsafeBufferPointer { kinds in
+                try? RecordCodec.decodeSlot(UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), index, kinds: kinds)
+            }
+        }
+    }
+
+    /// The whole record at `offset`.
+    func slots(offset: UInt32, count: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt64) throws -> [Slot] {
+        try bytes.withUnsafeBytes { all in
+            try RecordCodec.decode(UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), layout: layout,
+                                   destinationKeyspace: destinationKeyspace)
+        }
+    }
+}
+
 /// The binary record of a managed object: a format byte, a bitmap of the slots that hold a
 /// value, then each value: strings and data as length-prefixed bytes, integers as zigzag
 /// varints, doubles and dates as 8 bytes, floats as 4, booleans as 1, UUIDs as 16, decimals as
@@ -140,61 +165,94 @@ enum RecordCodec {
         var result = [Slot](repeating: .null, count: n)
         try result.withUnsafeMutableBufferPointer { slots in
             var o = 1 + (n + 7) / 8
-            func varint() throws -> UInt64 {
-                var result: UInt64 = 0
-                var shift: UInt64 = 0
-                while true {
-                    guard o < raw.count, shift < 64 else { throw Malformed() }
-                    let b = raw[o]
-                    o += 1
-                    result |= UInt64(b & 0x7F) << shift
-                    if b < 0x80 { return result }
-                    shift += 7
-                }
-            }
-            func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
-                guard count >= 0, count <= raw.count - o else { throw Malformed() }
-                defer { o += count }
-                return UnsafeRawBufferPointer(rebasing: raw[o..<(o + count)])
-            }
             for i in 0..<n where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
-                switch kinds[i] {
-                case .object:
-                    let serial = try varint()
-                    slots[i] = .object(destinationKeyspace(i) << 48 | serial)
-                case .string:
-                    let b = try bytes(Int(try varint()))
-                    slots[i] = .string(String(decoding: b, as: UTF8.self))
-                case .int:
-                    let z = try varint()
-                    slots[i] = .int(Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
-                case .double:
-                    let b = try bytes(8)
-                    slots[i] = .double(Double(bitPattern: b.loadUnaligned(as: UInt64.self).littleEndian))
-                case .float:
-                    let b = try bytes(4)
-                    slots[i] = .double(Double(Float(bitPattern: b.loadUnaligned(as: UInt32.self).littleEndian)))
-                case .bool:
-                    slots[i] = .bool(try bytes(1)[0] != 0)
-                case .data:
-                    slots[i] = .data(Data(try bytes(Int(try varint()))))
-                case .uuid:
-                    let b = try bytes(16)
-                    var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-                    withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
-                    slots[i] = .boxed(.init(.uuid(UUID(uuid: u))))
-                case .url:
-                    let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
-                    guard let u = URL(string: s) else { throw Malformed() }
-                    slots[i] = .boxed(.init(.url(u)))
-                case .decimal:
-                    let s = String(decoding: try bytes(Int(try varint())), as: UTF8.self)
-                    guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
-                    slots[i] = .boxed(.init(.decimal(d)))
-                }
+                slots[i] = try value(kinds[i], raw, &o) { destinationKeyspace(i) }
             }
         }
         return result
+    }
+
+    /// One attribute's value from a record, without decoding the others.
+    static func decodeSlot(_ raw: UnsafeRawBufferPointer, _ target: Int, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>) throws -> Slot {
+        let n = kinds.count
+        guard target < n, raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
+        guard raw[1 + target / 8] & UInt8(1 << (target % 8)) != 0 else { return .null }
+        var o = 1 + (n + 7) / 8
+        // Skip the values present before the target.
+        for i in 0..<target where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
+            switch kinds[i] {
+            case .string, .data, .url, .decimal:
+                let length = try varint(raw, &o)
+                guard length <= UInt64(raw.count - o) else { throw Malformed() }
+                o += Int(length)
+            case .int, .object: _ = try varint(raw, &o)
+            case .double: o += 8
+            case .float: o += 4
+            case .bool: o += 1
+            case .uuid: o += 16
+            }
+            guard o <= raw.count else { throw Malformed() }
+        }
+        return try value(kinds[target], raw, &o) { 0 }
+    }
+
+    @inline(__always)
+    static func varint(_ raw: UnsafeRawBufferPointer, _ o: inout Int) throws -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            guard o < raw.count, shift < 64 else { throw Malformed() }
+            let b = raw[o]
+            o += 1
+            result |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return result }
+            shift += 7
+        }
+    }
+
+    /// The value of one present slot at `o`, which moves past it.
+    @inline(__always)
+    static func value(_ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int,
+                      destinationKeyspace: () -> UInt64) throws -> Slot {
+        func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
+            guard count >= 0, count <= raw.count - o else { throw Malformed() }
+            defer { o += count }
+            return UnsafeRawBufferPointer(rebasing: raw[o..<(o + count)])
+        }
+        switch kind {
+        case .object:
+            let serial = try varint(raw, &o)
+            return .object(destinationKeyspace() << 48 | serial)
+        case .string:
+            let b = try bytes(Int(try varint(raw, &o)))
+            return .string(String(decoding: b, as: UTF8.self))
+        case .int:
+            let z = try varint(raw, &o)
+            return .int(Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
+        case .double:
+            let b = try bytes(8)
+            return .double(Double(bitPattern: b.loadUnaligned(as: UInt64.self).littleEndian))
+        case .float:
+            let b = try bytes(4)
+            return .double(Double(Float(bitPattern: b.loadUnaligned(as: UInt32.self).littleEndian)))
+        case .bool:
+            return .bool(try bytes(1)[0] != 0)
+        case .data:
+            return .data(Data(try bytes(Int(try varint(raw, &o)))))
+        case .uuid:
+            let b = try bytes(16)
+            var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
+            return .boxed(.init(.uuid(UUID(uuid: u))))
+        case .url:
+            let s = String(decoding: try bytes(Int(try varint(raw, &o))), as: UTF8.self)
+            guard let u = URL(string: s) else { throw Malformed() }
+            return .boxed(.init(.url(u)))
+        case .decimal:
+            let s = String(decoding: try bytes(Int(try varint(raw, &o))), as: UTF8.self)
+            guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
+            return .boxed(.init(.decimal(d)))
+        }
     }
 
     /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like

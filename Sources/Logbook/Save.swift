@@ -168,6 +168,7 @@ extension ManagedObjectContext {
                 o.committed = nil
             } else {
                 o.flags.insert(.fault)
+                o.rawArena = nil
             }
         }
         for id in changes.deleted {

@@ -275,4 +275,53 @@ final class Chore: ManagedObject {
         try await writing.value
         try container.close()
     }
+
+    /// Objects of a direct fetch keep their record's bytes: typed reads decode one value and
+    /// leave them faults; anything else decodes the record; a merge drops the stale bytes.
+    @Test func fetchedObjectsReadValuesFromTheirRecords() async throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let writer = container.newContext(concurrencyType: .confinement)
+        for i in 0..<50 {
+            let p = try writer.insert(Person.self)
+            p.firstName = "P\(i)"
+            p.lastName = "L\(i)"
+            p.age = i % 3 == 0 ? nil : Int32(i)
+        }
+        try writer.save()
+        let context = container.newBackgroundContext()
+        let other = container.newBackgroundContext()
+        try await context.perform {
+            var request = FetchRequest<Person>()
+            request.sortDescriptors = [FetchSortDescriptor(key: "age", ascending: false)]
+            let people = try context.fetch(request)
+            #expect(people.count == 50)
+            let p = people[0]
+            #expect(p.isFault, "a fetched object is a fault that holds its record")
+            #expect(p.firstName == "P49" && p.lastName == "L49" && p.age == 49)
+            #expect(people.last!.age == nil, "a missing value reads as nil")
+            #expect(p.isFault, "typed reads decode single values")
+            #expect(try p.value(forKey: "lastName") as? String == "L49")
+            #expect(!p.isFault, "reading by key decodes the record")
+            people[1].firstName = "Changed"
+            #expect(people[1].lastName == "L47" && people[1].hasChanges)
+            try context.save()
+        }
+        // Another context changes a record: the fetched object shows the new value.
+        try await other.perform {
+            var request = FetchRequest<Person>()
+            request.predicate = try FetchPredicate(format: "firstName == 'P49'")
+            try other.fetch(request)[0].lastName = "Renamed"
+            try other.save()
+        }
+        let (renamed, changed): (String, String) = try await context.perform {
+            var request = FetchRequest<Person>()
+            request.predicate = try FetchPredicate(format: "firstName == 'P49' OR firstName == 'Changed'")
+            request.sortDescriptors = [FetchSortDescriptor(key: "age", ascending: false)]
+            let found = try context.fetch(request)
+            return (found[0].lastName, found[1].firstName)
+        }
+        #expect(renamed == "Renamed" && changed == "Changed")
+        try container.close()
+    }
 }

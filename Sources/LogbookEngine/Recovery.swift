@@ -231,7 +231,10 @@ struct Recovery {
     private mutating func replaySegment(_ file: SegmentFile, from offset: Int, isLast: Bool,
                                         state: inout IndexState, reader: BlockReader) throws -> Int {
         let size = try file.handle.size()
-        let data = try file.handle.read(count: size, at: 0)
+        // Only what follows `offset` is read (after a checkpoint, usually little or nothing);
+        // `base` turns positions in the file into positions in `data`.
+        let base = min(offset, size)
+        let data = try file.handle.read(count: size - base, at: base)
         var pending: [(Int, [UInt8])] = []
         var pendingOperations = 0
         var lastCommitEnd = offset
@@ -239,7 +242,7 @@ struct Recovery {
         var damage: (Int, String)?
         try data.withUnsafeBytes { raw in
             scan: while true {
-                switch Frame.parse(raw, at: position, salt: file.salt) {
+                switch Frame.parse(raw, at: position - base, salt: file.salt) {
                 case .end:
                     if !pending.isEmpty { damage = (lastCommitEnd, "a transaction without its commit record") }
                     break scan
@@ -272,18 +275,18 @@ struct Recovery {
                         state.version = commit.version
                         pending.removeAll()
                         report.commitsReplayed += 1
-                        lastCommitEnd = frame.end
+                        lastCommitEnd = frame.end + base
                     default:
                         damage = (position, "a \(frame.type) frame inside a segment")
                         break scan
                     }
-                    position = frame.end
+                    position = frame.end + base
                 }
             }
         }
         guard let (at, reason) = damage else { return lastCommitEnd }
         // Damage. Before the last commit it is corruption; after it, a torn tail.
-        let laterCommit = data.withUnsafeBytes { Self.findCommitFrame(in: $0, after: at, salt: file.salt) }
+        let laterCommit = data.withUnsafeBytes { Self.findCommitFrame(in: $0, after: at - base, salt: file.salt) }
         if !isLast || laterCommit != nil {
             throw EngineError.corruption("\(reason) before the last commit", path: file.path, offset: at)
         }

@@ -510,7 +510,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     func addRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
         for o in objects { try checkRelated(owner, r, o) }
-        let current = relatedKeys(owner.engineKey, owner.layout, r)
+        // A new object has nothing stored: its members are the ones added since.
+        let current = owner.flags.contains(.inserted) ? (setAdds[setKey(owner.engineKey, owner.layout, r)] ?? [])
+            : relatedKeys(owner.engineKey, owner.layout, r)
         for o in objects where !current.contains(o.engineKey) {
             addMember(o.engineKey, owner: owner.engineKey, owner.layout, r)
             try linkInverse(owner, r, o.engineKey, adding: true)

@@ -39,6 +39,16 @@ enum Slot: Sendable, Hashable {
 
     /// Converts a Swift value to a slot of `type`, checking the type (and integer ranges).
     init(_ value: Any?, type: AttributeType, transformers: TransformerRegistry? = nil) throws {
+        // The common cases first: the attribute's own Swift type, one cast.
+        switch type {
+        case .string: if let s = value as? String { self = .string(s); return }
+        case .int32: if let x = value as? Int32 { self = .int(Int64(x)); return }
+        case .int64: if let x = value as? Int64 { self = .int(x); return }
+        case .bool: if let b = value as? Bool { self = .bool(b); return }
+        case .date: if let d = value as? Date { self = .double(d.timeIntervalSince1970); return }
+        case .double: if let d = value as? Double { self = .double(d); return }
+        default: break
+        }
         guard let value, !(value is NSNull) else { self = .null; return }
         if let optional = value as? any OptionalProtocol, optional.isNil { self = .null; return }
         func int(_ range: ClosedRange<Int64>) throws -> Slot {

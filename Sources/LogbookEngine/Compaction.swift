@@ -89,9 +89,7 @@ extension Store {
                 w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
                 throw error
             }
-            for (key, old, new) in remap where w.working.primary[key] == old {
-                w.working.primary.set(key, new)
-            }
+            w.working.primary.replaceMany(remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
             w.working.totalBytes = w.working.totalBytes - sealedState.totalBytes + output.operationBytes
             w.working.liveBytes = max(0, w.working.liveBytes)
             var files = w.segments.files
@@ -108,11 +106,13 @@ extension Store {
             return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.count)
         }
         // 4. A fresh checkpoint, so that the next open need not replay the compacted segments.
+        let checkpointStarted = ContinuousClock.now
         try writeCheckpoint()
-        let elapsed = ContinuousClock.now - started
+        let finished = ContinuousClock.now
+        func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
         return CompactionReport(bytesBefore: bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
                                 segmentsRemoved: removedCount, segmentsWritten: written.count,
-                                seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                                seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted))
     }
 }
 

@@ -338,3 +338,23 @@ struct RadixMap<Value: RadixSlot> {
 // (`isKnownUniquelyReferenced`), so a node reachable from more than one map value (a snapshot
 // and the writer) is never mutated again: sharing copies between threads is safe.
 extension RadixMap: @unchecked Sendable {}
+
+extension RadixMap where Value == UInt64 {
+    /// For entries in ascending key order: sets `new` where the current value is still
+    /// `expected`; other keys (changed or removed since) stay as they are. One walk down the
+    /// trie per leaf.
+    mutating func replaceMany(_ entries: [(key: UInt64, expected: UInt64, new: UInt64)]) {
+        var leaf: Node?
+        var prefix = UInt64.max
+        for e in entries {
+            if e.key >> Self.bits != prefix || leaf == nil {
+                prefix = e.key >> Self.bits
+                // Only existing leaves are made unique (a missing one means the keys are gone).
+                leaf = self.leaf(for: e.key) == nil ? nil : uniqueLeaf(for: e.key)
+            }
+            guard let leaf else { continue }
+            let i = Int(e.key & 63)
+            if leaf.slots[i] == e.expected { leaf.slots[i] = e.new }
+        }
+    }
+}

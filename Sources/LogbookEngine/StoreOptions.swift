@@ -121,5 +121,8 @@ public struct CompactionReport: Sendable {
     public var liveBytesRewritten: Int
     public var segmentsRemoved: Int
     public var segmentsWritten: Int
+    /// The whole compaction, including the fresh checkpoint written at its end.
     public var seconds: Double
+    /// Of `seconds`, the time spent writing that checkpoint (the rest rewrote the records).
+    public var checkpointSeconds: Double = 0
 }

@@ -520,9 +520,23 @@ for _ in 1...repeats { batchTimes.append(try logbookBatchPopulate()) }
 
 let logbookStore = try keptLogbookStore()
 let grdbStore = try keptGRDBStore()
-let lw2 = try inNewProcess("logbook-w2", logbookStore), gw2 = try inNewProcess("grdb-w2", grdbStore)
-let lw3 = try inNewProcess("logbook-w3", logbookStore), gw3 = try inNewProcess("grdb-w3", grdbStore)
-let lw4 = try inNewProcess("logbook-w4", logbookStore), gw4 = try inNewProcess("grdb-w4", grdbStore)
+/// Each phase in `repeats` new processes, Logbook and GRDB in turn; the median of each figure.
+func medians(_ logbookPhase: String, _ grdbPhase: String) throws -> ([String: Double], [String: Double]) {
+    var l: [[String: Double]] = [], g: [[String: Double]] = []
+    for _ in 0..<repeats {
+        l.append(try inNewProcess(logbookPhase, logbookStore))
+        g.append(try inNewProcess(grdbPhase, grdbStore))
+    }
+    func combine(_ runs: [[String: Double]]) -> [String: Double] {
+        var out: [String: Double] = [:]
+        for key in Set(runs.flatMap(\.keys)) { out[key] = median(runs.compactMap { $0[key] }) }
+        return out
+    }
+    return (combine(l), combine(g))
+}
+let (lw2, gw2) = try medians("logbook-w2", "grdb-w2")
+let (lw3, gw3) = try medians("logbook-w3", "grdb-w3")
+let (lw4, gw4) = try medians("logbook-w4", "grdb-w4")
 FileHandle.standardError.write(Data("W5…\n".utf8))
 let lw5 = try logbookW5(logbookStore)
 let gw5 = try grdbW5(grdbStore)
@@ -541,7 +555,7 @@ let gw7normal = try grdbW7(records: false, synchronous: "NORMAL")
 func row(_ name: String, _ a: Double, _ b: Double, unit: String = "s") -> String {
     String(format: "| %@ | %.3f %@ | %.3f %@ | %.2f× |", name, a, unit, b, unit, b / a)
 }
-print("N = \(count), medians of \(repeats) runs")
+print("N = \(count), medians of \(repeats) runs (W2–W4 and W8: of \(repeats) new processes each)")
 print("| workload | Logbook | GRDB | GRDB ÷ Logbook |")
 print("|---|---|---|---|")
 print(row("W1 populate vs cached statement", median(logbook), median(statement)))

@@ -200,18 +200,9 @@ extension ManagedObjectContext {
     func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64] {
         var keys: [UInt64] = []
         if let index = plan.index {
-            keys.reserveCapacity(min(stopAfter ?? .max, snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)))
-            snapshot.forEachIndexEntry(index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse) { _, pk in
-                keys.append(pk)
-                return stopAfter.map { keys.count < $0 } ?? true
-            }
+            keys = snapshot.primaryKeys(index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: stopAfter)
         } else {
-            let keyspace = storeLayout.keyspace[layout.index]
-            keys.reserveCapacity(min(stopAfter ?? .max, snapshot.count(inKeyspace: keyspace)))
-            snapshot.forEachKey(inKeyspace: keyspace) { key in
-                keys.append(key)
-                return stopAfter.map { keys.count < $0 } ?? true
-            }
+            keys = snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index], limit: stopAfter)
         }
         return keys
     }
@@ -268,29 +259,21 @@ extension ManagedObjectContext {
     /// bytes (copied into one arena per fetch): a typed property reads its value from them
     /// without decoding the rest, anything else decodes the record once. In the order of `keys`.
     func faultsWithRecords(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
-        var bytes: [UInt8] = []
-        var spans = [(offset: UInt32, count: UInt32)](repeating: (0, 0), count: keys.count)
-        var found = [Bool](repeating: false, count: keys.count)
+        let bytes: [UInt8]
+        let spans: [(offset: UInt32, count: UInt32)]
         do {
-            try snapshot.forEachValue(forKeys: keys) { i, _, raw in
-                // Room for all, guessed from the first record (records of an entity are alike).
-                if bytes.isEmpty { bytes.reserveCapacity(min(raw.count * keys.count * 5 / 4 + 64, Int(UInt32.max))) }
-                spans[i] = (UInt32(bytes.count), UInt32(raw.count))
-                found[i] = true
-                bytes.append(contentsOf: raw)
-            }
-        } catch let e as LogbookError {
-            throw e
+            (bytes, spans) = try snapshot.copyValues(forKeys: keys)
+        } catch let e as EngineError where e.code == .invalidArgument {
+            return try materialize(keys, layout: layout, snapshot: snapshot)
         } catch {
             throw LogbookError.wrap(error)
         }
-        guard bytes.count < Int(UInt32.max) else { return try materialize(keys, layout: layout, snapshot: snapshot) }
         let arena = RecordArena(bytes)
         let token = self.token
         let managedClass = layout.managedClass
         var created: [ManagedObject] = []
         created.reserveCapacity(keys.count)
-        for i in keys.indices where found[i] {
+        for i in keys.indices where spans[i].offset != .max {
             let o = managedClass.init(ManagedObject.Bootstrap(layout: layout, key: keys[i], token: token, slots: [], fault: true))
             o.rawArena = arena
             o.rawOffset = spans[i].offset
@@ -503,5 +486,32 @@ struct SortKey {
             }
         }
         return Slot.compare(a, b)
+    }
+}
+
+/// Timings of the object layer's inner steps, for `logbook bench micro` (not API).
+@_spi(Benchmarks)
+public enum ObjectMicrobenchmarks {
+    /// Seconds to make `count` objects of the entity of `type` (faults with no record), to
+    /// register them, and to release them.
+    public static func run<T: ManagedObject>(_ type: T.Type, count: Int, context: ManagedObjectContext) throws -> [(String, Double)] {
+        let layout = try context.model.layout(for: type)
+        func seconds(_ body: () -> Void) -> Double {
+            let start = ContinuousClock.now
+            body()
+            let d = ContinuousClock.now - start
+            return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        }
+        var objects: [ManagedObject] = []
+        objects.reserveCapacity(count)
+        let base = UInt64(context.storeLayout.keyspace[layout.index]) << 48 | 1
+        let make = seconds {
+            for i in 0..<count {
+                objects.append(layout.managedClass.init(ManagedObject.Bootstrap(layout: layout, key: base + UInt64(i), token: context.token, slots: [], fault: true)))
+            }
+        }
+        let register = seconds { context.register(all: objects) }
+        let release = seconds { objects = [] }
+        return [("objects_make", make), ("objects_register", register), ("objects_release", release)]
     }
 }

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Logbook
+@_spi(Benchmarks) import Logbook
 @_spi(Benchmarks) import LogbookEngine
 import Foundation
 
@@ -60,6 +60,13 @@ struct Bench: ParsableCommand {
             for (name, seconds) in EngineMicrobenchmarks.run(count: count) {
                 report("micro_\(name)", ["records": count, "seconds": seconds, "ns_per_record": seconds * 1e9 / Double(count)])
             }
+            let path = freshStore("micro")
+            let container = try openItems(path, durability: .none)
+            let context = container.newContext(concurrencyType: .confinement)
+            for (name, seconds) in try ObjectMicrobenchmarks.run(Item.self, count: count, context: context) {
+                report("micro_\(name)", ["records": count, "seconds": seconds, "ns_per_record": seconds * 1e9 / Double(count)])
+            }
+            try container.close()
         case "populate":
             let path = store ?? freshStore(batch ? "populate-batch" : "populate")
             if batch { try populateBatch(store: path, count: count, durability: durability) }

@@ -592,6 +592,41 @@ struct OrderedIndex {
         }
     }
 
+    /// The primary keys of the entries between the bounds, in order (or reverse), at most
+    /// `limit` of them: the fast way to list a range, with no closure per entry.
+    func primaryKeys(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false, limit: Int? = nil) -> [UInt64] {
+        guard let root else { return [] }
+        let startRank = lower.map { b in b.key.withUnsafeBytes { rank($0, inclusive: !b.inclusive) } } ?? 0
+        let endRank = upper.map { b in b.key.withUnsafeBytes { rank($0, inclusive: b.inclusive) } } ?? count
+        guard startRank < endRank else { return [] }
+        let total = min(endRank - startRank, limit ?? .max)
+        var out: [UInt64] = []
+        out.reserveCapacity(total)
+        if reverse {
+            // Reverse walks are rare (descending sorts): the general visitor serves them.
+            var remaining = total
+            Self.visitReverse(root, endBefore: endRank, remaining: &remaining) { _, pk in out.append(pk); return true }
+        } else {
+            Self.collect(root, skip: startRank, total: total, into: &out)
+        }
+        return out
+    }
+
+    private static func collect(_ node: Node, skip: Int, total: Int, into out: inout [UInt64]) {
+        if node.isLeaf {
+            let end = min(node.count, skip + (total - out.count))
+            if skip < end { out.append(contentsOf: UnsafeBufferPointer(start: node.primaryKeys + skip, count: end - skip)) }
+            return
+        }
+        var skip = skip
+        for c in node.children.indices {
+            if out.count >= total { return }
+            if skip >= node.counts[c] { skip -= node.counts[c]; continue }
+            collect(node.children[c], skip: skip, total: total, into: &out)
+            skip = 0
+        }
+    }
+
     /// Visits `remaining` entries after skipping `skip` of them, in order.
     private static func visit(_ node: Node, skip: Int, remaining: inout Int,
                               _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows -> Bool {

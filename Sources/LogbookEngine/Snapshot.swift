@@ -118,6 +118,18 @@ public final class Snapshot: Sendable {
         try state.primary.forEach(inKeyspace: keyspace, from: start) { key, _ in try body(key) }
     }
 
+    /// The keys of a keyspace in ascending order from `start`, at most `limit` of them.
+    public func keys(inKeyspace keyspace: UInt16, from start: UInt64 = 0, limit: Int? = nil) -> [UInt64] {
+        var out: [UInt64] = []
+        let limit = limit ?? .max
+        out.reserveCapacity(min(limit, state.primary.count(inKeyspace: keyspace)))
+        _ = state.primary.forEach(inKeyspace: keyspace, from: start) { key, _ in
+            out.append(key)
+            return out.count < limit
+        }
+        return out
+    }
+
     /// The keyspaces that hold keys.
     public var keyspaces: [UInt16] { state.primary.keyspaces.sorted() }
 
@@ -136,6 +148,29 @@ public final class Snapshot: Sendable {
     public func forEachIndexEntry(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
                                   _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
         try state.indexes[index]?.forEach(from: lower, to: upper, reverse: reverse, body)
+    }
+
+    /// The primary keys of `index`'s entries between the bounds, in order (or reverse), at most
+    /// `limit` of them: what a fetch walks, without a closure per entry.
+    public func primaryKeys(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+                            limit: Int? = nil) -> [UInt64] {
+        state.indexes[index]?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit) ?? []
+    }
+
+    /// The values of many keys copied into one buffer, with each key's span in it (`offset` is
+    /// `UInt32.max` for a key that has no value): a fetch's records in one read.
+    public func copyValues(forKeys keys: [UInt64]) throws -> (bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)]) {
+        var bytes: [UInt8] = []
+        var spans = [(offset: UInt32, count: UInt32)](repeating: (.max, 0), count: keys.count)
+        try forEachValue(forKeys: keys) { i, _, raw in
+            if bytes.isEmpty { bytes.reserveCapacity(min(raw.count * keys.count * 5 / 4 + 64, Int(UInt32.max))) }
+            guard bytes.count + raw.count < Int(UInt32.max) else {
+                throw EngineError(.invalidArgument, "more than 4 GiB of values in one read")
+            }
+            spans[i] = (UInt32(bytes.count), UInt32(raw.count))
+            bytes.append(contentsOf: raw)
+        }
+        return (bytes, spans)
     }
 
     // MARK: Sets

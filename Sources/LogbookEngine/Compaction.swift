@@ -40,22 +40,45 @@ extension Store {
                 return true
             }
             live.sort { $0.packed < $1.packed }
-            var blockKey = UInt64.max
-            var block: [UInt8] = []
-            for (packed, key) in live {
-                let location = Location(packed: packed)
-                if location.frameKey != blockKey {
-                    block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
-                    blockKey = location.frameKey
-                }
-                try block.withUnsafeBytes { raw in
-                    let (_, end): (Operation, Int)
-                    do { (_, end) = try Operation.decode(raw, at: location.blockOffset) } catch {
-                        throw EngineError.corruption("malformed operation", path: allSegments.files[location.segment]?.path ?? "",
-                                                     offset: location.frameOffset)
+            // Frame by frame: a frame whose operations are all live puts is copied as stored
+            // (no decompression or compression; only its checksum is computed again with the new
+            // file's salt); the others are rewritten operation by operation.
+            var start = 0
+            while start < live.count {
+                let frameKey = Location(packed: live[start].packed).frameKey
+                var end = start + 1
+                while end < live.count && Location(packed: live[end].packed).frameKey == frameKey { end += 1 }
+                let first = Location(packed: live[start].packed)
+                let block = try reader.block(segment: first.segment, frameOffset: first.frameOffset)
+                let operations = block.withUnsafeBytes { raw -> Int? in
+                    var o = 0, n = 0
+                    while o < raw.count {
+                        guard case let (.put, next)? = try? Operation.decode(raw, at: o) else { return nil }
+                        o = next
+                        n += 1
                     }
-                    try output.appendPut(key: key, old: packed, UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<end]))
+                    return n
                 }
+                if operations == end - start {
+                    let frame = try reader.storedFrame(segment: first.segment, frameOffset: first.frameOffset)
+                    let puts = live[start..<end].map { (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset) }
+                    try frame.stored.withUnsafeBytes { stored in
+                        try output.appendFrame(codec: frame.codec, stored: stored, blockBytes: block.count, operations: end - start, puts: puts)
+                    }
+                } else {
+                    try block.withUnsafeBytes { raw in
+                        for (packed, key) in live[start..<end] {
+                            let location = Location(packed: packed)
+                            let (_, opEnd): (Operation, Int)
+                            do { (_, opEnd) = try Operation.decode(raw, at: location.blockOffset) } catch {
+                                throw EngineError.corruption("malformed operation", path: allSegments.files[location.segment]?.path ?? "",
+                                                             offset: location.frameOffset)
+                            }
+                            try output.appendPut(key: key, old: packed, UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<opEnd]))
+                        }
+                    }
+                }
+                start = end
             }
             try sealedState.sets.forEach { key, set in
                 var t = Transaction()
@@ -148,6 +171,23 @@ struct CompactionWriter {
         operationBytes += ops.count
         blockOperations += 1
         if block.count >= JournalFormat.blockTargetSize { try flushBlock() }
+    }
+
+    /// Appends a whole frame as it was stored elsewhere (its operations keep their offsets).
+    mutating func appendFrame(codec: JournalFormat.Codec, stored: UnsafeRawBufferPointer, blockBytes: Int, operations: Int,
+                              puts: [(key: UInt64, old: UInt64, blockOffset: Int)]) throws {
+        try flushBlock()
+        if files.isEmpty || offset + out.count >= store.options.segmentSize { try startSegment() }
+        let file = files[files.count - 1]
+        let frameOffset = offset + out.count
+        Frame.append(type: .operations, codec: codec, stored: stored, salt: file.salt, to: &out)
+        for p in puts {
+            remap.append((p.key, p.old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: p.blockOffset).packed))
+        }
+        operationBytes += blockBytes
+        transactionFrames.append(frameOffset)
+        transactionOperations += operations
+        if out.count >= 4 << 20 { try commitTransaction() }
     }
 
     private mutating func flushBlock() throws {

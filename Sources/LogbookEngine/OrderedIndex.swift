@@ -235,9 +235,15 @@ struct OrderedIndex {
             if length <= 8 {
                 return try withUnsafeBytes(of: &word) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
             }
-            var bytes = withUnsafeBytes(of: &word) { Array($0) }
-            bytes.append(contentsOf: tails[tailRange(i)])
-            return try bytes.withUnsafeBytes(body)
+            // The prefix and the tail side by side in a stack buffer (no allocation).
+            let tail = tailRange(i)
+            return try withUnsafeTemporaryAllocation(byteCount: 8 + tail.count, alignment: 8) { buffer in
+                buffer.storeBytes(of: word, toByteOffset: 0, as: UInt64.self)
+                tails.withUnsafeBytes { t in
+                    buffer.baseAddress!.advanced(by: 8).copyMemory(from: t.baseAddress! + tail.lowerBound, byteCount: tail.count)
+                }
+                return try body(UnsafeRawBufferPointer(start: buffer.baseAddress!, count: length))
+            }
         }
 
         /// Inserts an entry at position `i` of a leaf that has room.

@@ -95,6 +95,29 @@ struct BlockReader: Sendable {
     let segments: SegmentSet
     let cache: FrameCache
 
+    /// A frame as stored (its codec and stored payload), checksum verified, not decoded: what
+    /// compaction copies as it is when every operation in it is still live.
+    func storedFrame(segment: UInt64, frameOffset: Int) throws -> (codec: JournalFormat.Codec, stored: [UInt8]) {
+        guard let file = segments.files[segment] else {
+            throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
+        }
+        let header = try file.handle.read(count: JournalFormat.frameHeaderSize, at: frameOffset)
+        guard header.count == JournalFormat.frameHeaderSize else {
+            throw EngineError.corruption("frame header beyond the end of the file", path: file.path, offset: frameOffset)
+        }
+        let length = Int(header.withUnsafeBytes { $0.loadLE(at: 4, as: UInt32.self) })
+        guard length <= JournalFormat.maxFramePayload else {
+            throw EngineError.corruption("frame length \(length) exceeds the cap", path: file.path, offset: frameOffset)
+        }
+        let frame = try file.handle.read(count: JournalFormat.frameHeaderSize + length, at: frameOffset)
+        let parsed: Frame.Parsed? = frame.withUnsafeBytes { raw in
+            guard case .frame(let parsed) = Frame.parse(raw, at: 0, salt: file.salt), parsed.type == .operations else { return nil }
+            return parsed
+        }
+        guard let parsed else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
+        return (parsed.codec, Array(frame[parsed.payload]))
+    }
+
     func block(segment: UInt64, frameOffset: Int) throws -> [UInt8] {
         let key = segment << 32 | UInt64(frameOffset)
         if let cached = cache.get(key) { return cached }

@@ -76,13 +76,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// Registered objects by key, unretained: an object leaves when it deinits. `table` is
     /// guarded by `lock` (an object may in principle be released on another thread).
     final class Registry: @unchecked Sendable {
-        private let lock = NSLock()
-        private var table = RegistryTable()
+        // @unchecked: `table` is touched only under `lock` (a futex-based lock: cheap when
+        // uncontended, which is nearly always; every object's deinit takes it once).
+        private let lock = Mutex(())
+        @exclusivity(unchecked) private var table = RegistryTable()
 
         func withLock<R>(_ body: (inout RegistryTable) throws -> R) rethrows -> R {
-            lock.lock()
-            defer { lock.unlock() }
-            return try body(&table)
+            try lock.withLock { _ in try body(&table) }
         }
     }
 
@@ -168,7 +168,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     }
 
     func unregister(_ key: UInt64) {
-        _ = registryLock.withLock { $0.removeValue(forKey: key) }
+        registryLock.withLock { $0.remove(key) }
     }
 
     func registered(_ key: UInt64) -> ManagedObject? {
@@ -822,6 +822,22 @@ struct RegistryTable {
                 if slot.pointee == nil { count += 1 }
                 slot.pointee = object
             }
+        }
+    }
+
+    /// Removes one entry, with a single walk to it.
+    mutating func remove(_ key: UInt64) {
+        let serial = key & 0xFFFF_FFFF_FFFF
+        guard serial < Self.maxPagedSerial else {
+            if overflow.removeValue(forKey: key) != nil { count -= 1 }
+            return
+        }
+        guard let space = space(UInt16(truncatingIfNeeded: key >> 48)),
+              let page = space.page(Int(serial >> UInt64(Self.pageBits)), create: false) else { return }
+        let slot = page + (Int(serial) & (Self.pageSize - 1))
+        if slot.pointee != nil {
+            slot.pointee = nil
+            count -= 1
         }
     }
 

@@ -151,13 +151,18 @@ func grdbRecords() throws -> (seconds: Double, bytes: Int) {
 /// `PeerRunner --phase NAME --store PATH` runs one phase and prints `seconds=… first=… records=…`.
 func runPhase(_ phase: String, _ path: String) throws {
     let lo = base + 400.0, hi = base + 500.0   // createdAt ≥ base+400,000 ms and < base+500,000 ms
-    func median10(_ body: () throws -> Int) rethrows -> (Double, Double, Int) {
+    // Each timing stops once every name is read; the result is released after it (for both
+    // libraries alike), and the releases are timed apart.
+    func median10(_ body: () throws -> (Int, Any)) rethrows -> (Double, Double, Int) {
         var times: [Double] = []
         var n = 0
         for _ in 0..<10 {
             let t = now()
-            n = try body()
+            var (count, result): (Int, Any?) = try body()
             times.append(now() - t)
+            n = count
+            result = nil
+            _ = result
         }
         return (median(times), times[0], n)
     }
@@ -170,9 +175,13 @@ func runPhase(_ phase: String, _ path: String) throws {
         var request = FetchRequest<Item>()
         request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
         var chars = 0
-        for item in try context.fetch(request) { chars &+= item.name.utf8.count }
+        let fetchStart = now()
+        var items: [Item]? = try context.fetch(request)
+        for item in items! { chars &+= item.name.utf8.count }
         let fetched = now()
-        print("open=\(opened - t0) fetch=\(fetched - opened) records=\(chars > 0 ? try context.count(for: FetchRequest<Item>()) : 0)")
+        let n = items!.count
+        items = nil
+        print("open=\(opened - t0) fetch=\(fetched - fetchStart) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
     case "logbook-w3":
         let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
         let context = container.newContext(concurrencyType: .confinement)
@@ -183,7 +192,7 @@ func runPhase(_ phase: String, _ path: String) throws {
             var chars = 0
             let items = try context.fetch(request)
             for item in items { chars &+= item.name.utf8.count }
-            return items.count
+            return (items.count, items)
         }
         print("median=\(m) first=\(first) records=\(n)")
     case "logbook-w4":
@@ -192,28 +201,30 @@ func runPhase(_ phase: String, _ path: String) throws {
         let context = container.newContext(concurrencyType: .confinement)
         let firstAnswer = try context.count(for: FetchRequest<Item>())
         let answered = now() - t0
-        let (m, first, n) = try median10 { try context.count(for: FetchRequest<Item>()) }
+        let (m, first, n) = try median10 { (try context.count(for: FetchRequest<Item>()), 0) }
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
     case "grdb-w2":
         let t0 = now()
         let pool = try DatabasePool(path: path + "/db.sqlite")
         let opened = now()
-        let n = try pool.read { db -> Int in
-            var chars = 0
-            let items = try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item ORDER BY createdAt")
-            for item in items { chars &+= item.name.utf8.count }
-            return items.count
+        var items: [ItemRecord]? = try pool.read { db in
+            try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item ORDER BY createdAt")
         }
-        print("open=\(opened - t0) fetch=\(now() - opened) records=\(n)")
+        var chars = 0
+        for item in items! { chars &+= item.name.utf8.count }
+        let fetched = now()
+        let n = items!.count
+        items = nil
+        print("open=\(opened - t0) fetch=\(fetched - opened) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
     case "grdb-w3":
         let pool = try DatabasePool(path: path + "/db.sqlite")
         let (m, first, n) = try median10 {
-            try pool.read { db -> Int in
-                var chars = 0
-                let items = try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item WHERE createdAt >= ? AND createdAt < ? ORDER BY createdAt", arguments: [lo, hi])
-                for item in items { chars &+= item.name.utf8.count }
-                return items.count
+            let items = try pool.read { db in
+                try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item WHERE createdAt >= ? AND createdAt < ? ORDER BY createdAt", arguments: [lo, hi])
             }
+            var chars = 0
+            for item in items { chars &+= item.name.utf8.count }
+            return (items.count, items)
         }
         print("median=\(m) first=\(first) records=\(n)")
     case "grdb-w4":
@@ -221,7 +232,7 @@ func runPhase(_ phase: String, _ path: String) throws {
         let pool = try DatabasePool(path: path + "/db.sqlite")
         let firstAnswer = try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }
         let answered = now() - t0
-        let (m, first, n) = try median10 { try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! } }
+        let (m, first, n) = try median10 { (try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }, 0) }
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
     default:
         throw NSError(domain: "PeerRunner", code: 1, userInfo: [NSLocalizedDescriptionKey: "unknown phase \(phase)"])
@@ -564,6 +575,7 @@ print(row("W1 batch insert vs cached statement", median(batchTimes), median(stat
 print(String(format: "| W1 store size | %.1f MB | %.1f MB | %.2f× |", Double(logbookBytes) / 1e6, Double(statementBytes) / 1e6, Double(statementBytes) / Double(logbookBytes)))
 print(row("W2 open (new process)", lw2["open"] ?? .nan, gw2["open"] ?? .nan))
 print(row("W2 fetch all sorted by createdAt, read names", lw2["fetch"] ?? .nan, gw2["fetch"] ?? .nan))
+print(row("W2 then releasing the 1,000,000 results (not in the line above)", lw2["release"] ?? .nan, gw2["release"] ?? .nan))
 print(row("W3 100,000-row range, median of 10", lw3["median"] ?? .nan, gw3["median"] ?? .nan))
 print(row("W3 first run", lw3["first"] ?? .nan, gw3["first"] ?? .nan))
 print(row("W4 count, median of 10", lw4["median"] ?? .nan, gw4["median"] ?? .nan))

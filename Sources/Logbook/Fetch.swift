@@ -106,7 +106,7 @@ extension ManagedObjectContext {
         var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
         if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
         if request.fetchLimit > 0 && keys.count > request.fetchLimit { keys.removeLast(keys.count - request.fetchLimit) }
-        let held = registryLock.withLock { table in keys.contains { table[$0] != nil } }
+        let held = registryLock.withLock { table in !table.isEmpty && keys.contains { table[$0] != nil } }
         guard !held else { return nil }
         let objects = try faultsWithRecords(keys, layout: layout, snapshot: snapshot)
         lastFetchRecordsRead = objects.count

@@ -31,3 +31,35 @@ extension ManagedObjectModel {
         })
     }
 }
+
+/// What a store's keyspaces and indexes stand for, as its recorded schema says (for tools
+/// that show engine figures by entity).
+public struct RecordedNames: Sendable {
+    /// Entity names by the keyspace of their objects.
+    public var entities: [UInt16: String] = [:]
+    /// `Entity.relationship` by the keyspace of its membership sets.
+    public var relationships: [UInt16: String] = [:]
+    /// `Entity.attribute` by secondary index number.
+    public var indexes: [UInt32: String] = [:]
+
+    /// The names a store records; empty when it holds no Logbook schema.
+    ///
+    /// ```swift
+    /// let names = try RecordedNames(in: "/var/lib/myapp/people.logbook")
+    /// names.entities[1]   // "Person"
+    /// ```
+    public init(in directory: String) throws {
+        var options = StoreOptions()
+        options.readOnly = true
+        let store: Store
+        do { store = try Store.open(at: directory, options: options) } catch { throw LogbookError.wrap(error) }
+        defer { try? store.close() }
+        guard let bytes = try? store.snapshot().value(forKey: StoredSchema.schemaKey),
+              let schema = try? StoredSchema.decode(bytes) else { return }
+        for e in schema.entities {
+            entities[e.keyspace] = e.name
+            for a in e.attributes { if let i = a.index { indexes[i] = "\(e.name).\(a.name)" } }
+            for r in e.relationships { if let k = r.setKeyspace { relationships[k] = "\(e.name).\(r.name)" } }
+        }
+    }
+}

@@ -192,15 +192,26 @@ struct Stats: ParsableCommand {
     func run() throws {
         var options = StoreOptions()
         options.readOnly = true
-        let store = try Store.open(at: directory, options: options)
+        let names: RecordedNames
+        let store: Store
+        do {
+            names = try RecordedNames(in: directory)
+            store = try Store.open(at: directory, options: options)
+        } catch { fail(error) }
         let s = store.statistics()
         print("version: \(s.version)")
         print("segments: \(s.segments.count) (\(s.fileBytes) bytes)")
         for seg in s.segments { print("  \(seg.number): \(seg.bytes) bytes") }
         print("live bytes: \(s.liveBytes), dead bytes: \(s.deadBytes)")
         print("keys: \(s.keyCount)")
-        for (ks, n) in s.keysPerKeyspace.sorted(by: { $0.key < $1.key }) { print("  keyspace \(ks): \(n)") }
-        for (ix, n) in s.indexEntries.sorted(by: { $0.key < $1.key }) { print("  index \(ix): \(n) entries") }
+        for (ks, n) in s.keysPerKeyspace.sorted(by: { $0.key < $1.key }) {
+            if let entity = names.entities[ks] { print("  \(entity) (keyspace \(ks)): \(n) records") }
+            else if ks == 0 { print("  keyspace 0 (schema and counters): \(n) records") }
+            else { print("  keyspace \(ks): \(n) records") }
+        }
+        for (ix, n) in s.indexEntries.sorted(by: { $0.key < $1.key }) {
+            print("  index \(ix)\(names.indexes[ix].map { " (\($0))" } ?? ""): \(n) entries")
+        }
         print("sets: \(s.setCount)")
         print("index memory: \(s.indexMemoryBytes) bytes")
         print("pinned snapshots: \(s.pinnedSnapshots)")

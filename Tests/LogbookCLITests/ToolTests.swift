@@ -84,6 +84,18 @@ import LogbookEngine
         #expect(help.status == 0 && help.out.contains("--where"))
     }
 
+    @Test func statsNameEntitiesAndIndexes() throws {
+        let store = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: store) }
+        let r = try run(["stats", store])
+        #expect(r.status == 0, "\(r.err)")
+        #expect(r.out.contains("Person (keyspace 1): 4 records"), "\(r.out)")
+        #expect(r.out.contains("(Person.age): 4 entries") && r.out.contains("pinned snapshots: 0"), "\(r.out)")
+        #expect(r.out.contains("live bytes: ") && r.out.contains("checkpoint: "))
+        let missing = try run(["stats", store + "-nope"])
+        #expect(missing.status != 0 && missing.err.hasPrefix("logbook: "))
+    }
+
     @Test func compactRewritesAStore() throws {
         let store = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: store) }

@@ -95,9 +95,9 @@ struct BlockReader: Sendable {
     let segments: SegmentSet
     let cache: FrameCache
 
-    /// A frame as stored (its codec and stored payload), checksum verified, not decoded: what
-    /// compaction copies as it is when every operation in it is still live.
-    func storedFrame(segment: UInt64, frameOffset: Int) throws -> (codec: JournalFormat.Codec, stored: [UInt8]) {
+    /// The frame at `frameOffset` of a segment, checksum verified: its file, its bytes and where
+    /// its parts are in them.
+    private func readFrame(segment: UInt64, frameOffset: Int) throws -> (SegmentFile, [UInt8], Frame.Parsed) {
         guard let file = segments.files[segment] else {
             throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
         }
@@ -111,34 +111,27 @@ struct BlockReader: Sendable {
         }
         let frame = try file.handle.read(count: JournalFormat.frameHeaderSize + length, at: frameOffset)
         let parsed: Frame.Parsed? = frame.withUnsafeBytes { raw in
-            guard case .frame(let parsed) = Frame.parse(raw, at: 0, salt: file.salt), parsed.type == .operations else { return nil }
+            guard case .frame(let parsed) = Frame.parse(raw, at: 0, salt: file.salt),
+                  parsed.type == .operations || parsed.type == .checkpointData else { return nil }
             return parsed
         }
         guard let parsed else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
+        return (file, frame, parsed)
+    }
+
+    /// A frame as stored (its codec and stored payload), checksum verified, not decoded: what
+    /// compaction copies as it is when every operation in it is still live.
+    func storedFrame(segment: UInt64, frameOffset: Int) throws -> (codec: JournalFormat.Codec, stored: [UInt8]) {
+        let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
+        guard parsed.type == .operations else { throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset) }
         return (parsed.codec, Array(frame[parsed.payload]))
     }
 
     func block(segment: UInt64, frameOffset: Int) throws -> [UInt8] {
         let key = segment << 32 | UInt64(frameOffset)
         if let cached = cache.get(key) { return cached }
-        guard let file = segments.files[segment] else {
-            throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
-        }
-        let header = try file.handle.read(count: JournalFormat.frameHeaderSize, at: frameOffset)
-        guard header.count == JournalFormat.frameHeaderSize else {
-            throw EngineError.corruption("frame header beyond the end of the file", path: file.path, offset: frameOffset)
-        }
-        let length = Int(header.withUnsafeBytes { $0.loadLE(at: 4, as: UInt32.self) })
-        guard length <= JournalFormat.maxFramePayload else {
-            throw EngineError.corruption("frame length \(length) exceeds the cap", path: file.path, offset: frameOffset)
-        }
-        let frame = try file.handle.read(count: JournalFormat.frameHeaderSize + length, at: frameOffset)
-        let decoded: [UInt8]? = frame.withUnsafeBytes { raw in
-            guard case .frame(let parsed) = Frame.parse(raw, at: 0, salt: file.salt),
-                  parsed.type == .operations || parsed.type == .checkpointData else { return nil }
-            return Frame.decode(raw, parsed)
-        }
-        guard let decoded else {
+        let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
+        guard let decoded = frame.withUnsafeBytes({ Frame.decode($0, parsed) }) else {
             throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
         }
         cache.insert(key, decoded)

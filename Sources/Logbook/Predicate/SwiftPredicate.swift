@@ -120,6 +120,32 @@ struct SwiftPredicateTranslator {
         }
     }
 
+    /// `lhs && rhs` or `lhs || rhs`, nested ones flattened.
+    mutating func joined(_ lhs: Any, _ rhs: Any, and: Bool) throws -> PredicateNode {
+        var parts: [PredicateNode] = []
+        for side in [try node(lhs), try node(rhs)] {
+            switch side {
+            case .and(let inner) where and: parts += inner
+            case .or(let inner) where !and: parts += inner
+            default: parts.append(side)
+            }
+        }
+        return and ? .and(parts) : .or(parts)
+    }
+
+    /// `sequence.contains { test }` (some member passes) or `allSatisfy` (none fails), as a
+    /// SUBQUERY count.
+    mutating func subquery(_ sequence: Any, _ variable: PredicateExpressions.VariableID, _ test: Any, all: Bool) throws -> TranslatedPart {
+        let collection = try expression(sequence)
+        subqueries += 1
+        let name = "item\(subqueries)"
+        variables[variable] = .variable(name, [], column: 0)
+        let condition = try node(test)
+        let counted = PredicateExpression.subquery(collection: collection, variable: name, predicate: all ? .not(condition) : condition,
+                                                   aggregate: "count", column: 0)
+        return all ? compare(counted, .equal, .value(0)) : compare(counted, .greater, .value(0))
+    }
+
     func compare(_ lhs: PredicateExpression, _ op: Comparison.Operator, _ rhs: PredicateExpression) -> TranslatedPart {
         .node(.comparison(Comparison(modifier: .direct, lhs: lhs, op: op, rhs: rhs, column: 0)))
     }
@@ -238,23 +264,11 @@ extension PredicateExpressions.Comparison: SwiftPredicateTranslatable {
 }
 
 extension PredicateExpressions.Conjunction: SwiftPredicateTranslatable {
-    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        var parts: [PredicateNode] = []
-        for side in [try t.node(lhs), try t.node(rhs)] {
-            if case .and(let inner) = side { parts += inner } else { parts.append(side) }
-        }
-        return .node(.and(parts))
-    }
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .node(try t.joined(lhs, rhs, and: true)) }
 }
 
 extension PredicateExpressions.Disjunction: SwiftPredicateTranslatable {
-    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        var parts: [PredicateNode] = []
-        for side in [try t.node(lhs), try t.node(rhs)] {
-            if case .or(let inner) = side { parts += inner } else { parts.append(side) }
-        }
-        return .node(.or(parts))
-    }
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .node(try t.joined(lhs, rhs, and: false)) }
 }
 
 extension PredicateExpressions.Negation: SwiftPredicateTranslatable {
@@ -309,23 +323,13 @@ extension PredicateExpressions.SequenceContains: SwiftPredicateTranslatable {
 
 extension PredicateExpressions.SequenceContainsWhere: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        let collection = try t.expression(sequence)
-        t.subqueries += 1
-        let name = "item\(t.subqueries)"
-        t.variables[variable.key] = .variable(name, [], column: 0)
-        let condition = try t.node(self.test)
-        return t.compare(.subquery(collection: collection, variable: name, predicate: condition, aggregate: "count", column: 0), .greater, .value(0))
+        try t.subquery(sequence, variable.key, self.test, all: false)
     }
 }
 
 extension PredicateExpressions.SequenceAllSatisfy: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        let collection = try t.expression(sequence)
-        t.subqueries += 1
-        let name = "item\(t.subqueries)"
-        t.variables[variable.key] = .variable(name, [], column: 0)
-        let condition = try t.node(self.test)
-        return t.compare(.subquery(collection: collection, variable: name, predicate: .not(condition), aggregate: "count", column: 0), .equal, .value(0))
+        try t.subquery(sequence, variable.key, self.test, all: true)
     }
 }
 

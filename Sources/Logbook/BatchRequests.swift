@@ -207,7 +207,7 @@ extension ManagedObjectContext {
         var updatedKeys: [UInt64] = []
         updatedKeys.reserveCapacity(keys.count)
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
-        do {
+        try RecordCodec.readingRecords(of: layout) {
             try snapshot.forEachValue(forKeys: keys) { _, key, raw in
                 var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
                 if let residual = plan.residual {
@@ -221,12 +221,6 @@ extension ManagedObjectContext {
                 Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
                 updatedKeys.append(key)
             }
-        } catch is RecordCodec.Malformed {
-            throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
-        } catch let e as LogbookError {
-            throw e
-        } catch {
-            throw LogbookError.wrap(error)
         }
         guard !updatedKeys.isEmpty else { return BatchResult(count: 0, objectIDs: []) }
         let version: UInt64

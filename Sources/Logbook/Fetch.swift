@@ -223,7 +223,7 @@ extension ManagedObjectContext {
         let identity = storeLayout.identity
         let token = self.token
         let managedClass = layout.managedClass
-        do {
+        try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
             try snapshot.forEachValue(forKeys: keys) { i, key, raw in
                 let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
@@ -238,12 +238,6 @@ extension ManagedObjectContext {
                 }
             }
             }
-        } catch is RecordCodec.Malformed {
-            throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
-        } catch let e as LogbookError {
-            throw e
-        } catch {
-            throw LogbookError.wrap(error)
         }
         if !inOrder {
             var placed = [ManagedObject?](repeating: nil, count: keys.count)

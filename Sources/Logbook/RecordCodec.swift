@@ -149,6 +149,21 @@ enum RecordCodec {
 
     struct Malformed: Error {}
 
+    /// Runs `body`, which reads records of `layout`, turning what it throws into the errors
+    /// users see: a malformed record is a `.store` error naming the entity, engine errors are
+    /// wrapped, Logbook errors pass.
+    static func readingRecords<R>(of layout: EntityLayout, _ body: () throws -> R) throws -> R {
+        do {
+            return try body()
+        } catch is Malformed {
+            throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
+        } catch let e as LogbookError {
+            throw e
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+    }
+
     /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
     static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt64) throws -> [Slot] {
         try layout.slotKinds.withUnsafeBufferPointer { kinds in

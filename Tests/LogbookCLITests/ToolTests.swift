@@ -96,6 +96,20 @@ import LogbookEngine
         #expect(missing.status != 0 && missing.err.hasPrefix("logbook: "))
     }
 
+    @Test func aStoreOpenForWritingElsewhereIsALockedStoreError() throws {
+        let store = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: store) }
+        // This process holds the writer's lock while the tool tries to write.
+        let model = try ManagedObjectModel(recordedIn: store)
+        let container = try PersistentContainer(name: "People", model: model, directory: store)
+        let r = try run(["compact", store])
+        #expect(r.status != 0, "\(r.out)")
+        #expect(r.err.hasPrefix("logbook: ") && r.err.split(separator: "\n").count == 1, "\(r.err)")
+        #expect(r.err.lowercased().contains("lock") || r.err.contains("another process"), "\(r.err)")
+        try container.close()
+        #expect(try run(["compact", store]).status == 0, "free again once the writer closed")
+    }
+
     @Test func compactRewritesAStore() throws {
         let store = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: store) }

@@ -34,16 +34,28 @@ func freshDirectory() -> String {
     FileManager.default.temporaryDirectory.appendingPathComponent("logbook-benchmark-\(UUID().uuidString)").path
 }
 
-/// A store of `itemCount` Items, written once for the read benchmarks.
-func populatedStore() throws -> String {
-    let dir = freshDirectory()
-    let container = try PersistentContainer(name: "Items", model: model(), directory: dir)
-    let context = container.newContext(concurrencyType: .confinement)
+/// `itemCount` Items through a batch insert.
+func batchInsertItems(_ context: ManagedObjectContext) throws {
     _ = try context.execute(BatchInsertRequest(entityName: "Item", count: itemCount) { i, row in
         row.set("Item \(i + 1)", forKey: "name")
         row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
         row.set(i % 2 == 1, forKey: "done")
     })
+}
+
+/// A container on a fresh directory, without syncs (the write benchmarks time the code, not the disk).
+func scratchContainer(_ dir: String) throws -> (PersistentContainer, ManagedObjectContext) {
+    var options = ContainerOptions()
+    options.durability = .none
+    let container = try PersistentContainer(name: "Items", model: model(), directory: dir, options: options)
+    return (container, container.newContext(concurrencyType: .confinement))
+}
+
+/// A store of `itemCount` Items, written once for the read benchmarks.
+func populatedStore() throws -> String {
+    let dir = freshDirectory()
+    let container = try PersistentContainer(name: "Items", model: model(), directory: dir)
+    try batchInsertItems(container.newContext(concurrencyType: .confinement))
     try container.close()
     return dir
 }
@@ -97,10 +109,7 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("context-insert-save-10k-items") { benchmark in
         let dir = freshDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var options = ContainerOptions()
-        options.durability = .none
-        let container = try PersistentContainer(name: "Items", model: model(), directory: dir, options: options)
-        let context = container.newContext(concurrencyType: .confinement)
+        let (container, context) = try scratchContainer(dir)
         benchmark.startMeasurement()
         for i in 1...itemCount {
             let item = try context.insert(Item.self)
@@ -116,16 +125,9 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("batch-insert-10k-items") { benchmark in
         let dir = freshDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var options = ContainerOptions()
-        options.durability = .none
-        let container = try PersistentContainer(name: "Items", model: model(), directory: dir, options: options)
-        let context = container.newContext(concurrencyType: .confinement)
+        let (container, context) = try scratchContainer(dir)
         benchmark.startMeasurement()
-        _ = try context.execute(BatchInsertRequest(entityName: "Item", count: itemCount) { i, row in
-            row.set("Item \(i + 1)", forKey: "name")
-            row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
-            row.set(i % 2 == 1, forKey: "done")
-        })
+        try batchInsertItems(context)
         benchmark.stopMeasurement()
         try container.close()
     }

@@ -1,15 +1,15 @@
 import ArgumentParser
-@_spi(Benchmarks) import Logbook
-@_spi(Benchmarks) import LogbookEngine
+import Logbook
+import LogbookEngine
 import Foundation
 
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a benchmark workload of ../shared/benchmarks.md.",
+        abstract: "Run a benchmark workload of docs/benchmarks.md.",
         discussion: """
         Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
         update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
-        compact (W9, after W5), snapshot (W10), all (each of them, N = --count), and engine, micro \
+        compact (W9, after W5), snapshot (W10), all (each of them, N = --count), and engine \
         (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
         (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
         """)
@@ -56,17 +56,6 @@ struct Bench: ParsableCommand {
     func run(_ workload: String, _ durability: Durability) throws {
         switch workload {
         case "engine": try engine(durability)
-        case "micro":
-            for (name, seconds) in EngineMicrobenchmarks.run(count: count) {
-                report("micro_\(name)", ["records": count, "seconds": seconds, "ns_per_record": seconds * 1e9 / Double(count)])
-            }
-            let path = freshStore("micro")
-            let container = try openItems(path, durability: .none)
-            let context = container.newContext(concurrencyType: .confinement)
-            for (name, seconds) in try ObjectMicrobenchmarks.run(Item.self, count: count, context: context) {
-                report("micro_\(name)", ["records": count, "seconds": seconds, "ns_per_record": seconds * 1e9 / Double(count)])
-            }
-            try container.close()
         case "populate":
             let path = store ?? freshStore(batch ? "populate-batch" : "populate")
             if batch { try populateBatch(store: path, count: count, durability: durability) }
@@ -94,7 +83,7 @@ struct Bench: ParsableCommand {
         case "all":
             try all()
         default:
-            throw ValidationError("unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, all, engine or micro")
+            throw ValidationError("unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, all or engine")
         }
     }
 
@@ -161,7 +150,7 @@ struct Bench: ParsableCommand {
         }
         let built = now()
         for i in 1...count {
-            t.put(UInt64(1) << 48 | UInt64(i), value: values[i - 1],
+            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: values[i - 1],
                   indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i) / 1000))
         }
         let encoded = now()

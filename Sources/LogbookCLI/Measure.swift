@@ -80,7 +80,7 @@ func median(_ xs: [Double]) -> Double {
 }
 
 /// A progress bar on standard error, drawn only when it is a terminal.
-struct Progress {
+struct ProgressBar {
     let label: String
     let total: Int
     private var shown = -1

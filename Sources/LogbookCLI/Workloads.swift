@@ -3,7 +3,7 @@ import Logbook
 import LogbookEngine
 import Synchronization
 
-/// The benchmark data of ../shared/benchmarks.md.
+/// The benchmark data of docs/benchmarks.md ("The data").
 enum BenchmarkModel {
     /// Item i: name "Item i", createdAt = 1,700,000,000 s + i ms, done = (i % 2 == 0).
     static let base = Date(timeIntervalSince1970: 1_700_000_000)
@@ -32,9 +32,9 @@ enum BenchmarkModel {
 }
 
 final class Item: ManagedObject {
-    @Attribute("name") var name: String
-    @Attribute("createdAt") var createdAt: Date
-    @Attribute("done") var done: Bool
+    @Managed("name") var name: String
+    @Managed("createdAt") var createdAt: Date
+    @Managed("done") var done: Bool
 }
 
 func openItems(_ path: String, durability: Durability = .full) throws -> PersistentContainer {
@@ -51,7 +51,7 @@ func populate(store path: String, count: Int, durability: Durability) throws {
     let container = try openItems(path, durability: durability)
     let context = container.newContext(concurrencyType: .confinement)
     let base = BenchmarkModel.base.timeIntervalSince1970
-    var progress = Progress("populate", total: count)
+    var progress = ProgressBar("populate", total: count)
     for i in 1...count {
         let item = try context.insert(Item.self)
         item.name = "Item \(i)"
@@ -77,7 +77,7 @@ func populateBatch(store path: String, count: Int, durability: Durability) throw
     let container = try openItems(path, durability: durability)
     let context = container.newContext(concurrencyType: .confinement)
     let base = BenchmarkModel.base.timeIntervalSince1970
-    var progress = Progress("populate --batch", total: count)
+    var progress = ProgressBar("populate --batch", total: count)
     let request = BatchInsertRequest(entityName: "Item", count: count) { i, row in
         let n = i + 1
         row.set("Item \(n)", forKey: "name")
@@ -170,7 +170,7 @@ func updateWorkloads(store path: String, durability: Durability) throws {
     let t2 = now()
     let items = try context.fetch(FetchRequest<Item>())
     let fetched = now()
-    var progress = Progress("update", total: items.count)
+    var progress = ProgressBar("update", total: items.count)
     for (n, item) in items.enumerated() {
         // Item i is the i-th inserted: its serial is i.
         item.name = "Renamed \(item.objectID.serial)"
@@ -220,7 +220,7 @@ func relationsWorkload(store path: String, count: Int, durability: Durability) t
         managers.append(o)
     }
     var links = 0
-    var progress = Progress("relations", total: employees)
+    var progress = ProgressBar("relations", total: employees)
     for i in 0..<employees {
         let e = try context.insertNewObject(forEntityName: "Employee")
         try e.setValue("E\(i)", forKey: "firstName")
@@ -252,7 +252,7 @@ func relationsWorkload(store path: String, count: Int, durability: Durability) t
 func commitsWorkload(store path: String, commits: Int, per: Int, durability: Durability) throws {
     let container = try openItems(path, durability: durability)
     let context = container.newContext(concurrencyType: .confinement)
-    var progress = Progress("commits", total: commits)
+    var progress = ProgressBar("commits", total: commits)
     let t0 = now()
     var i = 0
     for c in 0..<commits {

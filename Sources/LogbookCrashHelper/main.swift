@@ -32,14 +32,14 @@ do {
     var rng = SystemRandomNumberGenerator()
     while true {
         var t = Transaction()
-        t.put(UInt64(1) << 48 | 2 * i, value: Array("a\(i)".utf8), indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
-        t.put(UInt64(1) << 48 | 2 * i + 1, value: Array("b\(i)".utf8))
+        t.put(EngineKey(keyspace: 1, id: 2 * i), value: Array("a\(i)".utf8), indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
+        t.put(EngineKey(keyspace: 1, id: 2 * i + 1), value: Array("b\(i)".utf8))
         let padding = Int.random(in: 0..<40, using: &rng)
         for p in 0..<padding {
             // Padding rewrites the same keys, so compaction has dead bytes to reclaim.
-            t.put(UInt64(2) << 48 | UInt64(p), value: [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: Int.random(in: 1..<600, using: &rng)))
+            t.put(EngineKey(keyspace: 2, id: UInt64(p)), value: [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: Int.random(in: 1..<600, using: &rng)))
         }
-        t.addMembers([2 * i], toSet: UInt64(3) << 48 | i % 7)
+        t.addMembers([2 * i], toSet: EngineKey(keyspace: 3, id: i % 7).rawValue)
         try store.commit(t)
         let line = "\(i)\n"
         _ = line.withCString { write(1, $0, strlen($0)) }

@@ -73,11 +73,11 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any LogbookEngine.FileHandle {
+    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
         try mutex.withLock { _ in
             if let id = entries[path] {
                 if exclusive { throw EngineError.systemCall("open", path: path, errno: EEXIST) }
-                return FaultFileHandle(fs: self, id: id, path: path)
+                return FaultStorageFile(fs: self, id: id, path: path)
             }
             guard create else { throw EngineError.systemCall("open", path: path, errno: ENOENT) }
             try stepLocked("create", path)
@@ -85,7 +85,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
             nextID += 1
             files[id] = FileData()
             entries[path] = id
-            return FaultFileHandle(fs: self, id: id, path: path)
+            return FaultStorageFile(fs: self, id: id, path: path)
         }
     }
 
@@ -191,7 +191,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 }
 
-final class FaultFileHandle: LogbookEngine.FileHandle, @unchecked Sendable {
+final class FaultStorageFile: StorageFile, @unchecked Sendable {
     let fs: FaultFileSystem
     let id: Int
     let path: String

@@ -4,9 +4,9 @@ import Testing
 
 /// The article's to-do item (001), for S16 and the batch insert.
 final class TodoItem: ManagedObject {
-    @Attribute("name") var name: String
-    @Attribute("createdAt") var createdAt: Date
-    @Attribute("done") var done: Bool
+    @Managed("name") var name: String
+    @Managed("createdAt") var createdAt: Date
+    @Managed("done") var done: Bool
 }
 
 func todoModel() throws -> ManagedObjectModel {
@@ -36,7 +36,7 @@ func todoModel() throws -> ManagedObjectModel {
 
     /// S16: change an attribute on many records in the store without loading them as objects;
     /// the objects contexts hold show the new values.
-    @Test func s16BatchUpdateChangesRecordsAndContextsSeeIt() async throws {
+    @Test func batchUpdateChangesRecordsAndContextsSeeIt() async throws {
         let store = TemporaryStore()
         let container = try populated(store, count: 1000)
         let view = container.viewContext

@@ -144,12 +144,12 @@ import LogbookEngine
     }
 
     @Test func aTransformerThatCannotDecodeIsATypedError() throws {
-        struct Picky: Logbook.ValueTransformer {
+        struct Picky: Logbook.AttributeTransformer {
             struct No: Error {}
             func transformedValue(_ value: Any) throws -> Data { Data((value as? String ?? "").utf8) }
             func reverseTransformedValue(_ data: Data) throws -> Any { throw No() }
         }
-        ValueTransformers.register(Picky(), name: "Picky")
+        AttributeTransformers.register(Picky(), name: "Picky")
         let model = try ManagedObjectModel {
             EntityDescription("Thing") { AttributeDescription("blob", .transformable(transformer: "Picky"), optional: true) }
         }

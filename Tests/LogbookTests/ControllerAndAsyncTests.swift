@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Logbook
+import LogbookEngine
 
 /// Records a controller's delegate calls as lines.
 final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendable {
@@ -24,12 +25,12 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
     /// S8: persons sorted by age and firstName, sections by age; object(at:), counts per section,
     /// and delegate callbacks for an insert from another screen (context), a deletion by the
     /// user, an update and a move.
-    @Test func s8ControllerFollowsTheContext() async throws {
+    @Test func controllerFollowsTheContext() async throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let screen = container.newBackgroundContext()
         let recorder = ChangeRecorder()
-        let box = UncheckedSendableBox((recorder, NSMutableArray()))
+        let box = UncheckedSendable((recorder, NSMutableArray()))
         let first: [String] = try await screen.perform {
             for (f, a) in [("Anthony", 51), ("Richard", 61), ("Zed", 51), ("Bob", 30)] {
                 let p = try screen.insert(Person.self)
@@ -126,7 +127,7 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
 
     /// S12: sorted by createdAt, in the background, a completion with the result; a plain
     /// context cannot.
-    @Test func s12AsynchronousFetchCompletesOnTheContextQueue() async throws {
+    @Test func asynchronousFetchCompletesOnTheContextQueue() async throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: todoModel())
         try populate(container, count: 3000)
@@ -152,7 +153,7 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
 
     /// S13: the count of records fetched so far is observable while it runs, and the fetch can
     /// be cancelled at any time.
-    @Test func s13ProgressIsObservableAndTheFetchCanBeCancelled() async throws {
+    @Test func progressIsObservableAndTheFetchCanBeCancelled() async throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: todoModel())
         try populate(container, count: 10_000)
@@ -178,7 +179,7 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
 
     /// S14 and S15: 1,000,000 items saved at once; the asynchronous fetch over them leaves the
     /// context's queue free, and the user's changes made meanwhile are kept and show up.
-    @Test func s14s15LargeFetchStaysResponsiveAndKeepsChanges() async throws {
+    @Test func largeFetchStaysResponsiveAndKeepsChanges() async throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: todoModel(), durability: .normal)
         let count = 1_000_000

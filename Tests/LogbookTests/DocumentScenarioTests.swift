@@ -3,11 +3,11 @@ import Testing
 @testable import Logbook
 import LogbookEngine
 
-/// The scenarios of ../shared/seeds/SCENARIOS.md that the object graph owns: S1–S6, S9, S11.
+/// The scenarios of docs/scenarios.md that the object graph owns: S1–S6, S9, S11.
 @Suite struct DocumentScenarioTests {
     /// S1: model, store on disk, coordinator (the container), objects, a context that tracks
     /// changes — and can undo them — until save.
-    @Test func s1TheStack() throws {
+    @Test func contextTracksUndoesAndSavesChangesAcrossReopen() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -34,7 +34,7 @@ import LogbookEngine
     }
 
     /// S2: Person with firstName and lastName required, age an optional Integer 32.
-    @Test func s2TheEntity() throws {
+    @Test func requiredAndOptionalAttributesAreValidated() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -59,7 +59,7 @@ import LogbookEngine
     }
 
     /// S3: a typed class per entity.
-    @Test func s3TypedClass() throws {
+    @Test func typedClassPropertiesReadAndWriteAttributes() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -79,7 +79,7 @@ import LogbookEngine
     }
 
     /// S4: insert by entity name, set, save; save errors are reported; an unknown entity is an error.
-    @Test func s4InsertAndSave() throws {
+    @Test func insertByEntityNameSavesAndReportsErrors() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -102,7 +102,7 @@ import LogbookEngine
     }
 
     /// S5: a helper that refuses empty names; fetch all; empty fetch is []; errors are errors.
-    @Test func s5CreateAndFetch() throws {
+    @Test func helperRefusesEmptyNamesAndFetchReturnsAll() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -128,7 +128,7 @@ import LogbookEngine
     }
 
     /// S6: delete the last fetched person; isDeleted tells; save; it is gone.
-    @Test func s6Delete() throws {
+    @Test func deletingTheLastFetchedObjectMarksItAndRemovesItOnSave() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -154,7 +154,7 @@ import LogbookEngine
 
     /// S9: Employee.manager ↔ Manager.reports (to-one ↔ to-many), then many-to-many
     /// Employee.managers ↔ Manager.employees; either side updates the other.
-    @Test func s9Relationships() throws {
+    @Test func relationshipsKeepTheirInversesBothWays() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -211,7 +211,7 @@ import LogbookEngine
 
     /// S11: a transformable colour: save a red laptop, fetch one laptop whose colour is red,
     /// and the colour read back is red.
-    @Test func s11TransformableColor() throws {
+    @Test func transformableColourRoundTripsAndMatchesInAPredicate() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)

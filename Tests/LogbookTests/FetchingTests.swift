@@ -5,7 +5,7 @@ import Testing
 /// S7 and S10 of the scenarios, and planning on indexes.
 @Suite struct FetchingTests {
     /// S7: sort by age ascending, then by firstName ascending.
-    @Test func s7SeveralSortDescriptorsApplyInOrder() throws {
+    @Test func severalSortDescriptorsApplyInOrder() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
@@ -26,7 +26,7 @@ import Testing
 
     /// S10: 1,000 persons; a private-queue context fetches the IDs of those aged 100 to 200;
     /// the main context turns the IDs into its own objects.
-    @Test func s10BackgroundFetchHandsObjectIDsToTheMainContext() async throws {
+    @Test func backgroundFetchHandsObjectIDsToTheMainContext() async throws {
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let view = container.viewContext

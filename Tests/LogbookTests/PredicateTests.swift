@@ -41,7 +41,7 @@ import Testing
                 try e.add(Array(managers.prefix(i % 3 + 1)), toRelationship: "managers")
                 employees.append(e)
             }
-            ValueTransformers.register(ColorTransformer(), name: "ColorTransformer")
+            AttributeTransformers.register(ColorTransformer(), name: "ColorTransformer")
             for (i, c) in [Color.red, Color.blue, Color.red].enumerated() {
                 let l = try context.insert(Laptop.self)
                 l.model = "L\(i)"

@@ -6,22 +6,22 @@ import LogbookEngine
 // MARK: The model of the source documents (004 §16.1–16.10)
 
 final class Person: ManagedObject {
-    @Attribute("firstName") var firstName: String
-    @Attribute("lastName") var lastName: String
-    @Attribute("age") var age: Int32?
+    @Managed("firstName") var firstName: String
+    @Managed("lastName") var lastName: String
+    @Managed("age") var age: Int32?
 }
 
 final class Manager: ManagedObject {
-    @Attribute("firstName") var firstName: String
-    @Attribute("lastName") var lastName: String
-    @Attribute("age") var age: Int32?
+    @Managed("firstName") var firstName: String
+    @Managed("lastName") var lastName: String
+    @Managed("age") var age: Int32?
     @ToMany("employees") var employees: Set<Employee>
 }
 
 final class Employee: ManagedObject {
-    @Attribute("firstName") var firstName: String
-    @Attribute("lastName") var lastName: String
-    @Attribute("age") var age: Int32?
+    @Managed("firstName") var firstName: String
+    @Managed("lastName") var lastName: String
+    @Managed("age") var age: Int32?
     @ToOne("manager") var manager: Manager?
     @ToMany("managers") var managers: Set<Manager>
 }
@@ -34,7 +34,7 @@ struct Color: Equatable, Sendable {
 }
 
 /// Writes a colour's four components as a 32-byte blob and reads them back (004 §16.10).
-struct ColorTransformer: Logbook.ValueTransformer {
+struct ColorTransformer: Logbook.AttributeTransformer {
     struct NotAColor: Error {}
     func transformedValue(_ value: Any) throws -> Data {
         guard let c = value as? Color else { throw NotAColor() }
@@ -52,7 +52,7 @@ struct ColorTransformer: Logbook.ValueTransformer {
 }
 
 final class Laptop: ManagedObject {
-    @Attribute("model") var model: String
+    @Managed("model") var model: String
     @Transformable("color") var color: Color?
 }
 
@@ -65,7 +65,7 @@ func personEntity() -> EntityDescription {
 }
 
 func documentModel() throws -> ManagedObjectModel {
-    ValueTransformers.register(ColorTransformer(), name: "ColorTransformer")
+    AttributeTransformers.register(ColorTransformer(), name: "ColorTransformer")
     return try ManagedObjectModel {
         personEntity()
         EntityDescription("Manager", class: Manager.self) {

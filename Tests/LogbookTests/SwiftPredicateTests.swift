@@ -4,9 +4,9 @@ import Testing
 
 /// A typed class whose properties are not named like their keys.
 final class Chore: ManagedObject {
-    @Attribute("name") var title: String
-    @Attribute("createdAt") var created: Date
-    @Attribute("done") var isDone: Bool
+    @Managed("name") var title: String
+    @Managed("createdAt") var created: Date
+    @Managed("done") var isDone: Bool
 }
 
 /// Foundation's `#Predicate` and key-path `SortDescriptor`, translated into the same tree as

@@ -12,9 +12,9 @@ import Logbook
 import LogbookEngine
 
 final class Item: ManagedObject {
-    @Logbook.Attribute("name") var name: String
-    @Logbook.Attribute("createdAt") var createdAt: Date
-    @Logbook.Attribute("done") var done: Bool
+    @Logbook.Managed("name") var name: String
+    @Logbook.Managed("createdAt") var createdAt: Date
+    @Logbook.Managed("done") var done: Bool
 }
 
 let itemCount = 10_000
@@ -99,10 +99,59 @@ let benchmarks: @Sendable () -> Void = {
         benchmark.startMeasurement()
         var t = Transaction()
         for i in 1...itemCount {
-            t.put(UInt64(1) << 48 | UInt64(i), value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i)))
+            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i)))
         }
         try store.commit(t)
         benchmark.stopMeasurement()
+        try store.close()
+    }
+
+    // The engine's inner steps, through its public API (these replace `logbook bench micro`).
+    Benchmark("engine-encode-10k-puts") { benchmark in
+        benchmark.startMeasurement()
+        var t = Transaction()
+        for i in 1...itemCount {
+            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
+        }
+        benchmark.stopMeasurement()
+        blackHole(t.encodedSize)
+    }
+
+    Benchmark("engine-snapshot-read-10k-values") { benchmark in
+        let dir = freshDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var options = StoreOptions()
+        options.durability = .none
+        let store = try Store.open(at: dir, options: options)
+        var t = Transaction()
+        for i in 1...itemCount { t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8)) }
+        try store.commit(t)
+        let snapshot = store.snapshot()
+        let keys = (1...itemCount).map { EngineKey(keyspace: 1, id: UInt64($0)).rawValue }
+        benchmark.startMeasurement()
+        var bytes = 0
+        try snapshot.forEachValue(forKeys: keys) { _, _, raw in bytes &+= raw.count }
+        benchmark.stopMeasurement()
+        blackHole(bytes)
+        try store.close()
+    }
+
+    Benchmark("engine-index-walk-10k") { benchmark in
+        let dir = freshDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var options = StoreOptions()
+        options.durability = .none
+        let store = try Store.open(at: dir, options: options)
+        var t = Transaction()
+        for i in 1...itemCount {
+            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: [1], indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
+        }
+        try store.commit(t)
+        let snapshot = store.snapshot()
+        benchmark.startMeasurement()
+        let keys = snapshot.primaryKeys(index: 1)
+        benchmark.stopMeasurement()
+        precondition(keys.count == itemCount)
         try store.close()
     }
 

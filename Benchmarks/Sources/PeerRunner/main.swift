@@ -41,9 +41,9 @@ func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
 // MARK: Logbook
 
 final class Item: ManagedObject {
-    @Logbook.Attribute("name") var name: String
-    @Logbook.Attribute("createdAt") var createdAt: Date
-    @Logbook.Attribute("done") var done: Bool
+    @Logbook.Managed("name") var name: String
+    @Logbook.Managed("createdAt") var createdAt: Date
+    @Logbook.Managed("done") var done: Bool
 }
 
 func logbookModel() throws -> ManagedObjectModel {

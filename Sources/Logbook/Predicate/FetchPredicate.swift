@@ -298,7 +298,7 @@ struct PredicateEvaluator {
 
     func transformedEqual(_ t: TransformedValue, _ other: Any, _ c: Comparison) throws -> Bool {
         if let o = other as? TransformedValue { return t.blob == o.blob }
-        let blob = try ValueTransformers.registry.forward(other, transformer: t.transformer)
+        let blob = try AttributeTransformers.registry.forward(other, transformer: t.transformer)
         return blob == t.blob
     }
 

@@ -1,0 +1,319 @@
+import Foundation
+import Synchronization
+import LogbookEngine
+
+/// Options of a container's store.
+public struct ContainerOptions: Sendable {
+    public var durability: Durability = .full
+    public var compaction: CompactionPolicy = .default
+    public var segmentSize: Int = 64 << 20
+    public var checkpointInterval: Int = 32 << 20
+    public var readOnly = false
+    public init() {}
+}
+
+/// The stack in one object: the model, the store on disk, the view context on the main queue,
+/// and background contexts on queues of their own (Core Data's `NSPersistentContainer`).
+///
+/// ```swift
+/// let container = try PersistentContainer(name: "People", model: model)   // ~/…/People.logbook
+/// let person = try container.viewContext.insertNewObject(forEntityName: "Person")
+/// try container.viewContext.save()
+///
+/// let background = container.newBackgroundContext()
+/// let ids = try await background.perform { … return objectIDs }          // IDs cross, objects don't
+/// ```
+///
+/// The store records its schema. Opening it with another model migrates lightweight changes
+/// (an entity or attribute added, an attribute or entity removed, a rename declared with
+/// `renamedFrom:`, an index added or dropped) in one transaction; anything else is an
+/// `.incompatibleModel` error that says what changed.
+public final class PersistentContainer: Sendable {
+    public let name: String
+    public let model: ManagedObjectModel
+    /// The store's directory.
+    public let storeDirectory: String
+    public let store: Store
+    let storeLayout: StoreLayout
+    /// Next serial number per entity (by model index), shared by all contexts.
+    private let counters: Mutex<[UInt64]>
+    private let contexts = Mutex<[WeakContext]>([])
+    private let viewContextBox = Mutex<ManagedObjectContext?>(nil)
+
+    struct WeakContext: @unchecked Sendable {
+        // A weak reference only; read under the `contexts` lock.
+        weak var context: ManagedObjectContext?
+    }
+
+    /// Opens (or creates) the store for `model`. With no directory, the store is
+    /// `<name>.logbook` under the user's application support directory (or `$TMPDIR` when there
+    /// is none).
+    public init(name: String, model: ManagedObjectModel, directory: String? = nil, options: ContainerOptions = ContainerOptions()) throws {
+        self.name = name
+        self.model = model
+        self.storeDirectory = directory ?? Self.defaultDirectory(name)
+        var storeOptions = StoreOptions()
+        storeOptions.durability = options.durability
+        storeOptions.compaction = options.compaction
+        storeOptions.segmentSize = options.segmentSize
+        storeOptions.checkpointInterval = options.checkpointInterval
+        storeOptions.readOnly = options.readOnly
+        do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch { throw LogbookError.wrap(error) }
+        do {
+            let (layout, counters) = try Migration.prepare(store: store, model: model)
+            storeLayout = layout
+            self.counters = Mutex(counters)
+        } catch {
+            try? store.close()
+            throw error
+        }
+    }
+
+    static func defaultDirectory(_ name: String) -> String {
+        let base = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first?.path
+            ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")
+        try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+        return base + "/" + name + ".logbook"
+    }
+
+    /// The context of the main queue, for the user interface.
+    public var viewContext: ManagedObjectContext {
+        viewContextBox.withLock { box in
+            if let c = box { return c }
+            let c = ManagedObjectContext(container: self, concurrencyType: .mainQueue)
+            c.name = "view"
+            box = c
+            contexts.withLock { $0.append(WeakContext(context: c)) }
+            return c
+        }
+    }
+
+    /// A new context on a private queue of its own.
+    public func newBackgroundContext() -> ManagedObjectContext { newContext(concurrencyType: .privateQueue) }
+
+    /// A new context of any concurrency type.
+    public func newContext(concurrencyType: ManagedObjectContext.ConcurrencyType) -> ManagedObjectContext {
+        let c = ManagedObjectContext(container: self, concurrencyType: concurrencyType)
+        contexts.withLock { list in
+            list.removeAll { $0.context == nil }
+            list.append(WeakContext(context: c))
+        }
+        return c
+    }
+
+    /// Runs `body` with a new background context, on its queue.
+    public func performBackgroundTask(_ body: @escaping @Sendable (ManagedObjectContext) -> Void) {
+        let c = newBackgroundContext()
+        c.perform { body(c) }
+    }
+
+    /// The object ID a URI from `ObjectID.uriRepresentation` names, if it is of this store.
+    public func objectID(forURIRepresentation uri: URL) -> ObjectID? {
+        guard uri.scheme == "x-logbook", uri.host?.uppercased() == storeLayout.identity.uuid.uuidString.uppercased() else { return nil }
+        let parts = uri.path.split(separator: "/")
+        guard parts.count == 2, parts[1].hasPrefix("p"), let serial = UInt64(parts[1].dropFirst()),
+              let entity = String(parts[0]).removingPercentEncoding, let ks = storeLayout.identity.keyspaces[entity],
+              serial <= EngineKey.maxID else { return nil }
+        return ObjectID(store: storeLayout.identity, key: EngineKey(keyspace: ks, id: serial).rawValue)
+    }
+
+    /// Closes the store (writing a checkpoint). Contexts and objects must not be used after.
+    public func close() throws {
+        do { try store.close() } catch { throw LogbookError.wrap(error) }
+    }
+
+    // MARK: Serial numbers
+
+    /// `count` consecutive keys of an entity (its keyspace in the high bits).
+    func reserveKeys(entity: Int, count: UInt64) -> Range<UInt64> {
+        let first = counters.withLock { c -> UInt64 in
+            defer { c[entity] += count }
+            return c[entity]
+        }
+        let base = EngineKey.first(inKeyspace: storeLayout.keyspace[entity]).rawValue
+        return (base | first)..<(base | (first + count))
+    }
+
+    func allocateKey(entity: Int) -> UInt64 {
+        let serial = counters.withLock { c -> UInt64 in
+            defer { c[entity] += 1 }
+            return c[entity]
+        }
+        return EngineKey(keyspace: storeLayout.keyspace[entity], id: serial).rawValue
+    }
+
+    /// The counters record: (keyspace uvarint, next serial uvarint) pairs.
+    func countersRecord() -> [UInt8] {
+        let values = counters.withLock { $0 }
+        var out: [UInt8] = []
+        for (i, next) in values.enumerated() {
+            RecordCodec.appendVarint(UInt64(storeLayout.keyspace[i]), &out)
+            RecordCodec.appendVarint(next, &out)
+        }
+        return out
+    }
+
+    // MARK: Merging
+
+    /// Whether a save of `source` has anyone to tell (another context that merges).
+    func hasListeners(besides source: ManagedObjectContext) -> Bool {
+        contexts.withLock { list in
+            list.contains { c in
+                guard let c = c.context, c !== source else { return false }
+                return c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement
+            }
+        }
+    }
+
+    func didSave(_ changes: ContextChanges, from source: ManagedObjectContext) {
+        let others = contexts.withLock { $0.compactMap(\.context) }.filter { $0 !== source }
+        for c in others where c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement {
+            c.perform { c.mergeChanges(changes) }
+        }
+        for observer in source.changeObservers { observer(changes) }
+    }
+}
+
+/// Reading the schema at open, and migrating it.
+enum Migration {
+    static func prepare(store: Store, model: ManagedObjectModel) throws -> (StoreLayout, [UInt64]) {
+        let snapshot = store.snapshot()
+        let stored: StoredSchema?
+        do { stored = try snapshot.value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode) } catch let e as LogbookError { throw e } catch { throw LogbookError.wrap(error) }
+        let schema = StoredSchema.make(for: model, previous: stored)
+        if let stored, stored != schema {
+            try check(stored: stored, new: schema, model: model, snapshot: snapshot)
+            try migrate(store: store, snapshot: snapshot, stored: stored, new: schema, model: model)
+        } else if stored == nil {
+            if store.isReadOnly { throw LogbookError(.incompatibleModel, "the store holds no Logbook schema") }
+            var t = Transaction()
+            t.put(StoredSchema.schemaKey, value: schema.encoded())
+            do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
+        }
+        let layout = StoreLayout(schema: schema, model: model)
+        // Counters: the recorded ones, never below what the store holds.
+        var next = [UInt64](repeating: 1, count: model.entities.count)
+        if let record = try? store.snapshot().value(forKey: StoredSchema.countersKey) {
+            record.withUnsafeBytes { raw in
+                var o = 0
+                func varint() -> UInt64? {
+                    var r: UInt64 = 0, shift: UInt64 = 0
+                    while o < raw.count && shift < 64 { let b = raw[o]; o += 1; r |= UInt64(b & 0x7F) << shift; if b < 0x80 { return r }; shift += 7 }
+                    return nil
+                }
+                while let ks = varint(), let n = varint() {
+                    if let e = layout.entityByKeyspace[UInt16(truncatingIfNeeded: ks)] { next[e] = max(next[e], n) }
+                }
+            }
+        }
+        let snap = store.snapshot()
+        for (e, ks) in layout.keyspace.enumerated() where snap.count(inKeyspace: ks) > 0 {
+            var last: UInt64 = 0
+            snap.forEachKey(inKeyspace: ks) { last = $0; return true }
+            next[e] = max(next[e], EngineKey(rawValue: last).id + 1)
+        }
+        return (layout, next)
+    }
+
+    static func storedType(_ a: StoredSchema.Attribute) -> AttributeType? {
+        if a.type == "transformable" { return .transformable(transformer: a.transformer ?? "") }
+        let all: [AttributeType] = [.string, .int16, .int32, .int64, .double, .float, .bool, .date, .data, .uuid, .url, .decimal]
+        return all.first { $0.description == a.type }
+    }
+
+    /// Refuses what a lightweight migration cannot do, saying what changed.
+    static func check(stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel, snapshot: Snapshot) throws {
+        for (i, e) in new.entities.enumerated() {
+            guard let old = stored.entities.first(where: { $0.keyspace == e.keyspace }) else { continue }
+            let hasObjects = snapshot.count(inKeyspace: e.keyspace) > 0
+            for (j, a) in e.attributes.enumerated() {
+                let description = model.entities[i].attributes[j]
+                if let oldA = old.attributes.first(where: { $0.name == a.name || $0.name == description.renamingIdentifier }) {
+                    if oldA.type != a.type || oldA.transformer != a.transformer {
+                        throw LogbookError(.incompatibleModel, "attribute \(a.name) changed type from \(oldA.type) to \(a.type)", entity: e.name, key: a.name)
+                    }
+                    if oldA.optional && !a.optional && description.defaultValue == nil && hasObjects {
+                        throw LogbookError(.incompatibleModel, "attribute \(a.name) became required without a default value", entity: e.name, key: a.name)
+                    }
+                } else if !a.optional && description.defaultValue == nil && hasObjects {
+                    throw LogbookError(.incompatibleModel, "new attribute \(a.name) is required but has no default value for the objects already stored", entity: e.name, key: a.name)
+                }
+            }
+            for r in e.relationships {
+                if let oldR = old.relationships.first(where: { $0.name == r.name }), oldR.toMany != r.toMany || oldR.destination != r.destination {
+                    throw LogbookError(.incompatibleModel, "relationship \(r.name) changed its destination or cardinality", entity: e.name, key: r.name)
+                }
+            }
+        }
+    }
+
+    /// Rewrites the records of every entity whose layout changed, drops removed entities and
+    /// relationships, and records the new schema: one transaction.
+    static func migrate(store: Store, snapshot: Snapshot, stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel) throws {
+        if store.isReadOnly { throw LogbookError(.incompatibleModel, "the store needs a migration but was opened read-only") }
+        var t = Transaction()
+        let newLayout = StoreLayout(schema: new, model: model)
+        // A model of the stored schema, to decode the old records.
+        var oldEntities: [EntityDescription] = []
+        for e in stored.entities {
+            oldEntities.append(EntityDescription(e.name,
+                attributes: e.attributes.map { AttributeDescription($0.name, storedType($0) ?? .data, optional: true) },
+                relationships: e.relationships.map { RelationshipDescription($0.name, to: $0.destination, inverse: nil, toMany: $0.toMany) }))
+        }
+        let oldModel = try ManagedObjectModel(entities: oldEntities.map { e in
+            var e = e
+            e.relationships = e.relationships.filter { r in oldEntities.contains { $0.name == r.destination } }
+            return e
+        })
+        for (oi, old) in stored.entities.enumerated() {
+            guard let ni = new.entities.firstIndex(where: { $0.keyspace == old.keyspace }) else {
+                // Entity removed: its objects and sets go.
+                snapshot.forEachKey(inKeyspace: old.keyspace) { t.delete($0); return true }
+                for r in old.relationships { if let k = r.setKeyspace { snapshot.forEachSet(inKeyspace: k) { key, _ in t.replaceMembers(EmptyCollection(), ofSet: key); return true } } }
+                continue
+            }
+            let newEntity = new.entities[ni]
+            for r in old.relationships where !newEntity.relationships.contains(where: { $0.setKeyspace == r.setKeyspace && r.setKeyspace != nil }) {
+                if let k = r.setKeyspace { snapshot.forEachSet(inKeyspace: k) { key, _ in t.replaceMembers(EmptyCollection(), ofSet: key); return true } }
+            }
+            guard old.attributes != newEntity.attributes || old.relationships.map(\.name) != newEntity.relationships.map(\.name) else { continue }
+            let oldLayout = oldModel.layouts[oi]
+            let layout = model.layouts[ni]
+            let description = model.entities[ni]
+            var keys: [UInt64] = []
+            snapshot.forEachKey(inKeyspace: old.keyspace) { keys.append($0); return true }
+            var buffer: [UInt8] = []
+            for key in keys {
+                let oldSlots: [Slot]? = try snapshot.withValue(forKey: key) { raw -> [Slot]? in
+                    try? RecordCodec.decode(raw, layout: oldLayout) { slot in
+                        let r = oldLayout.toOne[slot - oldLayout.attributeCount]
+                        let dest = old.relationships[r].destination
+                        return stored.entity(dest)?.keyspace ?? 0
+                    }
+                } ?? nil
+                guard let oldSlots else { continue }
+                var slots = [Slot](repeating: .null, count: layout.slotCount)
+                for (j, a) in description.attributes.enumerated() {
+                    if let k = old.attributes.firstIndex(where: { $0.name == a.name || $0.name == a.renamingIdentifier }) {
+                        slots[j] = oldSlots[k]
+                    }
+                    if slots[j].isNull, let d = a.defaultValue { slots[j] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null }
+                }
+                for (n, r) in layout.toOne.enumerated() {
+                    let rel = description.relationships[r]
+                    if let k = oldLayout.slotByName[rel.name] ?? rel.renamingIdentifier.flatMap({ oldLayout.slotByName[$0] }), k >= oldLayout.attributeCount {
+                        slots[layout.attributeCount + n] = oldSlots[k]
+                    }
+                }
+                RecordCodec.encode(slots, layout: layout, into: &buffer)
+                var indexKeys: [IndexKey] = []
+                for (j, index) in newLayout.attributeIndex[ni].enumerated() {
+                    if let index { indexKeys.append(RecordCodec.indexKey(slots[j], type: description.attributes[j].type, index: index)) }
+                }
+                t.put(key, value: buffer, indexKeys: indexKeys)
+            }
+        }
+        t.put(StoredSchema.schemaKey, value: new.encoded())
+        do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
+    }
+}

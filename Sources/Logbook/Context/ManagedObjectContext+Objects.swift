@@ -1,0 +1,137 @@
+import Foundation
+import LogbookEngine
+
+extension ManagedObjectContext {
+    // MARK: Insert
+
+    /// Inserts a new object of the named entity. An unknown name is an error.
+    public func insertNewObject(forEntityName name: String) throws -> ManagedObject {
+        let layout = try model.layout(named: name)
+        return try undoable { makeInserted(layout) }
+    }
+
+    /// Inserts a new object of a typed class (`Person.self`).
+    public func insert<T: ManagedObject>(_ type: T.Type) throws -> T {
+        let layout = try model.layout(for: type)
+        if undoHistory == nil && layout.managedClass == T.self {
+            return unsafeDowncast(makeInserted(layout), to: T.self)
+        }
+        guard let object = try undoable({ makeInserted(layout) }) as? T else {
+            throw LogbookError(.unknownEntity, "entity \(layout.name) is not made of \(T.self); give the entity `class: \(T.self).self`", entity: layout.name)
+        }
+        return object
+    }
+
+
+    func makeInserted(_ layout: EntityLayout) -> ManagedObject {
+        let key: UInt64
+        if let range = reservedSerials[layout.index], !range.isEmpty {
+            key = range.lowerBound
+            reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
+        } else {
+            let range = container.reserveKeys(entity: layout.index, count: 1024)
+            key = range.lowerBound
+            reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
+        }
+        let object = layout.managedClass.init(ManagedObject.Bootstrap(
+            layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
+        willChange(object)
+        object.flags.insert(.inserted)
+        // Inserted objects are found through `inserted` until the save registers the ones that
+        // outlive it (most of a bulk insert does not).
+        inserted.append(object)
+        return object
+    }
+
+    // MARK: Objects by ID
+
+    /// The object for an ID, registered in this context (loading it if needed).
+    /// Throws when the store has no such object, or the ID is of another store.
+    public func existingObject(with id: ObjectID) throws -> ManagedObject {
+        guard id.store == storeLayout.identity else {
+            throw LogbookError(.invalidRelationship, "the object ID \(id) is from another store", objectID: id)
+        }
+        return try object(forKey: id.key)
+    }
+
+    /// The object for an ID (as `existingObject(with:)`; Logbook checks at once that it exists).
+    public func object(with id: ObjectID) throws -> ManagedObject { try existingObject(with: id) }
+
+    func object(forKey key: UInt64) throws -> ManagedObject {
+        if let o = registered(key) { return o }
+        guard let entity = storeLayout.entityByKeyspace[EngineKey(rawValue: key).keyspace] else {
+            throw LogbookError(.objectNotFound, "no entity has keyspace \(EngineKey(rawValue: key).keyspace)")
+        }
+        let layout = model.layouts[entity]
+        let snapshot = container.store.snapshot()
+        guard let slots = try decode(snapshot, key: key, layout: layout) else {
+            throw LogbookError(.objectNotFound, "no \(layout.name) with serial \(EngineKey(rawValue: key).id) in the store",
+                               entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
+        }
+        return materialize(key: key, layout: layout, slots: slots)
+    }
+
+    func materialize(key: UInt64, layout: EntityLayout, slots: [Slot]) -> ManagedObject {
+        if let o = registered(key) { return o }
+        let object = layout.managedClass.init(ManagedObject.Bootstrap(
+            layout: layout, key: key, token: token, slots: slots, fault: false))
+        register(object)
+        return object
+    }
+
+    func decode(_ snapshot: Snapshot, key: UInt64, layout: EntityLayout) throws -> [Slot]? {
+        do {
+            let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
+            let attributeCount = layout.attributeCount
+            return try snapshot.withValue(forKey: key) { raw in
+                try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+            }
+        } catch is RecordCodec.Malformed {
+            throw LogbookError(.store, "the record of \(layout.name) \(EngineKey(rawValue: key).id) is malformed", entity: layout.name)
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+    }
+
+    /// Loads a fault's values: with its batch when it has one, else from `snapshot` (a fetch's
+    /// own, so that everything one fetch reads comes from one state of the store) or the
+    /// store's latest state.
+    func fulfill(_ object: ManagedObject, from snapshot: Snapshot? = nil) throws {
+        guard object.flags.contains(.fault) else { return }
+        if let arena = object.rawArena {
+            // The record was read by the fetch that made the object: decode it.
+            let layout = object.layout
+            do {
+                object.slots = try arena.slots(offset: object.rawOffset, count: object.rawCount, layout: layout) { slot in
+                    self.storeLayout.keyspace[layout.relationshipDestination[layout.toOne[slot - layout.attributeCount]]]
+                }
+            } catch {
+                throw LogbookError(.store, "the record of \(layout.name) \(EngineKey(rawValue: object.engineKey).id) is malformed", entity: layout.name)
+            }
+            object.rawArena = nil
+            object.flags.remove(.fault)
+            return
+        }
+        if let batch = object.batch {
+            // Load the whole batch from the fetch's snapshot.
+            let members = batch.take()
+            var read = 0
+            for o in members where o.flags.contains(.fault) {
+                o.batch = nil
+                if let slots = try decode(batch.snapshot, key: o.engineKey, layout: o.layout) {
+                    o.slots = slots
+                    o.flags.remove(.fault)
+                    read += 1
+                }
+            }
+            lastFetchRecordsRead += read
+            if !object.flags.contains(.fault) { return }
+        }
+        guard let slots = try decode(snapshot ?? container.store.snapshot(), key: object.engineKey, layout: object.layout) else {
+            throw LogbookError(.objectNotFound, "the object was deleted from the store", entity: object.layout.name, objectID: object.objectID)
+        }
+        object.slots = slots
+        object.flags.remove(.fault)
+    }
+
+}

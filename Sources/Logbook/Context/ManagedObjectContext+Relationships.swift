@@ -1,0 +1,185 @@
+import Foundation
+import LogbookEngine
+
+extension ManagedObjectContext {
+    // MARK: Changing values
+
+    func setSlot(_ object: ManagedObject, _ slot: Int, _ value: Slot) {
+        if object.flags.contains(.inserted) && undoHistory == nil {
+            // A new object: nothing to track but the value.
+            object.slots[slot] = value
+            return
+        }
+        guard object.slots[slot] != value else { return }
+        willChange(object)
+        if !object.flags.contains(.inserted) {
+            if object.committed == nil { object.committed = object.slots }
+            if !object.flags.contains(.updated) {
+                object.flags.insert(.updated)
+                updated[object.engineKey] = object
+            }
+        }
+        object.slots[slot] = value
+    }
+
+    /// Marks a registered object changed because one of its to-many relationships changed.
+    func touch(_ object: ManagedObject) {
+        willChange(object)
+        if !object.flags.contains(.inserted) && !object.flags.contains(.updated) {
+            if object.committed == nil && !object.flags.contains(.fault) { object.committed = object.slots }
+            object.flags.insert(.updated)
+            updated[object.engineKey] = object
+        }
+    }
+
+    func checkRelated(_ owner: ManagedObject, _ r: Int, _ other: ManagedObject) throws {
+        let rel = owner.layout.entity.relationships[r]
+        guard other.token === token, !other.flags.contains(.invalid) else {
+            throw LogbookError(.invalidRelationship, other.objectID.store != storeLayout.identity
+                ? "\(rel.name) cannot point to an object of another store"
+                : "\(rel.name) cannot point to an object of another context; use existingObject(with:) to get it here",
+                entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
+        }
+        guard other.layout.index == owner.layout.relationshipDestination[r] else {
+            throw LogbookError(.invalidRelationship, "\(rel.name) points to \(rel.destination) objects, not \(other.layout.name)",
+                               entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
+        }
+    }
+
+    func setKey(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> UInt64 {
+        storeLayout.setKey(entity: layout.index, relationship: r, owner: owner)
+    }
+
+    /// The members of a to-many relationship: the store's, plus unsaved additions, minus removals.
+    func relatedKeys(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> Set<UInt64> {
+        let k = setKey(owner, layout, r)
+        var members = Set(container.store.snapshot().members(ofSet: k))
+        if let removes = setRemoves[k] { members.subtract(removes) }
+        if let adds = setAdds[k] { members.formUnion(adds) }
+        return members
+    }
+
+    /// The number of related objects: the stored set's count, corrected by unsaved changes.
+    func relatedCount(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> Int {
+        let k = setKey(owner, layout, r)
+        if setRemoves[k] == nil && setAdds[k] == nil { return container.store.snapshot().memberCount(ofSet: k) }
+        return relatedKeys(owner, layout, r).count
+    }
+
+    /// The related objects, ordered by key. Objects the context does not hold yet come back as
+    /// faults that load together (from one snapshot) when the first of them is touched, so
+    /// counting or walking a relationship reads no record it does not need.
+    func relatedObjects(_ owner: ManagedObject, relationship r: Int) throws -> [ManagedObject] {
+        let keys = relatedKeys(owner.engineKey, owner.layout, r).sorted()
+        let destination = model.layouts[owner.layout.relationshipDestination[r]]
+        var batch: FaultBatch?
+        var result: [ManagedObject] = []
+        result.reserveCapacity(keys.count)
+        for key in keys {
+            if let o = registered(key) {
+                result.append(o)
+                continue
+            }
+            if batch == nil { batch = FaultBatch(snapshot: container.store.snapshot()) }
+            let o = destination.managedClass.init(ManagedObject.Bootstrap(
+                layout: destination, key: key, token: token, slots: [], fault: true))
+            o.batch = batch
+            batch!.append(o)
+            register(o)
+            result.append(o)
+        }
+        return result
+    }
+
+    func addMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
+        let k = setKey(owner, layout, r)
+        if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+        setAdds[k, default: []].insert(member)
+        if let o = registered(owner) { touch(o) }
+    }
+
+    func removeMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
+        let k = setKey(owner, layout, r)
+        if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
+        setRemoves[k, default: []].insert(member)
+        if let o = registered(owner) { touch(o) }
+    }
+
+    /// The inverse side: `other`'s relationship `inverse` gains or loses `owner`.
+    func linkInverse(_ owner: ManagedObject, _ r: Int, _ otherKey: UInt64, adding: Bool) throws {
+        guard let inv = owner.layout.relationshipInverse[r] else { return }
+        let destLayout = model.layouts[owner.layout.relationshipDestination[r]]
+        if destLayout.entity.relationships[inv].isToMany {
+            if adding { addMember(owner.engineKey, owner: otherKey, destLayout, inv) }
+            else { removeMember(owner.engineKey, owner: otherKey, destLayout, inv) }
+        } else {
+            let other = try object(forKey: otherKey)
+            try fulfill(other)
+            let slot = destLayout.slot(ofToOne: inv)
+            if adding {
+                // `other` pointed elsewhere before: that object loses it.
+                if case .object(let previous) = other.slots[slot], previous != owner.engineKey {
+                    try unlinkForward(previousOwner: previous, destLayout: destLayout, inverse: inv, other: other)
+                }
+                setSlot(other, slot, .object(owner.engineKey))
+            } else if case .object(let k) = other.slots[slot], k == owner.engineKey {
+                setSlot(other, slot, .null)
+            }
+        }
+    }
+
+    /// `other` (whose to-one `inverse` pointed at `previousOwner`) is being re-linked: remove
+    /// `other` from `previousOwner`'s forward relationship.
+    private func unlinkForward(previousOwner: UInt64, destLayout: EntityLayout, inverse: Int, other: ManagedObject) throws {
+        guard let forward = destLayout.relationshipInverse[inverse] else { return }
+        let ownerLayout = model.layouts[destLayout.relationshipDestination[inverse]]
+        if ownerLayout.entity.relationships[forward].isToMany {
+            removeMember(other.engineKey, owner: previousOwner, ownerLayout, forward)
+        } else {
+            let prev = try object(forKey: previousOwner)
+            try fulfill(prev)
+            let s = ownerLayout.slot(ofToOne: forward)
+            if case .object(let k) = prev.slots[s], k == other.engineKey { setSlot(prev, s, .null) }
+        }
+    }
+
+    func setToOne(_ owner: ManagedObject, relationship r: Int, to target: ManagedObject?) throws {
+        if let target { try checkRelated(owner, r, target) }
+        let slot = owner.layout.slot(ofToOne: r)
+        let old: UInt64? = if case .object(let k) = owner.slots[slot] { k } else { nil }
+        let new = target?.engineKey
+        guard old != new else { return }
+        if let old { try linkInverse(owner, r, old, adding: false) }
+        setSlot(owner, slot, new.map { .object($0) } ?? .null)
+        if let new { try linkInverse(owner, r, new, adding: true) }
+    }
+
+    func addRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
+        for o in objects { try checkRelated(owner, r, o) }
+        // A new object has nothing stored: its members are the ones added since.
+        let current = owner.flags.contains(.inserted) ? (setAdds[setKey(owner.engineKey, owner.layout, r)] ?? [])
+            : relatedKeys(owner.engineKey, owner.layout, r)
+        for o in objects where !current.contains(o.engineKey) {
+            addMember(o.engineKey, owner: owner.engineKey, owner.layout, r)
+            try linkInverse(owner, r, o.engineKey, adding: true)
+        }
+    }
+
+    func removeRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
+        let current = relatedKeys(owner.engineKey, owner.layout, r)
+        for o in objects where current.contains(o.engineKey) {
+            removeMember(o.engineKey, owner: owner.engineKey, owner.layout, r)
+            try linkInverse(owner, r, o.engineKey, adding: false)
+        }
+    }
+
+    func replaceRelated(_ owner: ManagedObject, relationship r: Int, with objects: [ManagedObject]) throws {
+        for o in objects { try checkRelated(owner, r, o) }
+        let wanted = Set(objects.map(\.engineKey))
+        let current = relatedKeys(owner.engineKey, owner.layout, r)
+        let gone = try current.subtracting(wanted).map { try object(forKey: $0) }
+        try removeRelated(owner, relationship: r, gone)
+        try addRelated(owner, relationship: r, objects.filter { !current.contains($0.engineKey) })
+    }
+
+}

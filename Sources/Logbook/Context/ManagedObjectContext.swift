@@ -1,0 +1,165 @@
+import Foundation
+import Dispatch
+import Synchronization
+import LogbookEngine
+
+/// A scratchpad of managed objects: it tracks every insert, change and deletion until `save()`
+/// writes them to the store in one transaction (or `rollback()` forgets them).
+///
+/// A context belongs to one queue: the main queue (`container.viewContext`), a private queue
+/// of its own (`container.newBackgroundContext()`), or, for `.confinement`, the thread that
+/// uses it. Use it and its objects only there — through `perform` and `performAndWait` from
+/// anywhere else. Objects never cross contexts; their `ObjectID`s do.
+///
+/// ```swift
+/// let context = container.viewContext
+/// let person = try context.insertNewObject(forEntityName: "Person")
+/// try person.setValue("Anthony", forKey: "firstName")
+/// try context.save()
+/// ```
+public final class ManagedObjectContext: @unchecked Sendable {
+    // @unchecked Sendable: the context is handed between threads only to reach its own queue;
+    // its mutable state is touched only on that queue (by contract, as in Core Data), except
+    // `registry`, which deinit of objects may reach from elsewhere and which `registry` guards.
+
+    public enum ConcurrencyType: Sendable {
+        /// Runs on the main queue.
+        case mainQueue
+        /// Runs on a serial queue of its own.
+        case privateQueue
+        /// No queue: used by the thread that made it. Asynchronous fetches need a queue.
+        case confinement
+    }
+
+    public let concurrencyType: ConcurrencyType
+    public let container: PersistentContainer
+    /// A name for logs and debugging.
+    public var name: String?
+    /// Merge the saves of other contexts of the container into this one (on this context's queue).
+    public var automaticallyMergesChangesFromOtherContexts = true
+    /// Undo and redo of unsaved changes; nil (no undo) by default.
+    public var undoHistory: UndoHistory?
+
+    let queue: DispatchQueue?
+    /// Handed to every object: says whether the context still exists.
+    let token: Token
+
+    /// An object's way to its context. `context` is unowned (no side table, unlike a weak
+    /// reference); `alive` turns false when the context deinits, before it is gone.
+    final class Token: @unchecked Sendable {
+        // Written by the context's init and deinit only; read on the context's queue.
+        var owner: Unmanaged<ManagedObjectContext>?
+        var alive = false
+        /// The store objects of the context belong to (their IDs name it).
+        let identity: StoreIdentity
+
+        init(identity: StoreIdentity) { self.identity = identity }
+
+        @inline(__always)
+        var context: ManagedObjectContext? { alive ? owner?.takeUnretainedValue() : nil }
+
+        /// Runs `body` with the context without retaining it (contexts are referenced weakly
+        /// elsewhere, which makes every retain of them take the runtime's slow path).
+        @inline(__always)
+        func withContext<R>(_ body: (ManagedObjectContext) -> R) -> R? {
+            guard alive, let owner else { return nil }
+            return owner._withUnsafeGuaranteedRef(body)
+        }
+    }
+
+    deinit { token.alive = false }
+    var model: ManagedObjectModel { container.model }
+    var storeLayout: StoreLayout { container.storeLayout }
+
+    let registry = Registry()
+
+
+    @exclusivity(unchecked) var inserted = InsertedObjects()
+    @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
+    @exclusivity(unchecked) var deleted: [UInt64: ManagedObject] = [:]
+    /// Unsaved changes of to-many relationships, by set key: members added and removed.
+    var setAdds: [UInt64: Set<UInt64>] = [:]
+    var setRemoves: [UInt64: Set<UInt64>] = [:]
+    /// Errors of typed property setters (which cannot throw), reported by the next save.
+    var pendingErrors: [LogbookError] = []
+    var groupDepth = 0
+    /// How many records the last fetch read from the store (0 when the index answered alone):
+    /// a diagnostic that shows whether a request used its index.
+    public internal(set) var lastFetchRecordsRead = 0
+    /// Called after this context saves and after it merges another context's save.
+    var changeObservers: [(ContextChanges) -> Void] = []
+
+    /// Calls `handler` (on the context's queue) with the changes of each save of this context
+    /// and of each save of another context merged into it.
+    public func observeChanges(_ handler: @escaping (ContextChanges) -> Void) {
+        changeObservers.append(handler)
+    }
+
+    init(container: PersistentContainer, concurrencyType: ConcurrencyType) {
+        self.container = container
+        self.concurrencyType = concurrencyType
+        self.token = Token(identity: container.storeLayout.identity)
+        switch concurrencyType {
+        case .mainQueue: queue = .main
+        case .privateQueue: queue = DispatchQueue(label: "logbook.context")
+        case .confinement: queue = nil
+        }
+        if concurrencyType == .privateQueue { queue!.setSpecific(key: Self.queueKey, value: QueueOwner(self)) }
+        token.owner = Unmanaged.passUnretained(self)
+        token.alive = true
+    }
+
+    // MARK: Queues
+
+    /// Runs `body` on the context's queue and returns its result. Only `Sendable` results
+    /// leave: objects stay on their queue (return their IDs).
+    public func perform<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        guard let queue else { return try body() }
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    /// Runs `body` on the context's queue without waiting.
+    public func perform(_ body: @escaping @Sendable () -> Void) {
+        if let queue { queue.async(execute: body) } else { body() }
+    }
+
+    /// Runs `body` on the context's queue and waits for it (inline when already there).
+    public func performAndWait<T>(_ body: () throws -> T) rethrows -> T {
+        guard let queue else { return try body() }
+        if queue === DispatchQueue.main && Thread.isMainThread { return try body() }
+        if isOnQueue { return try body() }
+        return try queue.sync { try body() }
+    }
+
+    /// True when running on the context's own queue.
+    var isOnQueue: Bool {
+        guard let queue else { return true }
+        if queue === DispatchQueue.main { return Thread.isMainThread }
+        return DispatchQueue.getSpecific(key: Self.queueKey)?.context === self
+    }
+
+    final class QueueOwner: @unchecked Sendable {
+        // Written once at creation; weak so that the queue does not keep the context alive.
+        weak var context: ManagedObjectContext?
+        init(_ context: ManagedObjectContext) { self.context = context }
+    }
+
+    static let queueKey = DispatchSpecificKey<QueueOwner>()
+
+    // MARK: Changes
+
+    public var insertedObjects: Set<ManagedObject> { Set(inserted.values) }
+    public var updatedObjects: Set<ManagedObject> { Set(updated.values) }
+    public var deletedObjects: Set<ManagedObject> { Set(deleted.values) }
+
+    /// True when there is anything unsaved.
+    public var hasChanges: Bool { !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty || !setAdds.isEmpty || !setRemoves.isEmpty }
+
+    func recordError(_ error: LogbookError) { pendingErrors.append(error) }
+
+    /// Serial numbers reserved for this context, by entity: a range taken from the container
+    /// a batch at a time, so that inserting does not take the container's lock each time.
+    var reservedSerials: [Int: Range<UInt64>] = [:]
+}

@@ -1,0 +1,213 @@
+import Dispatch
+import Foundation
+import LogbookEngine
+
+/// What a save changed, by object ID: handed to the other contexts to merge, and to observers.
+public struct ContextChanges: Sendable {
+    public var inserted: Set<ObjectID>
+    public var updated: Set<ObjectID>
+    public var deleted: Set<ObjectID>
+    /// The store version the save committed.
+    public var version: UInt64
+}
+
+extension ManagedObjectContext {
+    /// Validates every changed object and writes all changes in one transaction.
+    ///
+    /// Validation failures (a missing required value, a value out of range, a relationship
+    /// count out of bounds, a deletion a `.deny` rule refuses…) are all reported at once in one
+    /// `.validation` error, and nothing is written. A failed save keeps the changes unsaved.
+    public func save() throws {
+        guard hasChanges || !pendingErrors.isEmpty else { return }
+        if let first = pendingErrors.first {
+            var e = first
+            if pendingErrors.count > 1 { e.message += " (and \(pendingErrors.count - 1) more errors from property setters)" }
+            throw e
+        }
+        let failures = validate()
+        if !failures.isEmpty {
+            var e = LogbookError(.validation, failures.count == 1 ? "1 object failed validation" : "\(failures.count) validation failures")
+            e.validationFailures = failures
+            throw e
+        }
+        var transaction = Transaction()
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(256)
+        let layout = storeLayout
+        for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+        // Changed objects in key order: records read together later (by key) then sit together.
+        for key in updated.keys.sorted() {
+            let object = updated[key].unsafelyUnwrapped
+            if !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+        }
+        for object in deleted.values {
+            transaction.delete(object.engineKey)
+            for r in object.layout.toMany {
+                transaction.replaceMembers(EmptyCollection(), ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
+            }
+        }
+        let deletedKeys = Set(deleted.keys)
+        for (k, members) in setRemoves where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k)) {
+            transaction.removeMembers(members, fromSet: k)
+        }
+        for (k, members) in setAdds where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k)) {
+            transaction.addMembers(members, toSet: k)
+        }
+        if !inserted.isEmpty {
+            transaction.put(StoredSchema.countersKey, value: container.countersRecord())
+        }
+        let version: UInt64
+        do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+        // The change sets, only when someone will read them.
+        let changes: ContextChanges? = container.hasListeners(besides: self) || !changeObservers.isEmpty
+            ? ContextChanges(inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
+                             deleted: Set(deleted.values.map(\.objectID)), version: version)
+            : nil
+        // Inserted objects that live on (someone holds them) join the registry; the others go.
+        let released = inserted.drain { o, unique in
+            o.flags.remove(.inserted)
+            if !unique { register(o) }
+        }
+        // The objects only the list held go away on another thread: nothing else can reach
+        // them (their deinit touches no context), and the caller need not wait for a million frees.
+        if released.count > 10_000 {
+            let garbage = UncheckedSendable(released)
+            DispatchQueue.global(qos: .utility).async { _ = garbage }
+        }
+        for o in updated.values { o.flags.remove(.updated); o.committed = nil }
+        for o in deleted.values { o.flags = [.invalid, .deleted]; unregister(o.engineKey) }
+        updated = [:]
+        deleted = [:]
+        setAdds = [:]
+        setRemoves = [:]
+        undoHistory?.removeAll()
+        if let changes { container.didSave(changes, from: self) }
+    }
+
+    /// The keyspace (high bits) of the owner of a set key, for skipping sets of deleted owners.
+    private func ownerKeyspace(ofSet setKey: UInt64) -> UInt64 {
+        let ks = EngineKey(rawValue: setKey).keyspace
+        for (e, sets) in storeLayout.setKeyspace.enumerated() where sets.contains(ks) {
+            return EngineKey.first(inKeyspace: storeLayout.keyspace[e]).rawValue
+        }
+        return 0
+    }
+
+    func encode(_ object: ManagedObject, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
+        Self.encode(object.slots, key: object.engineKey, entity: object.layout, into: &t, buffer: &buffer, layout: layout)
+    }
+
+    /// Puts a record and its index keys into a transaction.
+    static func encode(_ slots: [Slot], key: UInt64, entity: EntityLayout, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
+        let indexed = layout.indexedAttributes[entity.index]
+        if indexed.count <= 1, let size = RecordCodec.encodedSize(slots, layout: entity) {
+            // The common case: the record written straight into the transaction.
+            let indexKey = indexed.first.map { RecordCodec.indexKey(slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+            t.put(key, valueCount: size, indexKey: indexKey) { out in
+                RecordCodec.write(slots, layout: entity, to: out)
+            }
+            return
+        }
+        RecordCodec.encode(slots, layout: entity, into: &buffer)
+        let keys = indexed.map { RecordCodec.indexKey(slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+        t.put(key, value: buffer, indexKeys: keys)
+    }
+
+    /// Every reason the changed objects cannot be saved.
+    func validate() -> [ValidationFailure] {
+        var failures: [ValidationFailure] = []
+        func fail(_ o: ManagedObject, _ key: String, _ reason: String) {
+            failures.append(ValidationFailure(objectID: o.objectID, entity: o.layout.name, key: key, reason: reason))
+        }
+        for object in inserted.values { check(object) }
+        for object in updated.values where !object.flags.contains(.fault) { check(object) }
+        func check(_ object: ManagedObject) {
+            let layout = object.layout
+            for i in layout.requiredSlots where object.slots[i].isNull {
+                fail(object, layout.slotNames[i], "a value is required")
+            }
+            if !layout.ruleSlots.isEmpty { layout.checkRules(object.slots) { fail(object, $0, $1) } }
+            if layout.hasRelationshipRules { checkRelationships(object) }
+        }
+        func checkRelationships(_ object: ManagedObject) {
+            for (r, rel) in object.layout.entity.relationships.enumerated() {
+                if rel.isToMany {
+                    if rel.minCount > 0 || rel.maxCount < .max {
+                        let n = relatedKeys(object.engineKey, object.layout, r).count
+                        if n < rel.minCount || n > rel.maxCount { fail(object, rel.name, "\(n) related objects; \(rel.minCount)...\(rel.maxCount) allowed") }
+                    }
+                } else if !rel.isOptional, object.slots[object.layout.slot(ofToOne: r)].isNull {
+                    fail(object, rel.name, "a related object is required")
+                }
+            }
+        }
+        for object in deleted.values {
+            for (r, rel) in object.layout.entity.relationships.enumerated() where rel.deleteRule == .deny {
+                let related: Int
+                if rel.isToMany { related = relatedKeys(object.engineKey, object.layout, r).count }
+                else { related = object.slots[object.layout.slot(ofToOne: r)].isNull ? 0 : 1 }
+                if related > 0 { fail(object, rel.name, "the delete rule is deny and \(related) related object\(related == 1 ? " is" : "s are") still there") }
+            }
+        }
+        return failures
+    }
+
+    /// Brings a save of another context into this one: registered objects that were updated
+    /// reload their values (keeping their own unsaved changes), deleted ones are marked deleted.
+    public func mergeChanges(_ changes: ContextChanges) {
+        refreshObjects(changes)
+        for observer in changeObservers { observer(changes) }
+    }
+
+    /// The registered objects a save changed reload (updated) or go (deleted).
+    func refreshObjects(_ changes: ContextChanges) {
+        for id in changes.updated {
+            guard let o = registered(id.key) else { continue }
+            if o.hasChanges {
+                // Keep local changes; refresh the baseline they will be compared with.
+                o.committed = nil
+            } else {
+                o.flags.insert(.fault)
+                o.rawArena = nil
+            }
+        }
+        for id in changes.deleted {
+            guard let o = registered(id.key) else { continue }
+            o.flags = [.deleted, .invalid]
+            updated[id.key] = nil
+            unregister(id.key)
+        }
+    }
+}
+
+
+extension EntityLayout {
+    /// Calls `fail(key, reason)` for each validation rule an attribute's value breaks.
+    func checkRules(_ slots: [Slot], _ fail: (String, String) -> Void) {
+        for i in ruleSlots {
+            let a = entity.attributes[i]
+            let slot = slots[i]
+            if slot.isNull { continue }
+            for rule in a.rules {
+                switch rule {
+                case .range(let range):
+                    if let n = slot.number, !range.contains(n) { fail(a.name, "\(n) is outside \(range.lowerBound)...\(range.upperBound)") }
+                    if case .double(let d) = slot, a.type == .date, !range.contains(d) { fail(a.name, "the date is outside the allowed range") }
+                case .length(let range):
+                    var n: Int?
+                    if case .string(let s) = slot { n = s.count }
+                    if case .data(let d) = slot { n = d.count }
+                    if let n, !range.contains(n) { fail(a.name, "length \(n) is outside \(range.lowerBound)...\(range.upperBound)") }
+                case .pattern(let pattern):
+                    if case .string(let s) = slot {
+                        let ok = (try? NSRegularExpression(pattern: "^(?:\(pattern))$"))
+                            .map { $0.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil } ?? false
+                        if !ok { fail(a.name, "\"\(s)\" does not match \(pattern)") }
+                    }
+                case .custom(let check):
+                    if let reason = check(slot.value(type: a.type)) { fail(a.name, reason) }
+                }
+            }
+        }
+    }
+}

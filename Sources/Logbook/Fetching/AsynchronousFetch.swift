@@ -1,0 +1,220 @@
+import Dispatch
+import Foundation
+import LogbookEngine
+import Synchronization
+
+/// The progress of an asynchronous fetch: how many records it has examined so far, how many
+/// there are once known, and a way to cancel it. Safe to read and cancel from any thread.
+///
+/// ```swift
+/// result.progress.observe { p in print("\(p.completedUnitCount) of \(p.totalUnitCount)") }
+/// result.progress.cancel()
+/// ```
+public final class FetchProgress: Sendable {
+    private struct State {
+        var completed: Int64 = 0
+        var total: Int64 = -1
+        var cancelled = false
+        var finished = false
+        var observers: [@Sendable (FetchProgress) -> Void] = []
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Records examined so far.
+    public var completedUnitCount: Int64 { state.withLock { $0.completed } }
+    /// Records to examine: -1 until the fetch knows (as Core Data's fetches report it).
+    public var totalUnitCount: Int64 { state.withLock { $0.total } }
+    public var isCancelled: Bool { state.withLock { $0.cancelled } }
+    /// True once the fetch ended (done, failed or cancelled).
+    public var isFinished: Bool { state.withLock { $0.finished } }
+    /// `completedUnitCount / totalUnitCount`, 0 while the total is unknown.
+    public var fractionCompleted: Double {
+        state.withLock { $0.total > 0 ? Double($0.completed) / Double($0.total) : 0 }
+    }
+
+    /// Stops the fetch as soon as it next looks (between batches of records); its completion
+    /// then reports `.cancelled`.
+    public func cancel() { state.withLock { $0.cancelled = true } }
+
+    /// Calls `handler` (on the fetching thread) whenever the counts change.
+    public func observe(_ handler: @escaping @Sendable (FetchProgress) -> Void) {
+        state.withLock { $0.observers.append(handler) }
+    }
+
+    func update(completed: Int64? = nil, total: Int64? = nil, finished: Bool = false) {
+        let observers = state.withLock { s -> [@Sendable (FetchProgress) -> Void] in
+            if let completed { s.completed = completed }
+            if let total { s.total = total }
+            if finished { s.finished = true }
+            return s.observers
+        }
+        for o in observers { o(self) }
+    }
+}
+
+/// A fetch that runs in the background and hands its result to a completion on the context's
+/// queue (Core Data's `NSAsynchronousFetchRequest`).
+///
+/// ```swift
+/// var items = FetchRequest<Item>()
+/// items.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+/// let request = AsynchronousFetchRequest(fetchRequest: items) { result in
+///     guard let items = result.finalResult else { return }   // on the context's queue
+///     show(items)
+/// }
+/// let running = try context.execute(request)   // returns at once
+/// running.progress.observe { print($0.completedUnitCount) }
+/// ```
+public final class AsynchronousFetchRequest<Result: ManagedObject>: @unchecked Sendable {
+    // @unchecked: immutable once made; the completion runs on the context's queue only.
+    public let fetchRequest: FetchRequest<Result>
+    let completion: (AsynchronousFetchResult<Result>) -> Void
+
+    public init(fetchRequest: FetchRequest<Result>, completion: @escaping (AsynchronousFetchResult<Result>) -> Void) {
+        self.fetchRequest = fetchRequest
+        self.completion = completion
+    }
+}
+
+/// A running or finished asynchronous fetch.
+public final class AsynchronousFetchResult<Result: ManagedObject>: @unchecked Sendable {
+    // @unchecked: `finalResult` and `error` are written once, on the context's queue, before
+    // the completion runs there; read them on that queue. `progress` is Sendable.
+    public let progress: FetchProgress
+    /// The objects, in the request's order, once the fetch succeeded (objects of the context,
+    /// loaded batch by batch as they are touched).
+    public internal(set) var finalResult: [Result]?
+    /// Why the fetch produced no result (`.cancelled` when it was cancelled).
+    public internal(set) var error: LogbookError?
+
+    init(progress: FetchProgress) { self.progress = progress }
+
+    /// Cancels the fetch (see `FetchProgress.cancel()`).
+    public func cancel() { progress.cancel() }
+}
+
+extension ManagedObjectContext {
+    /// Starts an asynchronous fetch and returns at once. The records are read and filtered on
+    /// another thread, from one snapshot of the store; the completion then runs on this
+    /// context's queue with the objects, which load batch by batch as they are touched, so the
+    /// queue is never held for long. Objects this context holds come back as they are, with
+    /// their unsaved changes; objects it inserted meanwhile that match are included.
+    ///
+    /// Only contexts with a queue can fetch asynchronously: a `.confinement` context throws
+    /// `.wrongConcurrencyType`.
+    @discardableResult
+    public func execute<T: ManagedObject>(_ request: AsynchronousFetchRequest<T>) throws -> AsynchronousFetchResult<T> {
+        guard let queue else {
+            throw LogbookError(.wrongConcurrencyType, "an asynchronous fetch needs a context with a queue (.mainQueue or .privateQueue); this context is confined to the thread that made it")
+        }
+        let fetch = request.fetchRequest
+        let layout = try model.layout(named: fetch.entityName)
+        guard layout.managedClass is T.Type else {
+            throw LogbookError(.typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
+        }
+        let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout)
+        let plan = try plan(fetch, layout: layout)
+        let snapshot = container.store.snapshot()
+        let result = AsynchronousFetchResult<T>(progress: FetchProgress())
+        // A context of its own reads on the worker thread (objects never cross threads).
+        let worker = container.newContext(concurrencyType: .confinement)
+        let job = UncheckedSendable((self, worker, request, result))
+        DispatchQueue.global(qos: .userInitiated).async {
+            let (context, worker, request, result) = job.value
+            let outcome: Swift.Result<[(UInt64, [Slot])], LogbookError>
+            do {
+                outcome = .success(try worker.readInBatches(fetch, plan: plan, sortKeys: sortKeys, layout: layout,
+                                                            snapshot: snapshot, progress: result.progress))
+            } catch let e as LogbookError {
+                outcome = .failure(e)
+            } catch {
+                outcome = .failure(LogbookError(.store, "\(error)"))
+            }
+            let rows = UncheckedSendable(outcome)
+            queue.async {
+                switch rows.value {
+                case .success(let found):
+                    result.finalResult = context.finishAsynchronousFetch(found, request: fetch, sortKeys: sortKeys, layout: layout, snapshot: snapshot)
+                        .map { unsafeDowncast($0, to: T.self) }
+                case .failure(let e):
+                    result.error = e
+                }
+                result.progress.update(finished: true)
+                request.completion(result)
+            }
+        }
+        return result
+    }
+
+    /// On the worker: the keys that match, with their sort values, read 2,000 at a time.
+    func readInBatches<T>(_ fetch: FetchRequest<T>, plan: FetchPlan, sortKeys: [SortKey], layout: EntityLayout,
+                          snapshot: Snapshot, progress: FetchProgress) throws -> [(UInt64, [Slot])] {
+        let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
+        progress.update(completed: 0, total: Int64(keys.count))
+        var found: [(UInt64, [Slot])] = []
+        found.reserveCapacity(plan.residual == nil ? keys.count : 0)
+        var evaluator = PredicateEvaluator(format: fetch.predicate?.format ?? "")
+        var done = 0
+        while done < keys.count {
+            if progress.isCancelled { throw LogbookError(.cancelled, "the fetch was cancelled after \(done) of \(keys.count) records") }
+            let chunk = Array(keys[done..<min(done + 2000, keys.count)])
+            for o in try materialize(chunk, layout: layout, snapshot: snapshot) {
+                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+                found.append((o.engineKey, sortKeys.map { o.slots[$0.slot] }))
+            }
+            reset()
+            done += chunk.count
+            progress.update(completed: Int64(done))
+        }
+        if !sortKeys.isEmpty && !plan.orderFromIndex {
+            found.sort { a, b in
+                for (n, k) in sortKeys.enumerated() {
+                    let c = SortKey.compare(a.1[n], b.1[n], k.comparison)
+                    if c != 0 { return k.ascending ? c < 0 : c > 0 }
+                }
+                return a.0 < b.0
+            }
+        }
+        return found
+    }
+
+    /// On the context's queue: the result as batched faults (objects the context holds as they
+    /// are), with the context's own unsaved inserts that match placed in order and its
+    /// deletions left out.
+    func finishAsynchronousFetch<T>(_ found: [(UInt64, [Slot])], request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout,
+                                    snapshot: Snapshot) -> [ManagedObject] {
+        var rows = found
+        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        for o in inserted.values where o.layout === layout {
+            if let p = request.predicate, (try? evaluator.test(p.node, object: o)) != true { continue }
+            let values = sortKeys.map { o.slots[$0.slot] }
+            let at = rows.partitioningIndex { row in
+                for (n, k) in sortKeys.enumerated() {
+                    let c = SortKey.compare(row.1[n], values[n], k.comparison)
+                    if c != 0 { return k.ascending ? c > 0 : c < 0 }
+                }
+                return row.0 > o.engineKey
+            }
+            rows.insert((o.engineKey, values), at: at)
+        }
+        var keys = rows.map(\.0)
+        if !deleted.isEmpty { keys.removeAll { deleted[$0] != nil } }
+        var paged = request
+        paged.fetchBatchSize = max(request.fetchBatchSize, 1000)
+        return batchedFaults(keys, request: paged, layout: layout, snapshot: snapshot)
+    }
+}
+
+extension Array {
+    /// The first index whose element satisfies `belongsAfter` (which must be false, then true).
+    func partitioningIndex(where belongsAfter: (Element) -> Bool) -> Int {
+        var low = 0, high = count
+        while low < high {
+            let mid = (low + high) / 2
+            if belongsAfter(self[mid]) { high = mid } else { low = mid + 1 }
+        }
+        return low
+    }
+}

@@ -1,0 +1,32 @@
+import Foundation
+
+/// A request for the objects of one entity, ordered by sort descriptors applied in turn.
+///
+/// ```swift
+/// var request = FetchRequest<Person>()                      // entity from the class name
+/// request.sortDescriptors = [FetchSortDescriptor(key: "age"), FetchSortDescriptor(key: "firstName")]
+/// let people = try context.fetch(request)
+/// ```
+///
+/// A fetch sees the context's unsaved inserts, changes and deletions.
+public struct FetchRequest<Result: ManagedObject>: Sendable {
+    public var entityName: String
+    /// Only the objects that satisfy it (all when nil).
+    public var predicate: FetchPredicate?
+    public var sortDescriptors: [FetchSortDescriptor] = []
+    /// At most this many objects (0: no limit).
+    public var fetchLimit = 0
+    /// Skip this many objects first.
+    public var fetchOffset = 0
+    /// When positive, fetched objects come back as faults and are loaded this many at a time,
+    /// as the result is walked (touching one loads its batch); 0 loads them all at once.
+    public var fetchBatchSize = 0
+    /// For `fetchDictionaries`: the attributes and expressions each dictionary holds (all
+    /// attributes when empty).
+    public var propertiesToFetch: [FetchProperty] = []
+    /// For `fetchDictionaries`: one dictionary per distinct combination of these keys.
+    public var propertiesToGroupBy: [String] = []
+
+    public init(entityName: String) { self.entityName = entityName }
+    public init() { self.entityName = Result.entityName }
+}

@@ -1,0 +1,324 @@
+import Foundation
+import LogbookEngine
+
+extension ManagedObjectContext {
+    /// The objects a request asks for. An unknown entity is an error; no match is an empty array.
+    ///
+    /// Conditions on indexed attributes are answered from the store's ordered index (see
+    /// `explain`); the rest are checked on each object. Unsaved inserts, changes and deletions
+    /// of the context are taken into account.
+    public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] {
+        let layout = try model.layout(named: request.entityName)
+        guard layout.managedClass is T.Type else {
+            throw LogbookError(.typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
+        }
+        if let direct = try fetchDirectly(request, layout: layout) { return direct }
+        return Self.typed(try fetchObjects(request, layout: layout), as: T.self)
+    }
+
+    /// The common case made cheap: when the index (or key order) gives the result and its
+    /// order, nothing is unsaved and the context holds none of the objects, they are read
+    /// straight into the result, in order, with no intermediate array. Nil when it does not apply.
+    func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [T]? {
+        guard request.fetchBatchSize == 0, !hasUnsavedChanges(layout) else { return nil }
+        let plan = try plan(request, layout: layout)
+        guard plan.residual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
+        _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let snapshot = container.store.snapshot()
+        let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
+        var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+        if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
+        if request.fetchLimit > 0 && keys.count > request.fetchLimit { keys.removeLast(keys.count - request.fetchLimit) }
+        let held = registry.withLock { table in !table.isEmpty && keys.contains { table[$0] != nil } }
+        guard !held else { return nil }
+        let objects = try faultsWithRecords(keys, layout: layout, snapshot: snapshot)
+        lastFetchRecordsRead = objects.count
+        return Self.typed(objects, as: T.self)
+    }
+
+    /// An array of objects the caller knows to be `T`s (made from a layout whose class is a
+    /// `T`), as `[T]` without copying: arrays of class references share one layout, and an
+    /// upcast array is the same storage too. Checked in debug builds.
+    static func typed<T: ManagedObject>(_ objects: [ManagedObject], as: T.Type) -> [T] {
+        if T.self == ManagedObject.self { return unsafeBitCast(objects, to: [T].self) }
+        assert(objects.allSatisfy { $0 is T })
+        return unsafeBitCast(objects, to: [T].self)
+    }
+
+    /// The IDs of the objects a request asks for; when the index settles the whole predicate
+    /// and order, no object is read at all (Core Data's object-ID result type).
+    public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
+        let layout = try model.layout(named: request.entityName)
+        let plan = try plan(request, layout: layout)
+        if plan.residual == nil && !hasUnsavedChanges(layout) && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
+            let keys = try candidateKeys(plan, layout: layout, snapshot: container.store.snapshot(),
+                                         stopAfter: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+            lastFetchRecordsRead = 0
+            var slice = keys[...]
+            if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
+            if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
+            return slice.map { ObjectID(store: storeLayout.identity, key: $0) }
+        }
+        var loading = request
+        loading.fetchBatchSize = 0
+        return try fetchObjects(loading, layout: layout).map(\.objectID)
+    }
+
+    /// The number of objects a request would return: from the index (or the entity's count)
+    /// without reading objects when the index settles the predicate and nothing is unsaved.
+    public func count<T: ManagedObject>(for request: FetchRequest<T>) throws -> Int {
+        let layout = try model.layout(named: request.entityName)
+        let plan = try plan(request, layout: layout)
+        var n: Int
+        if plan.residual == nil && !hasUnsavedChanges(layout) {
+            let snapshot = container.store.snapshot()
+            if let index = plan.index {
+                n = snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)
+            } else {
+                n = snapshot.count(inKeyspace: storeLayout.keyspace[layout.index])
+            }
+            lastFetchRecordsRead = 0
+        } else {
+            var unlimited = request
+            unlimited.fetchLimit = 0
+            unlimited.fetchOffset = 0
+            unlimited.fetchBatchSize = 0
+            n = try fetchObjects(unlimited, layout: layout).count
+        }
+        if request.fetchOffset > 0 { n = max(0, n - request.fetchOffset) }
+        if request.fetchLimit > 0 { n = min(n, request.fetchLimit) }
+        return n
+    }
+
+    /// Faults for `keys` (after offset and limit), grouped in batches that load together.
+    func batchedFaults<T: ManagedObject>(_ keys: [UInt64], request: FetchRequest<T>, layout: EntityLayout, snapshot: Snapshot) -> [ManagedObject] {
+        var slice = keys[...]
+        if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
+        var result: [ManagedObject] = []
+        result.reserveCapacity(slice.count)
+        var batch: FaultBatch?
+        for (n, key) in slice.enumerated() {
+            if n % request.fetchBatchSize == 0 { batch = FaultBatch(snapshot: snapshot) }
+            if let o = registered(key) {
+                result.append(o)
+                continue
+            }
+            let o = layout.managedClass.init(ManagedObject.Bootstrap(
+                layout: layout, key: key, token: token, slots: [], fault: true))
+            o.batch = batch
+            batch!.append(o)
+            register(o)
+            result.append(o)
+        }
+        lastFetchRecordsRead = 0
+        return result
+    }
+
+    func hasUnsavedChanges(_ layout: EntityLayout) -> Bool {
+        inserted.values.contains { $0.layout === layout } || updated.values.contains { $0.layout === layout }
+            || deleted.values.contains { $0.layout === layout }
+    }
+
+    func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64] {
+        var keys: [UInt64] = []
+        if let index = plan.index {
+            keys = snapshot.primaryKeys(index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: stopAfter)
+        } else {
+            keys = snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index], limit: stopAfter)
+        }
+        return keys
+    }
+
+    /// Objects for keys that no object of the context holds, read from `snapshot` and
+    /// registered, in the order of `keys`.
+    func materialize(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
+        var created: [ManagedObject] = []
+        created.reserveCapacity(keys.count)
+        // Values come in storage order, which is the keys' order when they were written in that
+        // order: then objects are appended as they come; else they are placed afterwards.
+        var inOrder = true
+        var stray: [Int] = []
+        var strayObjects: [ManagedObject] = []
+        // Everything the loop needs, taken out of `self` once.
+        let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
+        let attributeCount = layout.attributeCount
+        let identity = storeLayout.identity
+        let token = self.token
+        let managedClass = layout.managedClass
+        try RecordCodec.readingRecords(of: layout) {
+            try layout.slotKinds.withUnsafeBufferPointer { kinds in
+            try snapshot.forEachValue(forKeys: keys) { i, key, raw in
+                let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
+                let o = managedClass.init(ManagedObject.Bootstrap(
+                    layout: layout, key: key, token: token, slots: slots, fault: false))
+                if inOrder && i == created.count {
+                    created.append(o)
+                } else {
+                    inOrder = false
+                    stray.append(i)
+                    strayObjects.append(o)
+                }
+            }
+            }
+        }
+        if !inOrder {
+            var placed = [ManagedObject?](repeating: nil, count: keys.count)
+            for (i, o) in created.enumerated() { placed[i] = o }
+            for (i, o) in zip(stray, strayObjects) { placed[i] = o }
+            created = placed.compactMap { $0 }
+        }
+        register(all: created)
+        return created
+    }
+
+    /// Objects for keys no object of the context holds, as faults that keep their record's
+    /// bytes (copied into one arena per fetch): a typed property reads its value from them
+    /// without decoding the rest, anything else decodes the record once. In the order of `keys`.
+    func faultsWithRecords(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
+        let bytes: [UInt8]
+        let spans: [(offset: UInt32, count: UInt32)]
+        do {
+            (bytes, spans) = try snapshot.copyValues(forKeys: keys)
+        } catch let e as EngineError where e.code == .invalidArgument {
+            return try materialize(keys, layout: layout, snapshot: snapshot)
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+        let arena = RecordArena(bytes)
+        let token = self.token
+        let managedClass = layout.managedClass
+        var created: [ManagedObject] = []
+        created.reserveCapacity(keys.count)
+        for i in keys.indices where spans[i].offset != .max {
+            let o = managedClass.init(ManagedObject.Bootstrap(layout: layout, key: keys[i], token: token, slots: [], fault: true))
+            o.rawArena = arena
+            o.rawOffset = spans[i].offset
+            o.rawCount = spans[i].count
+            created.append(o)
+        }
+        register(all: created)
+        return created
+    }
+
+    /// Visits every saved object of an entity in key order (the order of insertion), reading
+    /// `batchSize` records at a time from one snapshot; the objects of a batch are released
+    /// after it unless something else holds them, so memory stays bounded for any store size.
+    /// Unsaved inserts are not visited; unsaved changes of registered objects are seen.
+    ///
+    /// ```swift
+    /// try context.enumerateObjects(ofEntity: "Item") { item in
+    ///     print(try item.value(forKey: "name") ?? "")
+    /// }
+    /// ```
+    public func enumerateObjects(ofEntity entityName: String, batchSize: Int = 1000,
+                                 _ body: (ManagedObject) throws -> Void) throws {
+        let layout = try model.layout(named: entityName)
+        let snapshot = container.store.snapshot()
+        let keyspace = storeLayout.keyspace[layout.index]
+        var next: UInt64 = 0
+        var keys: [UInt64] = []
+        keys.reserveCapacity(max(1, batchSize))
+        while true {
+            keys.removeAll(keepingCapacity: true)
+            snapshot.forEachKey(inKeyspace: keyspace, from: next) { key in
+                keys.append(key)
+                return keys.count < max(1, batchSize)
+            }
+            guard let last = keys.last else { return }
+            do {
+                let known = registered(keys: keys)
+                let missing = keys.indices.filter { known[$0] == nil }.map { keys[$0] }
+                let created = try materialize(missing, layout: layout, snapshot: snapshot)
+                var c = 0
+                for i in keys.indices {
+                    let o: ManagedObject
+                    if let k = known[i] { o = k } else { o = created[c]; c += 1 }
+                    if o.flags.contains(.deleted) { continue }
+                    if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
+                    try body(o)
+                }
+            }
+            next = last + 1
+        }
+    }
+
+    /// The objects of a request, all read from one snapshot of the store (`snapshot`, or one
+    /// taken now).
+    func fetchObjects<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil) throws -> [ManagedObject] {
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let plan = try plan(request, layout: layout)
+        let snapshot = given ?? container.store.snapshot()
+        let dirty = hasUnsavedChanges(layout)
+        if request.fetchBatchSize > 0 {
+            if plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
+                // The index gives the keys in order: no object is read until the result is walked.
+                let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
+                let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+                return batchedFaults(keys, request: request, layout: layout, snapshot: snapshot)
+            }
+            // Filtering or sorting needs the values: read them, keep only the keys of the result
+            // (objects nothing else holds are released here), and hand out faults in batches.
+            var loading = request
+            loading.fetchBatchSize = 0
+            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot).map(\.engineKey)
+            let read = lastFetchRecordsRead
+            var rest = request
+            rest.fetchOffset = 0
+            rest.fetchLimit = 0
+            let faults = batchedFaults(keys, request: rest, layout: layout, snapshot: snapshot)
+            lastFetchRecordsRead = read
+            return faults
+        }
+        let stopAfter = plan.limitPushedDown && !dirty ? request.fetchOffset + request.fetchLimit : nil
+        let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        var objects: [ManagedObject] = []
+        objects.reserveCapacity(keys.count)
+        var read = 0
+        // Registered objects first (one lock), then the others read in one pass over the store.
+        let known = registered(keys: keys)
+        var fresh: [ManagedObject?] = Array(repeating: nil, count: keys.count)
+        var missing: [UInt64] = []
+        var missingAt: [Int] = []
+        for (i, o) in known.enumerated() where o == nil {
+            missing.append(keys[i])
+            missingAt.append(i)
+        }
+        if !missing.isEmpty {
+            let created = try materialize(missing, layout: layout, snapshot: snapshot)
+            for (j, o) in created.enumerated() { fresh[missingAt[j]] = o }
+            read = created.count
+        }
+        for i in keys.indices {
+            if let o = known[i] {
+                // Changed objects are judged below on their current values.
+                if o.flags.contains(.deleted) || o.flags.contains(.updated) { continue }
+                if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
+                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+                objects.append(o)
+            } else if let o = fresh[i] {
+                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+                objects.append(o)
+            }
+        }
+        lastFetchRecordsRead = read
+        var added = false
+        let changed = Array(updated.values.filter { $0.layout === layout && !$0.flags.contains(.deleted) }) + Array(inserted.values.filter { $0.layout === layout })
+        for o in changed {
+            if o.flags.contains(.fault) { try fulfill(o) }
+            if let p = request.predicate, try !evaluator.test(p.node, object: o) { continue }
+            objects.append(o)
+            added = true
+        }
+        if !sortKeys.isEmpty && (!plan.orderFromIndex || added) {
+            SortKey.sort(&objects, by: sortKeys)
+        } else if sortKeys.isEmpty && added && plan.index == nil {
+            objects.sort { $0.engineKey < $1.engineKey }
+        }
+        var result = objects[...]
+        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
+        return Array(result)
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import LogbookEngine
+
+extension Slot {
+    /// Orders slots of one attribute: no value first, then by value.
+    static func compare(_ a: Slot, _ b: Slot) -> Int {
+        switch (a, b) {
+        case (.null, .null): return 0
+        case (.null, _): return -1
+        case (_, .null): return 1
+        case let (.string(x), .string(y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case let (.int(x), .int(y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case let (.double(x), .double(y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case let (.bool(x), .bool(y)): return x == y ? 0 : (!x ? -1 : 1)
+        case let (.object(x), .object(y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case let (.data(x), .data(y)):
+            return x.lexicographicallyPrecedes(y) ? -1 : (x == y ? 0 : 1)
+        case let (.boxed(x), .boxed(y)):
+            switch (x.value, y.value) {
+            case let (.uuid(p), .uuid(q)): return p.uuidString == q.uuidString ? 0 : (p.uuidString < q.uuidString ? -1 : 1)
+            case let (.url(p), .url(q)): return p.absoluteString == q.absoluteString ? 0 : (p.absoluteString < q.absoluteString ? -1 : 1)
+            case let (.decimal(p), .decimal(q)): return p == q ? 0 : (p < q ? -1 : 1)
+            default: return 0
+            }
+        default: return 0
+        }
+    }
+}
+
+/// A sort descriptor resolved against an entity: the slot, the direction, the comparison.
+struct SortKey {
+    var slot: Int
+    var ascending: Bool
+    var comparison: StringComparison
+
+    static func resolve(_ descriptors: [FetchSortDescriptor], layout: EntityLayout) throws -> [SortKey] {
+        try descriptors.map { s in
+            guard let slot = layout.slotByName[s.key] else {
+                throw LogbookError(.unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name, key: s.key)
+            }
+            return SortKey(slot: slot, ascending: s.ascending, comparison: s.comparison)
+        }
+    }
+
+    /// Sorts objects by the keys in turn, ties by key (the order objects were inserted).
+    static func sort(_ objects: inout [ManagedObject], by keys: [SortKey]) {
+        if keys.allSatisfy({ $0.comparison == .plain }) {
+            objects.sort { a, b in
+                for k in keys {
+                    let c = Slot.compare(a.slots[k.slot], b.slots[k.slot])
+                    if c != 0 { return k.ascending ? c < 0 : c > 0 }
+                }
+                return a.engineKey < b.engineKey
+            }
+            return
+        }
+        // Folded strings are computed once per object, not once per comparison.
+        let folded: [[Slot]] = objects.map { o in
+            keys.map { k in
+                guard let options = k.comparison.foldingOptions, case .string(let s) = o.slots[k.slot] else { return o.slots[k.slot] }
+                return .string(s.folding(options: options, locale: nil))
+            }
+        }
+        var order = Array(objects.indices)
+        order.sort { i, j in
+            for (n, k) in keys.enumerated() {
+                let c = compare(folded[i][n], folded[j][n], k.comparison)
+                if c != 0 { return k.ascending ? c < 0 : c > 0 }
+            }
+            return objects[i].engineKey < objects[j].engineKey
+        }
+        objects = order.map { objects[$0] }
+    }
+
+    static func compare(_ a: Slot, _ b: Slot, _ comparison: StringComparison) -> Int {
+        if case .string(let x) = a, case .string(let y) = b {
+            switch comparison {
+            case .localized: return x.localizedCompare(y).rawValue
+            case .localizedStandard: return x.localizedStandardCompare(y).rawValue
+            default: break
+            }
+        }
+        return Slot.compare(a, b)
+    }
+}

@@ -1,0 +1,389 @@
+import Foundation
+
+/// The type of an attribute.
+public enum AttributeType: Sendable, Hashable, CustomStringConvertible {
+    case string, int16, int32, int64, double, float, bool, date, data, uuid, url, decimal
+    /// A value stored as the blob that the named `AttributeTransformer` makes of it.
+    case transformable(transformer: String)
+
+    public var description: String {
+        switch self {
+        case .string: "String"
+        case .int16: "Integer 16"
+        case .int32: "Integer 32"
+        case .int64: "Integer 64"
+        case .double: "Double"
+        case .float: "Float"
+        case .bool: "Boolean"
+        case .date: "Date"
+        case .data: "Binary"
+        case .uuid: "UUID"
+        case .url: "URI"
+        case .decimal: "Decimal"
+        case .transformable(let t): "Transformable(\(t))"
+        }
+    }
+
+    var tag: UInt8 {
+        switch self {
+        case .string: 1
+        case .int16: 2
+        case .int32: 3
+        case .int64: 4
+        case .double: 5
+        case .float: 6
+        case .bool: 7
+        case .date: 8
+        case .data: 9
+        case .uuid: 10
+        case .url: 11
+        case .decimal: 12
+        case .transformable: 13
+        }
+    }
+
+    /// Integers, floating-point numbers and decimals.
+    var isNumeric: Bool {
+        switch self {
+        case .int16, .int32, .int64, .double, .float, .decimal: true
+        default: false
+        }
+    }
+
+    /// Whether the attribute can have a secondary index.
+    var isIndexable: Bool {
+        switch self {
+        case .data, .transformable: false
+        default: true
+        }
+    }
+}
+
+/// A rule an attribute's value must satisfy when its object is saved.
+public enum ValidationRule: Sendable {
+    /// A number (or date, as seconds since 1970) within the range.
+    case range(ClosedRange<Double>)
+    /// A string's count of characters, or a data value's count of bytes, within the range.
+    case length(ClosedRange<Int>)
+    /// A string matching the regular expression.
+    case pattern(String)
+    /// A custom rule: return nil when the value is valid, else the reason.
+    case custom(@Sendable (Any?) -> String?)
+}
+
+/// What happens to the objects at the other end of a relationship when an object is deleted.
+public enum DeleteRule: String, Sendable, Hashable {
+    /// The inverse relationship of each related object forgets the deleted object.
+    case nullify
+    /// The related objects are deleted too.
+    case cascade
+    /// The deletion is refused (at save) while any object is related.
+    case deny
+    /// Nothing is done; the related objects keep pointing at a deleted object.
+    case noAction
+}
+
+/// An attribute of an entity.
+public struct AttributeDescription: Sendable {
+    public var name: String
+    public var type: AttributeType
+    public var isOptional: Bool
+    public var defaultValue: (any Sendable)?
+    public var rules: [ValidationRule]
+    /// The attribute's previous name, for lightweight migration of a rename.
+    public var renamingIdentifier: String?
+    /// Whether a secondary index orders the entity's objects by this attribute.
+    public var isIndexed: Bool
+
+    public init(_ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: (any Sendable)? = nil,
+                indexed: Bool = false, rules: [ValidationRule] = [], renamedFrom renamingIdentifier: String? = nil) {
+        self.name = name
+        self.type = type
+        self.isOptional = optional
+        self.defaultValue = defaultValue
+        self.rules = rules
+        self.renamingIdentifier = renamingIdentifier
+        self.isIndexed = indexed
+    }
+}
+
+/// A relationship from one entity to another, with its inverse.
+public struct RelationshipDescription: Sendable {
+    public var name: String
+    public var destination: String
+    public var inverse: String?
+    public var isToMany: Bool
+    public var deleteRule: DeleteRule
+    public var isOptional: Bool
+    /// For to-many relationships: bounds on the number of related objects, checked at save.
+    public var minCount: Int
+    public var maxCount: Int
+    public var renamingIdentifier: String?
+
+    public init(_ name: String, to destination: String, inverse: String?, toMany: Bool = false, deleteRule: DeleteRule = .nullify,
+                optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil) {
+        self.name = name
+        self.destination = destination
+        self.inverse = inverse
+        self.isToMany = toMany
+        self.deleteRule = deleteRule
+        self.isOptional = optional
+        self.minCount = minCount
+        self.maxCount = maxCount
+        self.renamingIdentifier = renamingIdentifier
+    }
+}
+
+/// An entity: a kind of object, with attributes and relationships (a table, in SQL terms).
+public struct EntityDescription: Sendable {
+    public var name: String
+    public var attributes: [AttributeDescription]
+    public var relationships: [RelationshipDescription]
+    public var renamingIdentifier: String?
+    /// The class its objects are made of (a `ManagedObject` subclass), if any.
+    public var managedClass: ManagedObject.Type?
+
+    public init(_ name: String, attributes: [AttributeDescription] = [], relationships: [RelationshipDescription] = [],
+                class managedClass: ManagedObject.Type? = nil, renamedFrom renamingIdentifier: String? = nil) {
+        self.name = name
+        self.attributes = attributes
+        self.relationships = relationships
+        self.managedClass = managedClass
+        self.renamingIdentifier = renamingIdentifier
+    }
+
+    /// An entity built from a list of properties:
+    /// ```swift
+    /// EntityDescription("Person") {
+    ///     AttributeDescription("firstName", .string)
+    ///     AttributeDescription("age", .int32, optional: true, indexed: true)
+    ///     RelationshipDescription("manager", to: "Manager", inverse: "employees")
+    /// }
+    /// ```
+    public init(_ name: String, class managedClass: ManagedObject.Type? = nil, renamedFrom: String? = nil,
+                @PropertyListBuilder _ properties: () -> [PropertyDescription]) {
+        var attributes: [AttributeDescription] = []
+        var relationships: [RelationshipDescription] = []
+        for p in properties() {
+            switch p {
+            case .attribute(let a): attributes.append(a)
+            case .relationship(let r): relationships.append(r)
+            }
+        }
+        self.init(name, attributes: attributes, relationships: relationships, class: managedClass, renamedFrom: renamedFrom)
+    }
+}
+
+/// An attribute or a relationship, for `PropertyListBuilder`.
+public enum PropertyDescription: Sendable {
+    case attribute(AttributeDescription)
+    case relationship(RelationshipDescription)
+}
+
+@resultBuilder
+public enum PropertyListBuilder {
+    public static func buildExpression(_ a: AttributeDescription) -> [PropertyDescription] { [.attribute(a)] }
+    public static func buildExpression(_ r: RelationshipDescription) -> [PropertyDescription] { [.relationship(r)] }
+    public static func buildBlock(_ parts: [PropertyDescription]...) -> [PropertyDescription] { parts.flatMap { $0 } }
+    public static func buildOptional(_ part: [PropertyDescription]?) -> [PropertyDescription] { part ?? [] }
+    public static func buildArray(_ parts: [[PropertyDescription]]) -> [PropertyDescription] { parts.flatMap { $0 } }
+}
+
+@resultBuilder
+public enum EntityListBuilder {
+    public static func buildExpression(_ e: EntityDescription) -> [EntityDescription] { [e] }
+    public static func buildBlock(_ parts: [EntityDescription]...) -> [EntityDescription] { parts.flatMap { $0 } }
+    public static func buildArray(_ parts: [[EntityDescription]]) -> [EntityDescription] { parts.flatMap { $0 } }
+}
+
+/// The model: the entities a store holds (the schema, in SQL terms).
+///
+/// ```swift
+/// let model = try ManagedObjectModel {
+///     EntityDescription("Person", class: Person.self) {
+///         AttributeDescription("firstName", .string)
+///         AttributeDescription("lastName", .string)
+///         AttributeDescription("age", .int32, optional: true)
+///     }
+/// }
+/// ```
+///
+/// The initializer checks the model: unique names, destinations that exist, inverses that
+/// point back, and typed classes whose properties match their attributes.
+public final class ManagedObjectModel: Sendable {
+    public let entities: [EntityDescription]
+    let byName: [String: Int]
+    /// Resolved per-entity facts used on every access (slots, keys, inverses).
+    let layouts: [EntityLayout]
+
+    public convenience init(@EntityListBuilder _ entities: () -> [EntityDescription]) throws {
+        try self.init(entities: entities())
+    }
+
+    public init(entities: [EntityDescription]) throws {
+        var byName: [String: Int] = [:]
+        for (i, e) in entities.enumerated() {
+            guard !e.name.isEmpty else { throw LogbookError(.invalidModel, "an entity has no name") }
+            guard byName.updateValue(i, forKey: e.name) == nil else {
+                throw LogbookError(.invalidModel, "two entities are named \(e.name)", entity: e.name)
+            }
+        }
+        self.entities = entities
+        self.byName = byName
+        var layouts: [EntityLayout] = []
+        for (i, e) in entities.enumerated() { layouts.append(try EntityLayout(entity: e, index: i, entityIndex: byName, entities: entities)) }
+        self.layouts = layouts
+        for layout in layouts { try layout.checkInverses(layouts) }
+    }
+
+    public subscript(entity name: String) -> EntityDescription? { byName[name].map { entities[$0] } }
+
+    func layout(named name: String) throws -> EntityLayout {
+        guard let i = byName[name] else { throw LogbookError(.unknownEntity, "no entity named \(name) in the model", entity: name) }
+        return layouts[i]
+    }
+
+    func layout(for type: ManagedObject.Type) throws -> EntityLayout {
+        if let l = layouts.first(where: { $0.entity.managedClass == type }) { return l }
+        return try layout(named: type.entityName)
+    }
+}
+
+/// An entity as the object graph uses it: slot numbers for attributes and relationships.
+final class EntityLayout: Sendable {
+    let entity: EntityDescription
+    let index: Int
+    let name: String
+    /// Attribute slots come first (0..<attributeCount), then to-one relationships.
+    let attributeCount: Int
+    let slotByName: [String: Int]
+    let toOne: [Int]
+    let toMany: [Int]
+    /// For each relationship (by index in `entity.relationships`): the destination's index and
+    /// the inverse's index in the destination's relationships.
+    let relationshipDestination: [Int]
+    let relationshipInverse: [Int?]
+    let relationshipByName: [String: Int]
+    let managedClass: ManagedObject.Type
+    /// Slots of a new object: the defaults, else no value.
+    let defaultSlots: [Slot]
+    /// Names by slot.
+    let slotNames: [String]
+    /// Storage kinds by slot.
+    let slotKinds: [SlotKind]
+    /// What save checks, precomputed: slots that must have a value, attributes with rules,
+    /// to-one relationships that must be set, to-many relationships with count bounds.
+    let requiredSlots: [Int]
+    let ruleSlots: [Int]
+    let hasRelationshipRules: Bool
+
+    init(entity: EntityDescription, index: Int, entityIndex: [String: Int], entities: [EntityDescription]) throws {
+        self.entity = entity
+        self.index = index
+        self.name = entity.name
+        self.managedClass = entity.managedClass ?? ManagedObject.self
+        attributeCount = entity.attributes.count
+        var slots: [String: Int] = [:]
+        for (i, a) in entity.attributes.enumerated() {
+            guard slots.updateValue(i, forKey: a.name) == nil else {
+                throw LogbookError(.invalidModel, "two properties are named \(a.name)", entity: entity.name, key: a.name)
+            }
+            if a.isIndexed && !a.type.isIndexable {
+                throw LogbookError(.invalidModel, "a \(a.type) attribute cannot be indexed", entity: entity.name, key: a.name)
+            }
+            if let d = a.defaultValue, (try? Slot(d, type: a.type)) == nil {
+                throw LogbookError(.invalidModel, "the default value \(d) is not a \(a.type)", entity: entity.name, key: a.name)
+            }
+        }
+        var relByName: [String: Int] = [:]
+        var destinations: [Int] = []
+        var toOne: [Int] = []
+        var toMany: [Int] = []
+        for (i, r) in entity.relationships.enumerated() {
+            guard slots[r.name] == nil, relByName.updateValue(i, forKey: r.name) == nil else {
+                throw LogbookError(.invalidModel, "two properties are named \(r.name)", entity: entity.name, key: r.name)
+            }
+            guard let d = entityIndex[r.destination] else {
+                throw LogbookError(.invalidModel, "relationship \(r.name) points to unknown entity \(r.destination)", entity: entity.name, key: r.name)
+            }
+            destinations.append(d)
+            if r.isToMany { toMany.append(i) } else {
+                slots[r.name] = attributeCount + toOne.count
+                toOne.append(i)
+            }
+        }
+        var inverses: [Int?] = []
+        for r in entity.relationships {
+            guard let inv = r.inverse else { inverses.append(nil); continue }
+            let dest = entities[entityIndex[r.destination]!]
+            guard let j = dest.relationships.firstIndex(where: { $0.name == inv }) else {
+                throw LogbookError(.invalidModel, "the inverse \(inv) of \(r.name) is not a relationship of \(r.destination)", entity: entity.name, key: r.name)
+            }
+            inverses.append(j)
+        }
+        self.slotByName = slots
+        var defaults = [Slot](repeating: .null, count: entity.attributes.count + toOne.count)
+        for (i, a) in entity.attributes.enumerated() {
+            if let d = a.defaultValue { defaults[i] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null }
+        }
+        self.defaultSlots = defaults
+        self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
+        self.slotKinds = Self.kinds(entity, toOneCount: toOne.count)
+        self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
+        self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
+        self.hasRelationshipRules = entity.relationships.contains { r in
+            r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
+        }
+        self.toOne = toOne
+        self.toMany = toMany
+        self.relationshipDestination = destinations
+        self.relationshipInverse = inverses
+        self.relationshipByName = relByName
+    }
+
+    var slotCount: Int { attributeCount + toOne.count }
+
+    /// How each slot is stored, for decoding without reading the attribute descriptions.
+    enum SlotKind: UInt8 { case string, int, double, float, bool, data, uuid, url, decimal, object }
+
+    static func kinds(_ entity: EntityDescription, toOneCount: Int) -> [SlotKind] {
+        entity.attributes.map { a -> SlotKind in
+            switch a.type {
+            case .string: .string
+            case .int16, .int32, .int64: .int
+            case .double, .date: .double
+            case .float: .float
+            case .bool: .bool
+            case .data, .transformable: .data
+            case .uuid: .uuid
+            case .url: .url
+            case .decimal: .decimal
+            }
+        } + Array(repeating: .object, count: toOneCount)
+    }
+
+    func checkInverses(_ layouts: [EntityLayout]) throws {
+        for (i, r) in entity.relationships.enumerated() {
+            guard let j = relationshipInverse[i] else { continue }
+            let dest = layouts[relationshipDestination[i]]
+            let back = dest.entity.relationships[j]
+            guard back.destination == name, back.inverse == r.name else {
+                throw LogbookError(.invalidModel, "\(r.name) and \(dest.name).\(back.name) are not each other's inverse", entity: name, key: r.name)
+            }
+        }
+    }
+
+    /// The slot of an attribute or to-one relationship: a scan of the names for small entities
+    /// (faster than hashing the key), the table otherwise.
+    @inline(__always)
+    func slot(named key: String) -> Int? {
+        if slotNames.count <= 16 {
+            for i in slotNames.indices where slotNames[i] == key { return i }
+            return nil
+        }
+        return slotByName[key]
+    }
+
+    /// The slot of a to-one relationship.
+    func slot(ofToOne relationship: Int) -> Int { slotByName[entity.relationships[relationship].name]! }
+}

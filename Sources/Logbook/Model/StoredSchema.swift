@@ -1,0 +1,139 @@
+import Foundation
+import LogbookEngine
+
+/// The schema recorded in the store (engine key 0 of keyspace 0), so that the store describes
+/// itself: tools read it without the app's model, and an open with another model is checked
+/// and migrated against it. JSON, for people and tools.
+struct StoredSchema: Codable, Equatable {
+    struct Attribute: Codable, Equatable {
+        var name: String
+        var type: String
+        var transformer: String?
+        var optional: Bool
+        /// The secondary index over this attribute, if it has one.
+        var index: UInt32?
+    }
+    struct Relationship: Codable, Equatable {
+        var name: String
+        var destination: String
+        var inverse: String?
+        var toMany: Bool
+        var deleteRule: String
+        /// For to-many relationships: the keyspace of the membership sets.
+        var setKeyspace: UInt16?
+    }
+    struct Entity: Codable, Equatable {
+        var name: String
+        var keyspace: UInt16
+        var attributes: [Attribute]
+        var relationships: [Relationship]
+    }
+
+    var format = 1
+    var storeUUID: UUID
+    var entities: [Entity]
+    var nextKeyspace: UInt16
+    var nextIndex: UInt32
+
+    static let schemaKey: UInt64 = 0
+    static let countersKey: UInt64 = 1
+
+    func entity(_ name: String) -> Entity? { entities.first { $0.name == name } }
+
+    static func typeName(_ t: AttributeType) -> (String, String?) {
+        switch t {
+        case .transformable(let name): ("transformable", name)
+        default: (t.description, nil)
+        }
+    }
+
+    /// The schema for `model`, keeping the keyspaces and index numbers of `previous` for what
+    /// it still has (matched by name or renaming identifier).
+    static func make(for model: ManagedObjectModel, previous: StoredSchema?) -> StoredSchema {
+        var nextKeyspace = previous?.nextKeyspace ?? 1
+        var nextIndex = previous?.nextIndex ?? 1
+        var entities: [Entity] = []
+        for e in model.entities {
+            let old = previous.flatMap { p in p.entity(e.name) ?? e.renamingIdentifier.flatMap { p.entity($0) } }
+            let keyspace: UInt16
+            if let old { keyspace = old.keyspace } else { keyspace = nextKeyspace; nextKeyspace += 1 }
+            var attributes: [Attribute] = []
+            for a in e.attributes {
+                let oldA = old?.attributes.first { $0.name == a.name || $0.name == a.renamingIdentifier }
+                var index: UInt32?
+                if a.isIndexed {
+                    if let i = oldA?.index { index = i } else { index = nextIndex; nextIndex += 1 }
+                }
+                let (type, transformer) = typeName(a.type)
+                attributes.append(Attribute(name: a.name, type: type, transformer: transformer, optional: a.isOptional, index: index))
+            }
+            var relationships: [Relationship] = []
+            for r in e.relationships {
+                let oldR = old?.relationships.first { $0.name == r.name || $0.name == r.renamingIdentifier }
+                var setKeyspace: UInt16?
+                if r.isToMany {
+                    if let k = oldR?.setKeyspace { setKeyspace = k } else { setKeyspace = nextKeyspace; nextKeyspace += 1 }
+                }
+                relationships.append(Relationship(name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
+                                                  deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace))
+            }
+            entities.append(Entity(name: e.name, keyspace: keyspace, attributes: attributes, relationships: relationships))
+        }
+        return StoredSchema(storeUUID: previous?.storeUUID ?? UUID(), entities: entities, nextKeyspace: nextKeyspace, nextIndex: nextIndex)
+    }
+
+    func encoded() -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return Array((try? encoder.encode(self)) ?? Data())
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> StoredSchema {
+        do { return try JSONDecoder().decode(StoredSchema.self, from: Data(bytes)) } catch {
+            throw LogbookError(.incompatibleModel, "the store's recorded schema cannot be read: \(error)")
+        }
+    }
+}
+
+/// Per-entity facts of an open store: keyspace, index numbers, set keyspaces.
+final class StoreLayout: Sendable {
+    let schema: StoredSchema
+    let identity: StoreIdentity
+    /// By model entity index.
+    let keyspace: [UInt16]
+    /// By model entity index, by attribute index: the index number, if indexed.
+    let attributeIndex: [[UInt32?]]
+    /// By model entity index, by relationship index: the set keyspace of to-many relationships.
+    let setKeyspace: [[UInt16?]]
+    let entityByKeyspace: [UInt16: Int]
+    /// By model entity index: the indexed attributes and their index numbers.
+    let indexedAttributes: [[(attribute: Int, index: UInt32)]]
+
+    init(schema: StoredSchema, model: ManagedObjectModel) {
+        self.schema = schema
+        var ks: [UInt16] = []
+        var ai: [[UInt32?]] = []
+        var sk: [[UInt16?]] = []
+        var byKs: [UInt16: Int] = [:]
+        var names: [String: UInt16] = [:]
+        for (i, e) in model.entities.enumerated() {
+            let stored = schema.entity(e.name)!
+            ks.append(stored.keyspace)
+            byKs[stored.keyspace] = i
+            names[e.name] = stored.keyspace
+            ai.append(stored.attributes.map(\.index))
+            sk.append(stored.relationships.map(\.setKeyspace))
+        }
+        keyspace = ks
+        attributeIndex = ai
+        indexedAttributes = ai.map { list in list.enumerated().compactMap { i, x in x.map { (i, $0) } } }
+        setKeyspace = sk
+        entityByKeyspace = byKs
+        identity = StoreIdentity(uuid: schema.storeUUID, keyspaces: names)
+    }
+
+    @inline(__always)
+    func setKey(entity: Int, relationship: Int, owner: UInt64) -> UInt64 {
+        EngineKey(rawValue: owner).inKeyspace(setKeyspace[entity][relationship]!).rawValue
+    }
+}

@@ -1,0 +1,315 @@
+import Foundation
+
+/// A Swift type that an attribute can hold through a typed property: String, the integer
+/// types, Double, Float, Bool, Date, Data, UUID, URL, Decimal, and optionals of them.
+public protocol AttributeValue {
+    /// The value a property reads when the object has none (for non-optional properties).
+    static var absentValue: Self { get }
+    init?(attributeValue: Any)
+    var attributeValue: Any? { get }
+    /// Direct conversions to and from the stored form (no `Any` on the way); Logbook's
+    /// conformances implement them, the defaults go through `attributeValue`.
+    init?(storedValue: StoredValue, type: AttributeType)
+    func storedValue(type: AttributeType) -> StoredValue?
+}
+
+/// A value as a managed object stores it (opaque).
+public struct StoredValue {
+    @usableFromInline let slot: Slot
+    @usableFromInline init(slot: Slot) { self.slot = slot }
+}
+
+extension AttributeValue {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard let any = storedValue.slot.value(type: type) else { return nil }
+        self.init(attributeValue: any)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        (try? Slot(attributeValue, type: type, transformers: AttributeTransformers.registry)).map(StoredValue.init)
+    }
+}
+
+extension String {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .string(let s) = storedValue.slot else { return nil }
+        self = s
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? { type == .string ? StoredValue(slot: .string(self)) : nil }
+}
+extension Bool {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .bool(let b) = storedValue.slot else { return nil }
+        self = b
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? { type == .bool ? StoredValue(slot: .bool(self)) : nil }
+}
+extension Date {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .double(let d) = storedValue.slot else { return nil }
+        self = Date(timeIntervalSince1970: d)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? { type == .date ? StoredValue(slot: .double(timeIntervalSince1970)) : nil }
+}
+extension Double {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .double(let d) = storedValue.slot else { return nil }
+        self = d
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        switch type {
+        case .double: StoredValue(slot: .double(self))
+        case .float: StoredValue(slot: .double(Double(Float(self))))
+        default: nil
+        }
+    }
+}
+extension IntegerAttributeValue {
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        guard case .int(let i) = storedValue.slot else { return nil }
+        self.init(truncatingIfNeeded: i)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        let range: ClosedRange<Int64>
+        switch type {
+        case .int16: range = Int64(Int16.min)...Int64(Int16.max)
+        case .int32: range = Int64(Int32.min)...Int64(Int32.max)
+        case .int64: range = Int64.min...Int64.max
+        default: return nil
+        }
+        guard let v = Int64(exactly: self), range.contains(v) else { return nil }
+        return StoredValue(slot: .int(v))
+    }
+}
+
+extension String: AttributeValue {
+    public static var absentValue: String { "" }
+    public init?(attributeValue v: Any) { guard let s = v as? String else { return nil }; self = s }
+    public var attributeValue: Any? { self }
+}
+extension Bool: AttributeValue {
+    public static var absentValue: Bool { false }
+    public init?(attributeValue v: Any) { guard let b = v as? Bool else { return nil }; self = b }
+    public var attributeValue: Any? { self }
+}
+extension Double: AttributeValue {
+    public static var absentValue: Double { 0 }
+    public init?(attributeValue v: Any) {
+        if let d = v as? Double { self = d } else if let f = v as? Float { self = Double(f) } else { return nil }
+    }
+    public var attributeValue: Any? { self }
+}
+extension Float: AttributeValue {
+    public static var absentValue: Float { 0 }
+    public init?(attributeValue v: Any) {
+        if let f = v as? Float { self = f } else if let d = v as? Double { self = Float(d) } else { return nil }
+    }
+    public var attributeValue: Any? { self }
+}
+extension Date: AttributeValue {
+    public static var absentValue: Date { Date(timeIntervalSince1970: 0) }
+    public init?(attributeValue v: Any) { guard let d = v as? Date else { return nil }; self = d }
+    public var attributeValue: Any? { self }
+}
+extension Data: AttributeValue {
+    public static var absentValue: Data { Data() }
+    public init?(attributeValue v: Any) { guard let d = v as? Data else { return nil }; self = d }
+    public var attributeValue: Any? { self }
+}
+extension UUID: AttributeValue {
+    public static var absentValue: UUID { UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) }
+    public init?(attributeValue v: Any) { guard let u = v as? UUID else { return nil }; self = u }
+    public var attributeValue: Any? { self }
+}
+extension URL: AttributeValue {
+    public static var absentValue: URL { URL(string: "about:blank")! }
+    public init?(attributeValue v: Any) { guard let u = v as? URL else { return nil }; self = u }
+    public var attributeValue: Any? { self }
+}
+extension Decimal: AttributeValue {
+    public static var absentValue: Decimal { 0 }
+    public init?(attributeValue v: Any) { guard let d = v as? Decimal else { return nil }; self = d }
+    public var attributeValue: Any? { self }
+}
+
+/// Integers convert from any stored integer width (the attribute decides the width).
+public protocol IntegerAttributeValue: AttributeValue, FixedWidthInteger {}
+extension IntegerAttributeValue {
+    public static var absentValue: Self { 0 }
+    public init?(attributeValue v: Any) {
+        switch v {
+        case let x as Int16: self.init(truncatingIfNeeded: x)
+        case let x as Int32: self.init(truncatingIfNeeded: x)
+        case let x as Int64: self.init(truncatingIfNeeded: x)
+        case let x as Int: self.init(truncatingIfNeeded: x)
+        default: return nil
+        }
+    }
+    public var attributeValue: Any? { self }
+}
+extension Int: IntegerAttributeValue {}
+extension Int16: IntegerAttributeValue {}
+extension Int32: IntegerAttributeValue {}
+extension Int64: IntegerAttributeValue {}
+
+extension Optional: AttributeValue where Wrapped: AttributeValue {
+    public static var absentValue: Wrapped? { nil }
+    public init?(attributeValue v: Any) {
+        guard let w = Wrapped(attributeValue: v) else { return nil }
+        self = .some(w)
+    }
+    public var attributeValue: Any? { self?.attributeValue ?? nil }
+    public init?(storedValue: StoredValue, type: AttributeType) {
+        if storedValue.slot.isNull { self = .none; return }
+        guard let w = Wrapped(storedValue: storedValue, type: type) else { return nil }
+        self = .some(w)
+    }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        guard let w = self else { return StoredValue(slot: .null) }
+        return w.storedValue(type: type)
+    }
+}
+
+/// A typed attribute of a `ManagedObject` subclass, read and written through its context.
+///
+/// ```swift
+/// final class Person: ManagedObject {
+///     @Managed("firstName") var firstName: String
+///     @Managed("age") var age: Int32?
+/// }
+/// ```
+/// Reading a non-optional property that has no value gives `absentValue` ("" or 0); the
+/// save reports the missing required value. A setter cannot throw: an error (an object used
+/// after its context was reset…) is reported by the next `save()`.
+@propertyWrapper
+public struct Managed<Value: AttributeValue> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@Attribute is for ManagedObject subclasses")
+    public var wrappedValue: Value {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    @inlinable
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Value {
+        get {
+            let key = object[keyPath: storageKeyPath].key
+            guard let (slot, type) = object.typedRead(key), let v = Value(storedValue: StoredValue(slot: slot), type: type) else {
+                return Value.absentValue
+            }
+            return v
+        }
+        set {
+            let key = object[keyPath: storageKeyPath].key
+            object.typedWrite(key) { type in newValue.storedValue(type: type)?.slot }
+        }
+    }
+}
+
+/// A typed transformable attribute: values of any type, stored through the named transformer.
+///
+/// ```swift
+/// @Transformable("color") var color: Color?
+/// ```
+@propertyWrapper
+public struct Transformable<Value> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@Transformable is for ManagedObject subclasses")
+    public var wrappedValue: Value? {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value?>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Value? {
+        get {
+            do { return try object.value(forKey: object[keyPath: storageKeyPath].key) as? Value } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+                return nil
+            } catch { return nil }
+        }
+        set {
+            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}
+
+/// A typed to-one relationship.
+///
+/// ```swift
+/// @ToOne("manager") var manager: Manager?
+/// ```
+@propertyWrapper
+public struct ToOne<Destination: ManagedObject> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@ToOne is for ManagedObject subclasses")
+    public var wrappedValue: Destination? {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Destination?>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Destination? {
+        get { (try? object.value(forKey: object[keyPath: storageKeyPath].key)) as? Destination }
+        set {
+            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}
+
+/// A typed to-many relationship, read as a set; assigning a set replaces the members (and
+/// the inverses follow). Use `add`/`remove` on the object to change members one by one.
+///
+/// ```swift
+/// @ToMany("employees") var employees: Set<Employee>
+/// ```
+@propertyWrapper
+public struct ToMany<Destination: ManagedObject> {
+    public let key: String
+
+    public init(_ key: String) { self.key = key }
+
+    @available(*, unavailable, message: "@ToMany is for ManagedObject subclasses")
+    public var wrappedValue: Set<Destination> {
+        get { fatalError() }
+        set { fatalError() }
+    }
+
+    public static subscript<Object: ManagedObject>(
+        _enclosingInstance object: Object,
+        wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Set<Destination>>,
+        storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
+    ) -> Set<Destination> {
+        get {
+            guard let all = try? object.objects(forKey: object[keyPath: storageKeyPath].key) else { return [] }
+            return Set(all.compactMap { $0 as? Destination })
+        }
+        set {
+            do { try object.setValue(Array(newValue) as [ManagedObject], forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+                object.contextRef?.recordError(e)
+            } catch {}
+        }
+    }
+}

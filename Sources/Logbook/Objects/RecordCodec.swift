@@ -1,0 +1,314 @@
+import Foundation
+import LogbookEngine
+
+/// The bytes of the records one fetch read, which its objects decode from on first use
+/// (Core Data's row cache, per fetch): immutable once made.
+final class RecordArena: @unchecked Sendable {
+    // @unchecked: never mutated after init.
+    let bytes: [UInt8]
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// One attribute of the record at `offset` (nil when the record is malformed).
+    func slot(_ index: Int, offset: UInt32, count: UInt32, layout: EntityLayout) -> Slot? {
+        bytes.withUnsafeBytes { all in
+            layout.slotKinds.withUnsafeBufferPointer { kinds in
+                try? RecordCodec.decodeSlot(UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), index, kinds: kinds)
+            }
+        }
+    }
+
+    /// The whole record at `offset`.
+    func slots(offset: UInt32, count: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws -> [Slot] {
+        try bytes.withUnsafeBytes { all in
+            try RecordCodec.decode(UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), layout: layout,
+                                   destinationKeyspace: destinationKeyspace)
+        }
+    }
+}
+
+/// The binary record of a managed object: a format byte, a bitmap of the slots that hold a
+/// value, then each value: strings and data as length-prefixed bytes, integers as zigzag
+/// varints, doubles and dates as 8 bytes, floats as 4, booleans as 1, UUIDs as 16, decimals as
+/// their decimal string, to-one relationships as the destination's serial number.
+enum RecordCodec {
+    static let format: UInt8 = 1
+
+    static func encode(_ slots: [Slot], layout: EntityLayout, into out: inout [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        out.append(format)
+        let n = slots.count
+        let bitmapStart = out.count
+        out.append(contentsOf: repeatElement(0, count: (n + 7) / 8))
+        for i in 0..<n {
+            let slot = slots[i]
+            if slot.isNull { continue }
+            out[bitmapStart + i / 8] |= UInt8(1 << (i % 8))
+            switch slot {
+            case .null: break
+            case .string(var s):
+                s.withUTF8 { u in
+                    appendVarint(UInt64(u.count), &out)
+                    out.append(contentsOf: u)
+                }
+            case .int(let v): appendVarint(UInt64(bitPattern: (v << 1) ^ (v >> 63)), &out)
+            case .double(let d):
+                if i < layout.attributeCount, layout.entity.attributes[i].type == .float {
+                    appendLE(Float(d).bitPattern, &out)
+                } else {
+                    appendLE(d.bitPattern, &out)
+                }
+            case .bool(let b): out.append(b ? 1 : 0)
+            case .data(let d):
+                appendVarint(UInt64(d.count), &out)
+                out.append(contentsOf: d)
+            case .boxed(let b):
+                switch b.value {
+                case .uuid(let u): withUnsafeBytes(of: u.uuid) { out.append(contentsOf: $0) }
+                case .url(let u):
+                    let s = Array(u.absoluteString.utf8)
+                    appendVarint(UInt64(s.count), &out)
+                    out.append(contentsOf: s)
+                case .decimal(let d):
+                    let s = Array(d.description.utf8)
+                    appendVarint(UInt64(s.count), &out)
+                    out.append(contentsOf: s)
+                }
+            case .object(let key): appendVarint(EngineKey(rawValue: key).id, &out)
+            }
+        }
+    }
+
+    /// The size `write` needs, or nil when a slot has a form `write` does not handle (boxed values).
+    static func encodedSize(_ slots: [Slot], layout: EntityLayout) -> Int? {
+        var size = 1 + (slots.count + 7) / 8
+        for i in slots.indices {
+            switch slots[i] {
+            case .null: break
+            case .string(let s): let n = s.utf8.count; size += varintSize(UInt64(n)) + n
+            case .int(let v): size += varintSize(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
+            case .double: size += (i < layout.attributeCount && layout.entity.attributes[i].type == .float) ? 4 : 8
+            case .bool: size += 1
+            case .data(let d): size += varintSize(UInt64(d.count)) + d.count
+            case .boxed: return nil
+            case .object(let k): size += varintSize(EngineKey(rawValue: k).id)
+            }
+        }
+        return size
+    }
+
+    /// Writes the record into exactly `encodedSize` bytes (same layout as `encode`).
+    static func write(_ slots: [Slot], layout: EntityLayout, to out: UnsafeMutableRawBufferPointer) {
+        let p = out.baseAddress!
+        p.storeBytes(of: format, as: UInt8.self)
+        let bitmapBytes = (slots.count + 7) / 8
+        for b in 0..<bitmapBytes { p.storeBytes(of: 0, toByteOffset: 1 + b, as: UInt8.self) }
+        var o = 1 + bitmapBytes
+        func varint(_ value: UInt64) {
+            var v = value
+            while v >= 0x80 { p.storeBytes(of: UInt8(truncatingIfNeeded: v) | 0x80, toByteOffset: o, as: UInt8.self); v >>= 7; o += 1 }
+            p.storeBytes(of: UInt8(v), toByteOffset: o, as: UInt8.self)
+            o += 1
+        }
+        for i in slots.indices {
+            let slot = slots[i]
+            if slot.isNull { continue }
+            let bit = p.load(fromByteOffset: 1 + i / 8, as: UInt8.self) | UInt8(1 << (i % 8))
+            p.storeBytes(of: bit, toByteOffset: 1 + i / 8, as: UInt8.self)
+            switch slot {
+            case .null, .boxed: break
+            case .string(var s):
+                s.withUTF8 { u in
+                    varint(UInt64(u.count))
+                    if u.count > 0 { (p + o).copyMemory(from: u.baseAddress!, byteCount: u.count) }
+                    o += u.count
+                }
+            case .int(let v): varint(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
+            case .double(let d):
+                if i < layout.attributeCount && layout.entity.attributes[i].type == .float {
+                    p.storeBytes(of: Float(d).bitPattern.littleEndian, toByteOffset: o, as: UInt32.self)
+                    o += 4
+                } else {
+                    p.storeBytes(of: d.bitPattern.littleEndian, toByteOffset: o, as: UInt64.self)
+                    o += 8
+                }
+            case .bool(let b): p.storeBytes(of: b ? 1 : 0, toByteOffset: o, as: UInt8.self); o += 1
+            case .data(let d):
+                varint(UInt64(d.count))
+                d.withUnsafeBytes { if $0.count > 0 { (p + o).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
+                o += d.count
+            case .object(let k): varint(EngineKey(rawValue: k).id)
+            }
+        }
+    }
+
+    @inline(__always)
+    static func varintSize(_ value: UInt64) -> Int {
+        let bits = 64 - value.leadingZeroBitCount
+        return bits == 0 ? 1 : (bits + 6) / 7
+    }
+
+    struct Malformed: Error {}
+
+    /// Runs `body`, which reads records of `layout`, turning what it throws into the errors
+    /// users see: a malformed record is a `.store` error naming the entity, engine errors are
+    /// wrapped, Logbook errors pass.
+    static func readingRecords<R>(of layout: EntityLayout, _ body: () throws -> R) throws -> R {
+        do {
+            return try body()
+        } catch is Malformed {
+            throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
+        } catch let e as LogbookError {
+            throw e
+        } catch {
+            throw LogbookError.wrap(error)
+        }
+    }
+
+    /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
+    static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws -> [Slot] {
+        try layout.slotKinds.withUnsafeBufferPointer { kinds in
+            try decode(raw, kinds: kinds, destinationKeyspace: destinationKeyspace)
+        }
+    }
+
+    /// The same with the slot kinds given (a loop over many records takes them once).
+    @inline(__always)
+    static func decode(_ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
+                       destinationKeyspace: (Int) -> UInt16) throws -> [Slot] {
+        let n = kinds.count
+        guard raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
+        var result = [Slot](repeating: .null, count: n)
+        try result.withUnsafeMutableBufferPointer { slots in
+            var o = 1 + (n + 7) / 8
+            for i in 0..<n where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
+                slots[i] = try value(kinds[i], raw, &o) { destinationKeyspace(i) }
+            }
+        }
+        return result
+    }
+
+    /// One attribute's value from a record, without decoding the others.
+    static func decodeSlot(_ raw: UnsafeRawBufferPointer, _ target: Int, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>) throws -> Slot {
+        let n = kinds.count
+        guard target < n, raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
+        guard raw[1 + target / 8] & UInt8(1 << (target % 8)) != 0 else { return .null }
+        var o = 1 + (n + 7) / 8
+        // Skip the values present before the target.
+        for i in 0..<target where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
+            switch kinds[i] {
+            case .string, .data, .url, .decimal:
+                let length = try varint(raw, &o)
+                guard length <= UInt64(raw.count - o) else { throw Malformed() }
+                o += Int(length)
+            case .int, .object: _ = try varint(raw, &o)
+            case .double: o += 8
+            case .float: o += 4
+            case .bool: o += 1
+            case .uuid: o += 16
+            }
+            guard o <= raw.count else { throw Malformed() }
+        }
+        return try value(kinds[target], raw, &o) { 0 }
+    }
+
+    @inline(__always)
+    static func varint(_ raw: UnsafeRawBufferPointer, _ o: inout Int) throws -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            guard o < raw.count, shift < 64 else { throw Malformed() }
+            let b = raw[o]
+            o += 1
+            result |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return result }
+            shift += 7
+        }
+    }
+
+    /// The value of one present slot at `o`, which moves past it.
+    @inline(__always)
+    static func value(_ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int,
+                      destinationKeyspace: () -> UInt16) throws -> Slot {
+        func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
+            guard count >= 0, count <= raw.count - o else { throw Malformed() }
+            defer { o += count }
+            return UnsafeRawBufferPointer(rebasing: raw[o..<(o + count)])
+        }
+        switch kind {
+        case .object:
+            let serial = try varint(raw, &o)
+            return .object(EngineKey(keyspace: destinationKeyspace(), id: serial).rawValue)
+        case .string:
+            let b = try bytes(Int(try varint(raw, &o)))
+            return .string(String(decoding: b, as: UTF8.self))
+        case .int:
+            let z = try varint(raw, &o)
+            return .int(Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
+        case .double:
+            let b = try bytes(8)
+            return .double(Double(bitPattern: b.loadUnaligned(as: UInt64.self).littleEndian))
+        case .float:
+            let b = try bytes(4)
+            return .double(Double(Float(bitPattern: b.loadUnaligned(as: UInt32.self).littleEndian)))
+        case .bool:
+            return .bool(try bytes(1)[0] != 0)
+        case .data:
+            return .data(Data(try bytes(Int(try varint(raw, &o)))))
+        case .uuid:
+            let b = try bytes(16)
+            var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
+            return .boxed(.init(.uuid(UUID(uuid: u))))
+        case .url:
+            let s = String(decoding: try bytes(Int(try varint(raw, &o))), as: UTF8.self)
+            guard let u = URL(string: s) else { throw Malformed() }
+            return .boxed(.init(.url(u)))
+        case .decimal:
+            let s = String(decoding: try bytes(Int(try varint(raw, &o))), as: UTF8.self)
+            guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
+            return .boxed(.init(.decimal(d)))
+        }
+    }
+
+    /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like
+    /// the value (integers and floating point as 8 big-endian bytes, strings as UTF-8).
+    static func indexKey(_ slot: Slot, type: AttributeType, index: UInt32) -> IndexKey {
+        switch slot {
+        case .null: return IndexKey(index: index, bytes: [0])
+        case .int(let v): return IndexKey(index: index, tag: 1, orderedInt64: v)
+        case .double(let d): return IndexKey(index: index, tag: 1, orderedDouble: d)
+        case .bool(let b): return IndexKey(index: index, bytes: [1, b ? 1 : 0])
+        case .string(let s):
+            var bytes: [UInt8] = [1]
+            bytes.append(contentsOf: s.utf8.prefix(JournalFormat.maxIndexKeyLength - 1))
+            return IndexKey(index: index, bytes: bytes)
+        case .boxed(let b):
+            switch b.value {
+            case .uuid(let u): return IndexKey(index: index, bytes: [1] + withUnsafeBytes(of: u.uuid) { Array($0) })
+            case .url(let u): return IndexKey(index: index, bytes: [1] + Array(u.absoluteString.utf8.prefix(JournalFormat.maxIndexKeyLength - 1)))
+            case .decimal(let d): return IndexKey(index: index, tag: 1, orderedDouble: NSDecimalNumber(decimal: d).doubleValue)
+            }
+        case .data(let d): return IndexKey(index: index, bytes: [1] + Array(d.prefix(JournalFormat.maxIndexKeyLength - 1)))
+        case .object(let k): return IndexKey(index: index, tag: 1, orderedUInt64: k)
+        }
+    }
+
+    @inline(__always)
+    static func appendVarint(_ value: UInt64, _ out: inout [UInt8]) {
+        var v = value
+        while v >= 0x80 {
+            out.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        out.append(UInt8(v))
+    }
+
+    @inline(__always)
+    static func appendLE<T: FixedWidthInteger>(_ value: T, _ out: inout [UInt8]) {
+        var v = value.littleEndian
+        for _ in 0..<MemoryLayout<T>.size {
+            out.append(UInt8(truncatingIfNeeded: v))
+            v >>= 8
+        }
+    }
+}

@@ -1,0 +1,245 @@
+import Foundation
+import LogbookEngine
+
+/// The attribute values of one record of a batch insert.
+///
+/// ```swift
+/// row.set("Item \(i)", forKey: "name")           // typed: no boxing, the fast way
+/// row["done"] = false                             // any value, checked like setValue(_:forKey:)
+/// ```
+public struct BatchInsertRow {
+    let layout: EntityLayout
+    var slots: [Slot]
+    var error: LogbookError?
+
+    init(layout: EntityLayout) {
+        self.layout = layout
+        self.slots = layout.defaultSlots
+    }
+
+    /// Sets an attribute from a typed value. A wrong key or type fails the whole request.
+    public mutating func set<V: AttributeValue>(_ value: V, forKey key: String) {
+        guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return unknown(key) }
+        let type = layout.entity.attributes[slot].type
+        guard let stored = value.storedValue(type: type) else {
+            return fail(LogbookError(.typeMismatch, "\(key) is \(type); \(V.self) \(value) does not fit", entity: layout.name, key: key))
+        }
+        slots[slot] = stored.slot
+    }
+
+    /// An attribute's value, by key (nil for none); setting checks the type as
+    /// `setValue(_:forKey:)` does (transformable values go through their transformer).
+    public subscript(key: String) -> Any? {
+        get {
+            guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return nil }
+            return slots[slot].value(type: layout.entity.attributes[slot].type)
+        }
+        set {
+            guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return unknown(key) }
+            let type = layout.entity.attributes[slot].type
+            do {
+                slots[slot] = try Slot(newValue, type: type, transformers: AttributeTransformers.registry)
+            } catch let m as Slot.Mismatch {
+                fail(LogbookError(.typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit", entity: layout.name, key: key))
+            } catch let e as LogbookError {
+                fail(e)
+            } catch {
+                fail(LogbookError(.transformFailed, "\(key): \(error)", entity: layout.name, key: key))
+            }
+        }
+    }
+
+    private mutating func unknown(_ key: String) {
+        fail(LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key) (a batch insert sets attributes only)", entity: layout.name, key: key))
+    }
+
+    private mutating func fail(_ e: LogbookError) { if error == nil { error = e } }
+}
+
+/// Inserts records straight into the store, without managed objects (Core Data's
+/// `NSBatchInsertRequest`): one transaction, validated like a save, nothing written if any
+/// record fails.
+///
+/// ```swift
+/// let request = BatchInsertRequest(entityName: "Item", count: 1_000_000) { i, row in
+///     row.set("Item \(i + 1)", forKey: "name")
+///     row.set(Date(), forKey: "createdAt")
+/// }
+/// let result = try context.execute(request)      // result.count == 1_000_000
+/// ```
+///
+/// Attributes only (relationships are set through objects). Records get new object IDs, as
+/// inserted objects do; ask for them with `resultType = .objectIDs`.
+public struct BatchInsertRequest {
+    public let entityName: String
+    public var resultType: BatchResultType = .count
+    let count: Int
+    let fill: (Int, inout BatchInsertRow) throws -> Void
+
+    /// `count` records, each filled by `fill(index, &row)` (index from 0); attributes not set
+    /// keep their default values.
+    public init(entityName: String, count: Int, fill: @escaping (Int, inout BatchInsertRow) throws -> Void) {
+        self.entityName = entityName
+        self.count = count
+        self.fill = fill
+    }
+
+    /// One record per dictionary of attribute values.
+    public init(entityName: String, objects: [[String: Any]]) {
+        self.init(entityName: entityName, count: objects.count) { i, row in
+            for (key, value) in objects[i] { row[key] = value }
+        }
+    }
+}
+
+/// Changes attributes of every object that matches a predicate straight in the store, without
+/// loading objects (Core Data's `NSBatchUpdateRequest`): one transaction, validated, nothing
+/// written if any record fails. Indexes follow the new values; the context that runs it, and
+/// every context that merges changes automatically, refreshes the objects it holds (they turn
+/// into faults and read the new values; unsaved changes stay).
+///
+/// ```swift
+/// var request = BatchUpdateRequest(entityName: "Item")
+/// request.predicate = try FetchPredicate(format: "done == NO")
+/// request.propertiesToUpdate = ["done": true]
+/// let updated = try context.execute(request).count
+/// ```
+public struct BatchUpdateRequest {
+    public let entityName: String
+    /// Only the objects that satisfy it (all when nil).
+    public var predicate: FetchPredicate?
+    /// Attribute keys and their new values (`nil`, through `Optional<T>.none`, removes a value).
+    public var propertiesToUpdate: [String: Any?] = [:]
+    public var resultType: BatchResultType = .count
+
+    public init(entityName: String) { self.entityName = entityName }
+}
+
+/// What a batch request returns.
+public enum BatchResultType: Sendable {
+    /// The number of records written.
+    case count
+    /// Also their object IDs.
+    case objectIDs
+}
+
+/// The outcome of a batch request.
+public struct BatchResult: Sendable {
+    /// Records inserted or updated.
+    public var count: Int
+    /// Their IDs, when the request's `resultType` is `.objectIDs` (else empty).
+    public var objectIDs: [ObjectID]
+}
+
+extension ManagedObjectContext {
+    /// Runs a batch insert in one transaction; see `BatchInsertRequest`.
+    public func execute(_ request: BatchInsertRequest) throws -> BatchResult {
+        let layout = try model.layout(named: request.entityName)
+        guard request.count > 0 else { return BatchResult(count: 0, objectIDs: []) }
+        let keys = container.reserveKeys(entity: layout.index, count: UInt64(request.count))
+        var transaction = Transaction()
+        var buffer: [UInt8] = []
+        var row = BatchInsertRow(layout: layout)
+        var failures: [ValidationFailure] = []
+        let store = storeLayout
+        let hasRules = !layout.ruleSlots.isEmpty
+        for i in 0..<request.count {
+            row.slots = layout.defaultSlots
+            try request.fill(i, &row)
+            if let e = row.error { throw e }
+            let key = keys.lowerBound + UInt64(i)
+            for s in layout.requiredSlots where s < layout.attributeCount && row.slots[s].isNull {
+                failures.append(ValidationFailure(objectID: ObjectID(store: store.identity, key: key), entity: layout.name, key: layout.slotNames[s], reason: "a value is required"))
+            }
+            if hasRules {
+                layout.checkRules(row.slots) { k, reason in
+                    failures.append(ValidationFailure(objectID: ObjectID(store: store.identity, key: key), entity: layout.name, key: k, reason: reason))
+                }
+            }
+            if !failures.isEmpty { continue }
+            Self.encode(row.slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
+        }
+        if !failures.isEmpty { throw Self.validationError(failures) }
+        transaction.put(StoredSchema.countersKey, value: container.countersRecord())
+        let version: UInt64
+        do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+        let ids = request.resultType == .objectIDs ? keys.map { ObjectID(store: store.identity, key: $0) } : []
+        if container.hasListeners(besides: self) || !changeObservers.isEmpty {
+            let all = ids.isEmpty ? keys.map { ObjectID(store: store.identity, key: $0) } : ids
+            container.didSave(ContextChanges(inserted: Set(all), updated: [], deleted: [], version: version), from: self)
+        }
+        return BatchResult(count: request.count, objectIDs: ids)
+    }
+
+    /// Runs a batch update in one transaction; see `BatchUpdateRequest`.
+    public func execute(_ request: BatchUpdateRequest) throws -> BatchResult {
+        let layout = try model.layout(named: request.entityName)
+        var changes: [(slot: Int, value: Slot)] = []
+        for (key, value) in request.propertiesToUpdate.sorted(by: { $0.key < $1.key }) {
+            guard let slot = layout.slot(named: key), slot < layout.attributeCount else {
+                throw LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key) (a batch update sets attributes only)", entity: layout.name, key: key)
+            }
+            let a = layout.entity.attributes[slot]
+            let new: Slot
+            do { new = try Slot(value ?? nil, type: a.type, transformers: AttributeTransformers.registry) } catch let m as Slot.Mismatch {
+                throw LogbookError(.typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit", entity: layout.name, key: key)
+            }
+            if new.isNull && !a.isOptional {
+                throw LogbookError(.validation, "\(key) requires a value; a batch update cannot remove it", entity: layout.name, key: key)
+            }
+            var failure: String?
+            layout.checkRules(Array(repeating: .null, count: slot) + [new] + Array(repeating: .null, count: max(0, layout.slotNames.count - slot - 1))) { _, reason in
+                failure = failure ?? reason
+            }
+            if let failure { throw LogbookError(.validation, "\(key): \(failure)", entity: layout.name, key: key) }
+            changes.append((slot, new))
+        }
+        var fetch = FetchRequest<ManagedObject>(entityName: request.entityName)
+        fetch.predicate = request.predicate
+        let plan = try plan(fetch, layout: layout)
+        let snapshot = container.store.snapshot()
+        let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
+        let store = storeLayout
+        let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
+        let attributeCount = layout.attributeCount
+        var transaction = Transaction()
+        var buffer: [UInt8] = []
+        var updatedKeys: [UInt64] = []
+        updatedKeys.reserveCapacity(keys.count)
+        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        try RecordCodec.readingRecords(of: layout) {
+            try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+                var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                if let residual = plan.residual {
+                    // The conditions the index does not settle, checked on a detached object.
+                    let o = layout.managedClass.init(ManagedObject.Bootstrap(layout: layout, key: key,
+                                                                             token: token, slots: slots, fault: false))
+                    let passes = try evaluator.test(residual, object: o)
+                    if !passes { return }
+                }
+                for c in changes { slots[c.slot] = c.value }
+                Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
+                updatedKeys.append(key)
+            }
+        }
+        guard !updatedKeys.isEmpty else { return BatchResult(count: 0, objectIDs: []) }
+        let version: UInt64
+        do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+        // Objects that contexts hold reload the new values (their unsaved changes stay).
+        let holdsObjects = !registry.withLock { $0.isEmpty }
+        let listeners = container.hasListeners(besides: self) || !changeObservers.isEmpty
+        let ids = request.resultType == .objectIDs || holdsObjects || listeners ? updatedKeys.map { ObjectID(store: store.identity, key: $0) } : []
+        if holdsObjects || listeners {
+            let changeSet = ContextChanges(inserted: [], updated: Set(ids), deleted: [], version: version)
+            refreshObjects(changeSet)
+            container.didSave(changeSet, from: self)
+        }
+        return BatchResult(count: updatedKeys.count, objectIDs: request.resultType == .objectIDs ? ids : [])
+    }
+
+    static func validationError(_ failures: [ValidationFailure]) -> LogbookError {
+        var e = LogbookError(.validation, failures.count == 1 ? "1 record failed validation" : "\(failures.count) validation failures")
+        e.validationFailures = failures
+        return e
+    }
+}

@@ -1,0 +1,118 @@
+// The on-disk format, as constants. This file mirrors docs/journal-format.md: change both together.
+// All integers are little-endian unless said otherwise.
+
+/// Constants of the Logbook journal format (see `docs/journal-format.md`).
+public enum JournalFormat {
+    /// The format version written in every file header. Readers refuse any other version.
+    public static let version: UInt16 = 1
+
+    // MARK: Files of a store directory
+
+    /// The advisory lock file (empty). `flock(LOCK_EX)` by the one writer, `LOCK_SH` by readers.
+    public static let lockFileName = "LOCK"
+    /// The current manifest: which segments make up the store and which checkpoint is current.
+    public static let manifestFileName = "MANIFEST"
+    /// Suffix of files being written before an atomic rename; removed by recovery.
+    public static let temporarySuffix = ".tmp"
+    /// Segment file name: `journal-` + 12 lowercase hex digits of the segment number + `.lbj`.
+    public static let segmentPrefix = "journal-"
+    public static let segmentSuffix = ".lbj"
+    /// Checkpoint file name: `checkpoint-` + 12 lowercase hex digits + `.lbc`.
+    public static let checkpointPrefix = "checkpoint-"
+    public static let checkpointSuffix = ".lbc"
+    /// Permission bits of every file the engine creates.
+    public static let fileMode: UInt32 = 0o600
+    /// Permission bits of a store directory the engine creates.
+    public static let directoryMode: UInt32 = 0o700
+
+    // MARK: File headers (32 bytes)
+
+    /// Magic of a segment file: "LBKJRNL" followed by a zero byte.
+    public static let segmentMagic: [UInt8] = Array("LBKJRNL".utf8) + [0]
+    /// Magic of a checkpoint file: "LBKCKPT" followed by a zero byte.
+    public static let checkpointMagic: [UInt8] = Array("LBKCKPT".utf8) + [0]
+    /// Magic of the manifest: "LBKMANI" followed by a zero byte.
+    public static let manifestMagic: [UInt8] = Array("LBKMANI".utf8) + [0]
+    /// Size of the segment and checkpoint file header.
+    /// Layout: magic[8] · version u16 · headerSize u16 · reserved u32 · fileNumber u64 · salt u32 · crc32c u32
+    /// (the CRC covers bytes 0..<28).
+    public static let fileHeaderSize = 32
+
+    // MARK: Frames
+
+    /// Size of a frame header. Layout: crc32c u32 · payloadLength u32 · type u8 · codec u8 · reserved u16.
+    /// The CRC covers the file's salt (4 bytes), header bytes 4..<12 and the stored payload.
+    public static let frameHeaderSize = 12
+    /// Largest stored payload of one frame; checked before any allocation.
+    public static let maxFramePayload = 16 << 20
+    /// Largest uncompressed payload an LZ4 frame may declare; checked before any allocation.
+    public static let maxUncompressedPayload = 16 << 20
+    /// Operations are packed into blocks of about this many bytes before a block becomes a frame.
+    /// Every operation starts below this offset of its block, so 16 bits locate it.
+    public static let blockTargetSize = 60 << 10
+
+    /// Frame types. Zero is reserved as invalid so that zero fill ends a scan.
+    public enum FrameType: UInt8, Sendable {
+        case invalid = 0
+        /// A block of operations of a transaction (see `OperationCode`).
+        case operations = 1
+        /// The commit record that ends a transaction. Payload: `CommitRecord`.
+        case commit = 2
+        /// A chunk of a checkpoint's serialized index state.
+        case checkpointData = 3
+        /// The last frame of a checkpoint. Payload: chunk count u32 · total raw length u64.
+        case checkpointEnd = 4
+    }
+
+    /// Payload codecs.
+    public enum Codec: UInt8, Sendable {
+        /// Payload stored as is.
+        case raw = 0
+        /// Payload = uncompressedLength u32 · LZ4 block (decoded with `LZ4_decompress_safe`).
+        case lz4 = 1
+    }
+
+    /// Size of a commit record's payload:
+    /// version u64 · operationFrames u32 · operations u32 · firstFrameOffset u64 · timestampMillis u64.
+    public static let commitPayloadSize = 32
+
+    /// Operation codes inside an operations block. A `key` is written as two uvarints,
+    /// keyspace (high 16 bits) then id (low 48 bits).
+    public enum OperationCode: UInt8, Sendable {
+        /// key · valueLength uvarint · value · indexKeyCount uvarint ·
+        /// (index uvarint · keyLength uvarint · key)*
+        case put = 1
+        /// key
+        case delete = 2
+        /// setKey (a key) · count uvarint · first member (a key) · (delta uvarint ≥ 1)*
+        case setAdd = 3
+        /// Same layout as `setAdd`; removes the members.
+        case setRemove = 4
+        /// Same layout as `setAdd`; the members become the whole set (count 0 removes the set).
+        case setReplace = 5
+    }
+
+    /// Largest key of a secondary index entry, in bytes.
+    public static let maxIndexKeyLength = 1024
+    /// Largest value of one `put`, in bytes.
+    public static let maxValueLength = 8 << 20
+
+    // MARK: Locations
+
+    /// A record's location packs segment number (18 bits) · frame offset (30 bits) ·
+    /// offset in the frame's uncompressed block (16 bits) into 64 bits.
+    /// (Computed so that they fold into constants where `Location` and `EngineKey` use them.)
+    @inlinable public static var locationSegmentBits: Int { 18 }
+    @inlinable public static var locationFrameOffsetBits: Int { 30 }
+    @inlinable public static var locationBlockOffsetBits: Int { 16 }
+    /// Largest segment number a location can name.
+    public static let maxSegmentNumber: UInt64 = (1 << UInt64(locationSegmentBits)) - 1
+    /// Largest size a segment may reach (a transaction never spans two segments).
+    public static let maxSegmentSize = 1 << locationFrameOffsetBits
+
+    // MARK: Keys
+
+    /// Keys are 64-bit. The high 16 bits name a keyspace; the engine counts keys per keyspace.
+    /// `EngineKey` packs and unpacks keys with it.
+    @inlinable public static var keyspaceShift: Int { 48 }
+}

@@ -1,0 +1,63 @@
+/// The engine's only door to the operating system. Every byte the engine writes, every sync,
+/// rename and removal goes through one of these calls, so that a test can put a file system
+/// in its place that fails any chosen call or forgets what was never synced.
+protocol FileSystem: Sendable {
+    /// Opens a file. `create` makes it if missing (mode 0600); `exclusive` fails if it exists.
+    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile
+    func rename(_ from: String, to: String) throws
+    func removeFile(_ path: String) throws
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    func syncDirectory(_ path: String) throws
+    func listDirectory(_ path: String) throws -> [String]
+    func fileExists(_ path: String) -> Bool
+    func isDirectory(_ path: String) -> Bool
+    func createDirectory(_ path: String) throws
+    /// Takes the advisory lock on `path` without waiting; throws `.locked` if it is held.
+    func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock
+}
+
+/// An open file. Positional reads and writes only: no shared file offset.
+protocol StorageFile: AnyObject, Sendable {
+    var path: String { get }
+    /// Reads up to `buffer.count` bytes at `offset`; returns the count read (short at end of file).
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int
+    /// Writes all of `buffer` at `offset`.
+    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws
+    /// Makes the file's data durable (`fdatasync`).
+    func sync() throws
+    func size() throws -> Int
+    func truncate(to size: Int) throws
+    func close()
+}
+
+/// A held advisory lock; released by `unlock()` or when the holder goes away.
+protocol FileLock: AnyObject, Sendable {
+    func unlock()
+}
+
+extension StorageFile {
+    /// Reads exactly `count` bytes at `offset`, or fewer only at the end of the file.
+    func read(count: Int, at offset: Int) throws -> [UInt8] {
+        var result = [UInt8](repeating: 0, count: count)
+        var total = 0
+        try result.withUnsafeMutableBytes { buffer in
+            while total < count {
+                let n = try read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]), at: offset + total)
+                if n == 0 { break }
+                total += n
+            }
+        }
+        if total < count { result.removeSubrange(total...) }
+        return result
+    }
+
+    func write(_ bytes: [UInt8], at offset: Int) throws {
+        try bytes.withUnsafeBytes { try write($0, at: offset) }
+    }
+}
+
+/// Joins a directory and a file name.
+@inline(__always)
+func joinPath(_ directory: String, _ name: String) -> String {
+    directory.hasSuffix("/") ? directory + name : directory + "/" + name
+}

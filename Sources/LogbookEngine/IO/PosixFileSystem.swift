@@ -1,0 +1,177 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The real file system: POSIX calls, each wrapped so that a failure becomes an `EngineError`
+/// naming the call, the path and `errno`. `EINTR` is retried.
+struct PosixFileSystem: FileSystem {
+    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
+        var flags: Int32 = writable ? O_RDWR : O_RDONLY
+        flags |= O_CLOEXEC
+        if create { flags |= O_CREAT }
+        if exclusive { flags |= O_EXCL }
+        let fd = retryingEINTR { open(path, flags, mode_t(JournalFormat.fileMode)) }
+        guard fd >= 0 else { throw EngineError.systemCall("open", path: path, errno: errno) }
+        return PosixStorageFile(fd: fd, path: path)
+    }
+
+    func rename(_ from: String, to: String) throws {
+        guard Glibc.rename(from, to) == 0 else { throw EngineError.systemCall("rename to \(to)", path: from, errno: errno) }
+    }
+
+    func removeFile(_ path: String) throws {
+        guard unlink(path) == 0 else {
+            if errno == ENOENT { return }
+            throw EngineError.systemCall("unlink", path: path, errno: errno)
+        }
+    }
+
+    func syncDirectory(_ path: String) throws {
+        let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard fd >= 0 else { throw EngineError.systemCall("open directory", path: path, errno: errno) }
+        defer { _ = Glibc.close(fd) }
+        guard retryingEINTR({ fsync(fd) }) == 0 else { throw EngineError.systemCall("fsync directory", path: path, errno: errno) }
+    }
+
+    func listDirectory(_ path: String) throws -> [String] {
+        guard let dir = opendir(path) else { throw EngineError.systemCall("opendir", path: path, errno: errno) }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    func fileExists(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0
+    }
+
+    func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    /// Creates the directory and any missing parents.
+    func createDirectory(_ path: String) throws {
+        if mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST { return }
+        guard errno == ENOENT else { throw EngineError.systemCall("mkdir", path: path, errno: errno) }
+        let parent = parentDirectory(path)
+        guard parent != path, parent != "/", parent != "." else { throw EngineError.systemCall("mkdir", path: path, errno: ENOENT) }
+        try createDirectory(parent)
+        guard mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST else {
+            throw EngineError.systemCall("mkdir", path: path, errno: errno)
+        }
+    }
+
+    func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
+        var flags = O_RDONLY | O_CLOEXEC
+        if create { flags |= O_CREAT }
+        let fd = retryingEINTR { open(path, flags, mode_t(JournalFormat.fileMode)) }
+        guard fd >= 0 else { throw EngineError.systemCall("open lock file", path: path, errno: errno) }
+        // A lock held for a moment only (a child process between fork and exec briefly shares
+        // the lock's file description) is waited for, up to a quarter of a second.
+        var attempts = 0
+        var failed = retryingEINTR({ flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) }) != 0
+        while failed && errno == EWOULDBLOCK && attempts < 50 {
+            usleep(5_000)
+            attempts += 1
+            failed = retryingEINTR({ flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) }) != 0
+        }
+        if failed {
+            let code = errno
+            _ = Glibc.close(fd)
+            if code == EWOULDBLOCK {
+                throw EngineError(.locked, exclusive
+                    ? "the store is open in another process or Store instance; only one writer at a time"
+                    : "the store is open for writing by another process", path: path)
+            }
+            throw EngineError.systemCall("flock", path: path, errno: code)
+        }
+        return PosixFileLock(fd: fd)
+    }
+}
+
+@inline(__always)
+private func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
+    while true {
+        let result = call()
+        if result == -1 && errno == EINTR { continue }
+        return result
+    }
+}
+
+/// An open file descriptor. Immutable after init; positional I/O only, so it is safe to use
+/// from several threads at once (the kernel serializes what needs serializing).
+final class PosixStorageFile: StorageFile, @unchecked Sendable {
+    let fd: Int32
+    let path: String
+
+    init(fd: Int32, path: String) {
+        self.fd = fd
+        self.path = path
+    }
+
+    deinit { _ = Glibc.close(fd) }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+        guard buffer.count > 0 else { return 0 }
+        let n = retryingEINTR { pread(fd, buffer.baseAddress, buffer.count, off_t(offset)) }
+        guard n >= 0 else { throw EngineError.systemCall("pread", path: path, errno: errno) }
+        return n
+    }
+
+    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = retryingEINTR {
+                pwrite(fd, buffer.baseAddress!.advanced(by: done), buffer.count - done, off_t(offset + done))
+            }
+            guard n > 0 else { throw EngineError.systemCall("pwrite", path: path, errno: n == 0 ? EIO : errno) }
+            done += n
+        }
+    }
+
+    func sync() throws {
+        #if os(Linux)
+        guard retryingEINTR({ fdatasync(fd) }) == 0 else { throw EngineError.systemCall("fdatasync", path: path, errno: errno) }
+        #else
+        guard retryingEINTR({ fsync(fd) }) == 0 else { throw EngineError.systemCall("fsync", path: path, errno: errno) }
+        #endif
+    }
+
+    func size() throws -> Int {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw EngineError.systemCall("fstat", path: path, errno: errno) }
+        return Int(st.st_size)
+    }
+
+    func truncate(to size: Int) throws {
+        guard retryingEINTR({ ftruncate(fd, off_t(size)) }) == 0 else {
+            throw EngineError.systemCall("ftruncate", path: path, errno: errno)
+        }
+    }
+
+    func close() {}
+}
+
+/// A held `flock`. The lock goes with the descriptor, which closes on `unlock()` or deinit.
+final class PosixFileLock: FileLock, @unchecked Sendable {
+    // Guarded by being written once under `unlockOnce`; fd is immutable.
+    private let fd: Int32
+    private let released = AtomicFlag()
+
+    init(fd: Int32) { self.fd = fd }
+
+    func unlock() {
+        if released.setOnce() { _ = Glibc.close(fd) }
+    }
+
+    deinit { unlock() }
+}

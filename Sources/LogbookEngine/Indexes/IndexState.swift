@@ -1,0 +1,266 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Dispatch
+
+/// Everything the engine keeps in memory about the store at one version: the primary index
+/// (key → location of its latest put), the ordered secondary indexes, the membership sets,
+/// and byte counts for the compaction policy. A value: copying it is O(1) and is how a
+/// snapshot pins a version.
+struct IndexState: Sendable {
+    var primary = RadixMap<UInt64>()
+    var indexes: [UInt32: OrderedIndex] = [:]
+    var sets = RadixMap<MemberSet>()
+    /// The version (transaction number) of the last commit applied.
+    var version: UInt64 = 0
+    /// Uncompressed bytes of the operations that are still live (latest puts, set members).
+    var liveBytes = 0
+    /// Uncompressed bytes of all operations in the store's segments.
+    var totalBytes = 0
+
+    /// Applies a committed transaction: its blocks, in order, at their frame offsets.
+    ///
+    /// Three phases:
+    /// 1. the operation table (given by the writer, or decoded from the blocks on replay);
+    /// 2. two passes over structures that do not overlap — the primary index and the sets (in
+    ///    operation order, collecting each key whose previous version was replaced), and the
+    ///    secondary indexes (every put's new entries); for a large transaction they run on two
+    ///    threads;
+    /// 3. a sequential fix-up that removes the index entries of replaced versions that the
+    ///    key's final version does not have, and takes their bytes off the live count.
+    mutating func apply(transaction blocks: [(frameOffset: Int, block: [UInt8])], manifest given: OperationTable? = nil,
+                        segment: UInt64, reader: BlockReader) throws {
+        guard !blocks.isEmpty else { return }
+        let path = reader.segments.files[segment]?.path
+        let table = try given ?? Self.operationTable(blocks, path: path)
+        let replaced = try runPasses(blocks, table, segment: segment, path: path)
+        try removeReplacedEntries(replaced, blocks: blocks, segment: segment, reader: reader)
+    }
+
+    /// Phase 1 on replay: the operation table decoded from the blocks, its errors located.
+    private static func operationTable(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) throws -> OperationTable {
+        do {
+            return try OperationTable.decode(blocks)
+        } catch let error as OperationTable.DecodeFailure {
+            throw EngineError(.corruption, "\(error.reason) at block offset \(error.offset)", path: path,
+                              offset: blocks[error.block].frameOffset)
+        }
+    }
+
+    /// Phase 2: the primary/sets pass and the index pass. Returns the replaced versions.
+    private mutating func runPasses(_ blocks: [(frameOffset: Int, block: [UInt8])], _ table: OperationTable,
+                                    segment: UInt64, path: String?) throws -> [(UInt64, UInt64)] {
+        // The passes take the structures (so that copy-on-write does not copy them) and give
+        // them back when both are done.
+        var primaryPass = PrimaryPass(primary: primary, sets: sets)
+        var indexPass = IndexPass(indexes: indexes)
+        primary = RadixMap()
+        sets = RadixMap()
+        indexes = [:]
+        if blocks.count >= 8 {
+            // Each thread owns one pass; `concurrentPerform` returns only after both are done,
+            // so the pointers never outlive their `withUnsafeMutablePointer` closures.
+            withUnsafeMutablePointer(to: &primaryPass) { primaryPointer in
+                withUnsafeMutablePointer(to: &indexPass) { indexPointer in
+                    let passes = UncheckedSendable((primaryPointer, indexPointer, blocks, table))
+                    DispatchQueue.concurrentPerform(iterations: 2) { worker in
+                        let (primaryPass, indexPass, blocks, table) = passes.value
+                        if worker == 0 { primaryPass.pointee.run(blocks, table, segment: segment, path: path) }
+                        else { indexPass.pointee.run(blocks, table, path: path) }
+                    }
+                }
+            }
+        } else {
+            primaryPass.run(blocks, table, segment: segment, path: path)
+            indexPass.run(blocks, table, path: path)
+        }
+        primary = primaryPass.primary
+        sets = primaryPass.sets
+        indexes = indexPass.indexes
+        totalBytes += primaryPass.totalBytes
+        liveBytes += primaryPass.liveBytes
+        if let error = primaryPass.error ?? indexPass.error { throw error }
+        return primaryPass.replaced
+    }
+
+    /// Phase 3: for each replaced version, the live bytes it held come off, and its index
+    /// entries that the key's final version does not share leave their indexes.
+    private mutating func removeReplacedEntries(_ replaced: [(UInt64, UInt64)], blocks: [(frameOffset: Int, block: [UInt8])],
+                                                segment: UInt64, reader: BlockReader) throws {
+        guard !replaced.isEmpty else { return }
+        // The transaction's own blocks are at hand; older versions are read through the cache.
+        var local: [UInt64: [UInt8]] = [:]
+        for (offset, block) in blocks { local[Location(segment: segment, frameOffset: offset, blockOffset: 0).frameKey] = block }
+        func block(_ loc: Location) throws -> [UInt8] {
+            if let b = local[loc.frameKey] { return b }
+            return try reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
+        }
+        func putOperation(_ loc: Location, _ raw: UnsafeRawBufferPointer) throws -> (indexKeys: Range<Int>, count: Int, end: Int) {
+            guard case let (.put(_, _, keys, count), end)? = try? JournalOperation.decode(raw, at: loc.blockOffset) else {
+                throw EngineError(.corruption, "a key's location does not hold a put",
+                                  path: reader.segments.files[loc.segment]?.path, offset: loc.frameOffset)
+            }
+            return (keys, count, end)
+        }
+        for (key, previous) in replaced {
+            let old = Location(packed: previous)
+            let oldBlock = try block(old)
+            let final = primary[key].map(Location.init(packed:))
+            let finalBlock = try final.map(block)
+            try oldBlock.withUnsafeBytes { oldRaw in
+                let o = try putOperation(old, oldRaw)
+                liveBytes -= o.end - old.blockOffset
+                guard o.count > 0 else { return }
+                // The final version's index section: entries it shares with the old one stay.
+                // The common case, the same section byte for byte, is settled without copying.
+                var finalKeys: [(UInt32, [UInt8])] = []
+                if let final, let finalBlock {
+                    let same = try finalBlock.withUnsafeBytes { f -> Bool in
+                        let n = try putOperation(final, f)
+                        if n.count == o.count && n.indexKeys.count == o.indexKeys.count
+                            && memcmp(f.baseAddress! + n.indexKeys.lowerBound, oldRaw.baseAddress! + o.indexKeys.lowerBound, o.indexKeys.count) == 0 {
+                            return true
+                        }
+                        JournalOperation.forEachIndexKey(f, n.indexKeys, count: n.count) { finalKeys.append(($0, Array($1))) }
+                        return false
+                    }
+                    if same { return }
+                }
+                JournalOperation.forEachIndexKey(oldRaw, o.indexKeys, count: o.count) { index, bytes in
+                    if finalKeys.contains(where: { $0.0 == index && $0.1.elementsEqual(bytes) }) { return }
+                    if indexes[index]?.remove(bytes, key) == true, indexes[index]?.count == 0 { indexes[index] = nil }
+                }
+            }
+        }
+    }
+
+    /// Applies one block as a transaction of its own (tests and tools).
+    mutating func apply(block: [UInt8], segment: UInt64, frameOffset: Int, reader: BlockReader) throws {
+        try apply(transaction: [(frameOffset, block)], segment: segment, reader: reader)
+    }
+}
+
+/// The primary index and sets, in operation order.
+struct PrimaryPass {
+    var primary: RadixMap<UInt64>
+    var sets: RadixMap<MemberSet>
+    /// Keys whose previous version a put or delete replaced, with that version's location.
+    var replaced: [(UInt64, UInt64)] = []
+    var totalBytes = 0
+    var liveBytes = 0
+    var error: EngineError?
+
+    init(primary: RadixMap<UInt64>, sets: RadixMap<MemberSet>) {
+        self.primary = primary
+        self.sets = sets
+    }
+
+    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, segment: UInt64, path: String?) {
+        var keys: [UInt64] = []
+        var locations: [UInt64] = []
+        keys.reserveCapacity(2048)
+        locations.reserveCapacity(2048)
+        func flush() {
+            guard !keys.isEmpty else { return }
+            primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }) { _, key, old in
+                replaced.append((key, old))
+            }
+            keys.removeAll(keepingCapacity: true)
+            locations.removeAll(keepingCapacity: true)
+        }
+        let n = m.count
+        for i in 0..<n {
+            let ref = m.ref(i)
+            let b = OperationTable.block(ref)
+            let offset = OperationTable.offset(ref)
+            let end = i + 1 < n && OperationTable.block(m.ref(i + 1)) == b ? OperationTable.offset(m.ref(i + 1)) : blocks[b].block.count
+            let size = end - offset
+            totalBytes += size
+            switch OperationTable.code(ref) {
+            case JournalFormat.OperationCode.put.rawValue:
+                keys.append(m.key(i))
+                locations.append(Location(segment: segment, frameOffset: blocks[b].frameOffset, blockOffset: offset).packed)
+                liveBytes += size
+            case JournalFormat.OperationCode.delete.rawValue:
+                flush()
+                if let previous = primary.remove(m.key(i)) { replaced.append((m.key(i), previous)) }
+            default:
+                flush()
+                let decoded = blocks[b].block.withUnsafeBytes { try? JournalOperation.decode($0, at: offset) }
+                guard case let (.set(code, set, members), _)? = decoded else {
+                    error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: blocks[b].frameOffset)
+                    return
+                }
+                sets.modify(set) { s in
+                    let before = s.count
+                    switch code {
+                    case .setAdd: s.add(sorted: members)
+                    case .setRemove: s.remove(sorted: members)
+                    default: s.replace(sorted: members)
+                    }
+                    liveBytes += (s.count - before) * 8
+                }
+            }
+        }
+        flush()
+    }
+}
+
+/// The secondary indexes: every put's new entries.
+struct IndexPass {
+    var indexes: [UInt32: OrderedIndex]
+    var error: EngineError?
+
+    init(indexes: [UInt32: OrderedIndex]) { self.indexes = indexes }
+
+    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, path: String?) {
+        var pending: [(UInt32, PendingEntries)] = []
+        var i = 0
+        let n = m.count
+        for (b, entry) in blocks.enumerated() {
+            entry.block.withUnsafeBytes { raw in
+                for p in pending.indices { pending[p].1.removeAll() }
+                while i < n && OperationTable.block(m.ref(i)) == b {
+                    let ref = m.ref(i)
+                    let key = m.key(i)
+                    i += 1
+                    guard OperationTable.code(ref) == JournalFormat.OperationCode.put.rawValue else { continue }
+                    var count = OperationTable.indexCount(ref)
+                    guard count > 0 else { continue }
+                    let offset = OperationTable.offset(ref)
+                    var start = offset + OperationTable.indexDelta(ref)
+                    if count == OperationTable.manyIndexKeys || OperationTable.indexDelta(ref) == OperationTable.unknownDelta {
+                        guard let h = try? JournalOperation.header(raw, at: offset) else {
+                            error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: entry.frameOffset)
+                            return
+                        }
+                        start = h.indexKeys.lowerBound
+                        count = h.indexKeyCount
+                    }
+                    JournalOperation.forEachIndexKeyRange(raw, start..<raw.count, count: count) { index, range in
+                        if let p = pending.firstIndex(where: { $0.0 == index }) {
+                            pending[p].1.append(range, key)
+                        } else {
+                            var entries = PendingEntries()
+                            entries.append(range, key)
+                            pending.append((index, entries))
+                        }
+                    }
+                }
+                // Entries after everything in their index go in a leaf at a time.
+                for (id, entries) in pending where entries.count > 0 {
+                    var index = indexes.removeValue(forKey: id) ?? OrderedIndex()
+                    if !index.appendAscending(entries, raw) {
+                        for j in 0..<entries.count {
+                            index.insert(UnsafeRawBufferPointer(rebasing: raw[entries.keys[j]]), entries.primaryKeys[j])
+                        }
+                    }
+                    indexes[id] = index
+                }
+            }
+            if error != nil { return }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+/// A value that can live in a `RadixMap` slot, with a distinguished "absent" value so that
+/// leaves are plain arrays without optionals.
+protocol RadixSlot {
+    static var absent: Self { get }
+    var isAbsent: Bool { get }
+}
+
+extension UInt64: RadixSlot {
+    static var absent: UInt64 { 0 }
+    var isAbsent: Bool { self == 0 }
+}
+
+/// A persistent map from 64-bit keys to values: a copy is O(1) and shares all nodes; a write
+/// copies only the nodes on its path that are shared (copy-on-write through
+/// `isKnownUniquelyReferenced`). Snapshots are copies.
+///
+/// Keys are split into a 16-bit keyspace (high bits) and a 48-bit id. Each keyspace is a radix
+/// trie of fan-out 64 whose height grows with its largest id, so dense ids (as the object layer
+/// allocates them) cost about 8 bytes of leaf per key, and each keyspace keeps its own count.
+struct RadixMap<Value: RadixSlot> {
+    static var bits: Int { 6 }
+    static var fanout: Int { 64 }
+
+    final class Node {
+        // Exclusivity is guaranteed by construction: a node is mutated only by the writer,
+        // only while uniquely referenced; the runtime checks would cost a third of the time.
+        @exclusivity(unchecked) var children: [Node?]
+        @exclusivity(unchecked) var slots: [Value]
+        @exclusivity(unchecked) var occupied: Int
+
+        init(leaf: Bool) {
+            if leaf {
+                children = []
+                slots = Array(repeating: .absent, count: RadixMap.fanout)
+            } else {
+                children = Array(repeating: nil, count: RadixMap.fanout)
+                slots = []
+            }
+            occupied = 0
+        }
+
+        init(copying other: Node) {
+            children = other.children
+            slots = other.slots
+            occupied = other.occupied
+        }
+
+        var isLeaf: Bool { children.isEmpty }
+    }
+
+    struct Space {
+        var id: UInt16
+        var root: Node?
+        /// Number of levels; the trie holds ids below 64^height.
+        var height: Int
+        var count: Int
+    }
+
+    private(set) var spaces: [Space] = []
+
+    var count: Int { spaces.reduce(0) { $0 + $1.count } }
+
+    func count(inKeyspace keyspace: UInt16) -> Int {
+        spaceIndex(keyspace).map { spaces[$0].count } ?? 0
+    }
+
+    var keyspaces: [UInt16] { spaces.filter { $0.count > 0 }.map(\.id) }
+
+    @inline(__always)
+    private func spaceIndex(_ id: UInt16) -> Int? {
+        // Few keyspaces (one per entity or relationship): a linear scan beats hashing.
+        for i in spaces.indices where spaces[i].id == id { return i }
+        return nil
+    }
+
+    @inline(__always)
+    static func split(_ key: UInt64) -> (UInt16, UInt64) {
+        (EngineKey(rawValue: key).keyspace, EngineKey(rawValue: key).id)
+    }
+
+    subscript(key: UInt64) -> Value? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks) else { return nil }
+        let space = spaces[si]
+        guard var node = space.root, id >> UInt64(Self.bits * space.height) == 0 || space.height >= 8 else { return nil }
+        var shift = Self.bits * (space.height - 1)
+        while shift > 0 {
+            guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
+            node = child
+            shift -= Self.bits
+        }
+        let value = node.slots[Int(id & 63)]
+        return value.isAbsent ? nil : value
+    }
+
+    /// The leaf that holds `key`'s slot, or nil when there is none.
+    @inline(__always)
+    func leaf(for key: UInt64) -> Node? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks) else { return nil }
+        let height = spaces[si].height
+        guard var node = spaces[si].root, id >> UInt64(Self.bits * height) == 0 || height >= 8 else { return nil }
+        var shift = Self.bits * (height - 1)
+        while shift > 0 {
+            guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
+            node = child
+            shift -= Self.bits
+        }
+        return node
+    }
+
+    /// The values of many keys (absent ones as `.absent`), in the keys' order. Keys that share a
+    /// leaf one after the other (ascending ids, as fetches ask) share one walk down the trie.
+    func values(forKeys keys: [UInt64]) -> [Value] {
+        [Value](unsafeUninitializedCapacity: keys.count) { out, made in
+            var prefix = UInt64.max
+            var slots: [Value] = []
+            for (i, key) in keys.enumerated() {
+                if key >> Self.bits != prefix {
+                    prefix = key >> Self.bits
+                    slots = self.leaf(for: key)?.slots ?? []
+                }
+                (out.baseAddress! + i).initialize(to: slots.isEmpty ? .absent : slots[Int(key & 63)])
+                made = i + 1
+            }
+        }
+    }
+
+    /// Sets `value` for `key` (which must not be absent); returns the previous value.
+    @discardableResult
+    mutating func set(_ key: UInt64, _ value: Value) -> Value? {
+        modify(key) { slot in
+            let old = slot
+            slot = value
+            return old.isAbsent ? nil : old
+        }
+    }
+
+    @discardableResult
+    mutating func remove(_ key: UInt64) -> Value? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks), spaces[si].root != nil else { return nil }
+        guard spaces[si].height >= 8 || id >> UInt64(Self.bits * spaces[si].height) == 0 else { return nil }
+        guard self[key] != nil else { return nil }
+        return modify(key) { slot in
+            let old = slot
+            slot = .absent
+            return old
+        }
+    }
+
+    /// Calls `body` with the slot of `key` (absent if none), creating the path, and keeps the
+    /// per-node and per-keyspace counts in step with what `body` leaves in the slot.
+    mutating func modify<R>(_ key: UInt64, _ body: (inout Value) -> R) -> R {
+        let (ks, id) = Self.split(key)
+        let si = spaceIndexCreating(ks)
+        return spaces.withUnsafeMutableBufferPointer { buffer in
+            Self.modify(&buffer[si], id: id, body)
+        }
+    }
+
+    /// The index of a keyspace's space, appending an empty one if there is none.
+    private mutating func spaceIndexCreating(_ ks: UInt16) -> Int {
+        if let found = spaceIndex(ks) { return found }
+        spaces.append(Space(id: ks, root: nil, height: 1, count: 0))
+        return spaces.count - 1
+    }
+
+    /// Grows the space until `id` fits, and makes its root uniquely referenced.
+    private static func prepareRoot(_ space: inout Space, for id: UInt64) {
+        while space.height < 8 && id >> UInt64(bits * space.height) != 0 {
+            if let old = space.root {
+                let parent = Node(leaf: false)
+                parent.children[0] = old
+                parent.occupied = 1
+                space.root = parent
+            }
+            space.height += 1
+        }
+        if space.root == nil { space.root = Node(leaf: space.height == 1) }
+        if !isKnownUniquelyReferenced(&space.root!) { space.root = Node(copying: space.root!) }
+    }
+
+    private static func modify<R>(_ space: inout Space, id: UInt64, _ body: (inout Value) -> R) -> R {
+        prepareRoot(&space, for: id)
+        var delta = 0
+        let result = modifyNode(space.root!, id: id, shift: bits * (space.height - 1), delta: &delta, body)
+        space.count += delta
+        if space.count == 0 { space.root = nil; space.height = 1 }
+        return result
+    }
+
+    /// `node` is uniquely referenced by the caller's path.
+    private static func modifyNode<R>(_ node: Node, id: UInt64, shift: Int, delta: inout Int, _ body: (inout Value) -> R) -> R {
+        if shift == 0 {
+            let i = Int(id & 63)
+            let wasAbsent = node.slots[i].isAbsent
+            let result = body(&node.slots[i])
+            let isAbsent = node.slots[i].isAbsent
+            if wasAbsent != isAbsent {
+                delta = isAbsent ? -1 : 1
+                node.occupied += delta
+            }
+            return result
+        }
+        let i = Int((id >> UInt64(shift)) & 63)
+        let child = uniqueChild(of: node, at: i, leaf: shift == bits)
+        let result = modifyNode(child, id: id, shift: shift - bits, delta: &delta, body)
+        if child.occupied == 0 {
+            node.children[i] = nil
+            node.occupied -= 1
+        }
+        return result
+    }
+
+    /// Child `i` of a uniquely referenced node, created if missing, copied if shared.
+    @inline(__always)
+    private static func uniqueChild(of node: Node, at i: Int, leaf: Bool) -> Node {
+        if node.children[i] == nil {
+            node.children[i] = Node(leaf: leaf)
+            node.occupied += 1
+        } else if !isKnownUniquelyReferenced(&node.children[i]!) {
+            node.children[i] = Node(copying: node.children[i]!)
+        }
+        return node.children[i]!
+    }
+
+    /// The leaf that holds `key`'s slot, made uniquely referenced along its whole path (so the
+    /// caller may write its slots until the map is next copied). The caller keeps counts in
+    /// step with `addCount` and `Node.occupied`, and may only make slots non-absent.
+    mutating func uniqueLeaf(for key: UInt64) -> Node {
+        let (ks, id) = Self.split(key)
+        let si = spaceIndexCreating(ks)
+        return spaces.withUnsafeMutableBufferPointer { buffer in
+            let bits = Self.bits
+            Self.prepareRoot(&buffer[si], for: id)
+            var node = buffer[si].root!
+            var shift = bits * (buffer[si].height - 1)
+            while shift > 0 {
+                node = Self.uniqueChild(of: node, at: Int((id >> UInt64(shift)) & 63), leaf: shift == bits)
+                shift -= bits
+            }
+            return node
+        }
+    }
+
+    mutating func addCount(keyspace: UInt16, _ delta: Int) {
+        if let si = spaceIndex(keyspace) { spaces[si].count += delta }
+    }
+
+    /// Sets many keys, reusing the leaf of the previous key when the next falls in it (as
+    /// ascending keys do), so that a run of 64 neighbours costs one descent.
+    /// `previous` is called with the position, key and old value of each key that had one.
+    mutating func setMany(_ count: Int, key: (Int) -> UInt64, value: (Int) -> Value, previous: (Int, UInt64, Value) throws -> Void) rethrows {
+        var leaf: Node?
+        var leafPrefix: UInt64 = .max
+        var added = 0
+        var addedKeyspace: UInt16 = 0
+        for n in 0..<count {
+            let k = key(n)
+            if k >> 6 != leafPrefix || leaf == nil {
+                if added != 0 { addCount(keyspace: addedKeyspace, added); added = 0 }
+                leaf = uniqueLeaf(for: k)
+                leafPrefix = k >> 6
+                addedKeyspace = EngineKey(rawValue: k).keyspace
+            }
+            let i = Int(k & 63)
+            let old = leaf!.slots[i]
+            leaf!.slots[i] = value(n)
+            if old.isAbsent {
+                leaf!.occupied += 1
+                added += 1
+            } else {
+                try previous(n, k, old)
+            }
+        }
+        if added != 0 { addCount(keyspace: addedKeyspace, added) }
+    }
+
+    /// Visits the entries of one keyspace in ascending key order, starting at `from` (a full
+    /// key); stops when `body` returns false. Returns false if stopped.
+    @discardableResult
+    func forEach(inKeyspace keyspace: UInt16, from: UInt64 = 0, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+        guard let si = spaceIndex(keyspace), let root = spaces[si].root else { return true }
+        let base = EngineKey.first(inKeyspace: keyspace).rawValue
+        // A start in an earlier keyspace starts at id 0; one in a later keyspace visits nothing.
+        let startKey = EngineKey(rawValue: from)
+        let start = startKey.keyspace == keyspace ? startKey.id : (startKey.keyspace > keyspace ? UInt64.max : 0)
+        if start == UInt64.max { return true }
+        return try Self.visit(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1), start: start, base: base, body)
+    }
+
+    private static func visit(_ node: Node, prefix: UInt64, shift: Int, start: UInt64, base: UInt64, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+        if shift == 0 {
+            let first = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
+            var i = first
+            while i < 64 {
+                let v = node.slots[i]
+                if !v.isAbsent, try !body(base | (prefix + UInt64(i)), v) { return false }
+                i += 1
+            }
+            return true
+        }
+        let span = UInt64(1) << UInt64(shift)
+        for i in 0..<64 {
+            guard let child = node.children[i] else { continue }
+            let childPrefix = prefix + UInt64(i) * span
+            if childPrefix + span <= start { continue }
+            if try !visit(child, prefix: childPrefix, shift: shift - bits, start: start, base: base, body) { return false }
+        }
+        return true
+    }
+
+    /// Visits every entry of every keyspace, keyspaces in ascending order.
+    @discardableResult
+    func forEach(_ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+        for ks in spaces.map(\.id).sorted() {
+            if try !forEach(inKeyspace: ks, body) { return false }
+        }
+        return true
+    }
+
+    /// An estimate of the heap bytes the map's nodes take (for statistics).
+    func estimatedBytes(valueSize: Int = MemoryLayout<Value>.stride) -> Int {
+        var total = 0
+        func walk(_ node: Node) {
+            if node.isLeaf {
+                total += 48 + 32 + 64 * valueSize
+            } else {
+                total += 48 + 32 + 64 * 8
+                for case let child? in node.children { walk(child) }
+            }
+        }
+        for space in spaces { if let root = space.root { walk(root) } }
+        return total
+    }
+}
+
+// Nodes are mutated only through a path on which every node is uniquely referenced
+// (`isKnownUniquelyReferenced`), so a node reachable from more than one map value (a snapshot
+// and the writer) is never mutated again: sharing copies between threads is safe.
+extension RadixMap: @unchecked Sendable {}
+
+extension RadixMap where Value == UInt64 {
+    /// For entries in ascending key order: sets `new` where the current value is still
+    /// `expected`; other keys (changed or removed since) stay as they are. One walk down the
+    /// trie per leaf.
+    mutating func replaceMany(_ entries: [(key: UInt64, expected: UInt64, new: UInt64)]) {
+        var leaf: Node?
+        var prefix = UInt64.max
+        for e in entries {
+            if e.key >> Self.bits != prefix || leaf == nil {
+                prefix = e.key >> Self.bits
+                // Only existing leaves are made unique (a missing one means the keys are gone).
+                leaf = self.leaf(for: e.key) == nil ? nil : uniqueLeaf(for: e.key)
+            }
+            guard let leaf else { continue }
+            let i = Int(e.key & 63)
+            if leaf.slots[i] == e.expected { leaf.slots[i] = e.new }
+        }
+    }
+}

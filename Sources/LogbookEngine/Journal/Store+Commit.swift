@@ -1,0 +1,271 @@
+import Dispatch
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension Store {
+    /// Commits a transaction and returns its version. When this returns, the transaction is
+    /// visible to new snapshots and, with `.full` or `.normal` durability, on disk.
+    ///
+    /// A failed write or sync makes the store refuse all further writes (code `.failed`) until
+    /// it is reopened; a commit that throws may or may not survive a crash, but never in part.
+    ///
+    /// ```swift
+    /// var transaction = Transaction()
+    /// transaction.put(EngineKey(keyspace: 1, id: 42), value: Array("hello".utf8))
+    /// let version = try store.commit(transaction)
+    /// ```
+    ///
+    /// Under the writer lock a commit runs four phases: payloads (compress what the
+    /// transaction's background compressor has not), frames (operation frames, then the commit
+    /// record, written at the append offset), apply (the sync starts, the indexes take the new
+    /// operations meanwhile), and publish (the new state becomes what snapshots see).
+    @discardableResult
+    public func commit(_ transaction: Transaction) throws -> UInt64 {
+        if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
+        let blocks = transaction.finishedBlocks()
+        if blocks.isEmpty { return try writer.withLock { state in try state.checkWritable(); return state.working.version } }
+        let durability = options.durability
+        let version: UInt64 = try writer.withLock { state in
+            try state.checkWritable()
+            if state.appendOffset >= options.segmentSize { try rollover(&state) }
+            guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
+            let version = state.working.version + 1
+
+            var payloads = Self.framePayloads(transaction, blocks)
+            let written = try writeFrames(blocks, payloads: &payloads, version: version,
+                                          operationCount: transaction.operationCount, to: active, state: &state)
+            // A large transaction syncs on another thread while the indexes are updated; a small
+            // one syncs on this thread afterwards (a handoff would cost more than it saves).
+            let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil
+            do {
+                try apply(blocks, frameOffsets: written.frameOffsets, manifest: transaction.manifest, segment: active, state: &state)
+                try sync?.wait()
+            } catch {
+                state.recordFailure(error)
+                throw error
+            }
+            publish(version: version, end: written.end, durability: durability, state: &state)
+            return version
+        }
+        if durability == .normal { try waitDurable(version) }
+        scheduleMaintenanceIfNeeded()
+        return version
+    }
+
+    /// Phase 1: the stored payload (codec and bytes) of every block. Blocks compressed in the
+    /// background while the transaction was built are ready; the rest are compressed now, on
+    /// all cores (each block is independent). A nil payload means "store the block raw".
+    private static func framePayloads(_ transaction: Transaction, _ blocks: [[UInt8]]) -> [Int: (JournalFormat.Codec, [UInt8]?)] {
+        var stored = transaction.compressor?.finish() ?? [:]
+        let missing = blocks.indices.filter { stored[$0] == nil }
+        guard !missing.isEmpty else { return stored }
+        var encoded = [(JournalFormat.Codec, [UInt8]?)](repeating: (.raw, nil), count: missing.count)
+        encoded.withUnsafeMutableBufferPointer { buffer in
+            // Each worker writes distinct elements; the buffer outlives the parallel loop.
+            let out = UncheckedSendable(buffer)
+            let workers = missing.count >= 16 ? 2 : 1
+            let work: @Sendable (Int) -> Void = { worker in
+                var j = worker
+                while j < missing.count {
+                    out.value[j] = blocks[missing[j]].withUnsafeBytes { Frame.encodePayload($0) }
+                    j += workers
+                }
+            }
+            if workers == 1 { work(0) } else { DispatchQueue.concurrentPerform(iterations: workers, execute: work) }
+        }
+        for (j, i) in missing.enumerated() { stored[i] = encoded[j] }
+        return stored
+    }
+
+    /// Phase 2: the operation frames and the commit record, appended at the append offset.
+    /// Returns where each operation frame starts and where the commit record ends.
+    ///
+    /// The frames go out in 8 MiB writes. Nothing after `appendOffset` counts until a commit
+    /// record is there, so an error before the last write leaves the store as it was (the next
+    /// commit overwrites the partial frames); a failed write poisons the store like any other.
+    private func writeFrames(_ blocks: [[UInt8]], payloads: inout [Int: (JournalFormat.Codec, [UInt8]?)],
+                             version: UInt64, operationCount: Int, to active: SegmentFile,
+                             state: inout WriterState) throws -> (frameOffsets: [Int], end: Int) {
+        let salt = active.salt
+        var out: [UInt8] = []
+        out.reserveCapacity(min(payloads.values.reduce(64) { $0 + ($1.1?.count ?? 0) } + blocks.count * 16, 8 << 20 + 4096))
+        var frameOffsets: [Int] = []
+        frameOffsets.reserveCapacity(blocks.count)
+        var outStart = state.appendOffset
+        func flush() throws {
+            do {
+                try active.handle.write(out, at: outStart)
+            } catch {
+                state.recordFailure(error)
+                throw error
+            }
+            outStart += out.count
+            out.removeAll(keepingCapacity: true)
+        }
+        for i in blocks.indices {
+            frameOffsets.append(outStart + out.count)
+            let (codec, payload) = payloads[i]!
+            if let payload {
+                payload.withUnsafeBytes { Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &out) }
+            } else {
+                blocks[i].withUnsafeBytes { Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &out) }
+            }
+            payloads[i] = nil
+            if out.count >= 8 << 20 {
+                try checkSize(outStart + out.count)
+                try flush()
+            }
+        }
+        let record = CommitRecord(version: version, operationFrames: blocks.count, operations: operationCount,
+                                  firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
+        Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: salt, to: &out)
+        try checkSize(outStart + out.count)
+        try flush()
+        return (frameOffsets, outStart)
+    }
+
+    /// Phase 3: the new blocks enter the frame cache and the working index state.
+    private func apply(_ blocks: [[UInt8]], frameOffsets: [Int], manifest: OperationTable,
+                       segment active: SegmentFile, state: inout WriterState) throws {
+        let reader = BlockReader(segments: state.segments, cache: cache)
+        for (i, block) in blocks.enumerated() {
+            cache.insert(Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey, block)
+        }
+        try state.working.apply(transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
+                                manifest: manifest, segment: active.number, reader: reader)
+    }
+
+    /// Phase 4: the commit becomes the writer's state, and — unless group commit publishes it
+    /// after its sync (`.normal`) — what new snapshots see.
+    private func publish(version: UInt64, end: Int, durability: Durability, state: inout WriterState) {
+        state.working.version = version
+        state.bytesSinceCheckpoint += end - state.appendOffset
+        state.appendOffset = end
+        state.lastWritten = version
+        if durability != .normal {
+            publish(state)
+            if durability == .full { groupSync.setSynced(version) }
+        }
+    }
+
+    private func checkSize(_ end: Int) throws {
+        guard end <= JournalFormat.maxSegmentSize else {
+            throw EngineError(.invalidArgument, "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes")
+        }
+    }
+
+    static func nowMillis() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+    }
+
+    /// Group commit: the first committer to find no sync running syncs everything written so
+    /// far and publishes it; the others wait for a sync that covers their version.
+    func waitDurable(_ version: UInt64) throws {
+        let g = groupSync
+        g.lock.lock()
+        defer { g.lock.unlock() }
+        while g.synced < version {
+            if let failure = g.failure { throw failure }
+            if g.syncing { g.lock.wait(); continue }
+            g.syncing = true
+            g.lock.unlock()
+            var outcome: Result<UInt64, EngineError>
+            do {
+                let (target, file, p) = try writer.withLock { w in
+                    try w.checkWritable()
+                    return (w.lastWritten, w.active, Published(state: w.working, segments: w.segments))
+                }
+                do {
+                    try file?.handle.sync()
+                } catch {
+                    writer.withLock { $0.failure = error as? EngineError ?? EngineError(.io, "\(error)") }
+                    throw error
+                }
+                published.withLock { if $0.state.version < p.state.version { $0 = p } }
+                outcome = .success(target)
+            } catch {
+                outcome = .failure(error as? EngineError ?? EngineError(.io, "\(error)"))
+            }
+            g.lock.lock()
+            g.syncing = false
+            switch outcome {
+            case .success(let target): g.synced = max(g.synced, target)
+            case .failure(let error): g.failure = error
+            }
+            g.lock.broadcast()
+        }
+    }
+
+    /// Queues a checkpoint or a compaction in the background when the options ask for one.
+    func scheduleMaintenanceIfNeeded() {
+        let (checkpointDue, compactionDue) = writer.withLock { w -> (Bool, Bool) in
+            let ckpt = options.checkpointInterval > 0 && w.bytesSinceCheckpoint >= options.checkpointInterval
+            var compact = false
+            if case let .automatic(ratio, minimum) = options.compaction, w.working.totalBytes >= minimum {
+                compact = Double(w.working.totalBytes - w.working.liveBytes) > ratio * Double(w.working.totalBytes)
+            }
+            return (ckpt, compact)
+        }
+        guard checkpointDue || compactionDue else { return }
+        let alreadyQueued = maintenance.withLock { queued -> Bool in
+            defer { queued = true }
+            return queued
+        }
+        if alreadyQueued { return }
+        background.async { [self] in
+            maintenance.withLock { queued in
+                queued = false
+                if compactionDue { _ = try? runCompaction() } else { try? writeCheckpoint() }
+            }
+        }
+    }
+}
+
+/// The state of group commit, guarded by `lock`.
+final class GroupSync: @unchecked Sendable {
+    let lock = ConditionLock()
+    /// Highest version known durable. Guarded by `lock`.
+    var synced: UInt64 = 0
+    /// A committer is syncing. Guarded by `lock`.
+    var syncing = false
+    /// A sync failed. Guarded by `lock`.
+    var failure: EngineError?
+
+    func setSynced(_ version: UInt64) {
+        lock.withLock { synced = max(synced, version) }
+    }
+}
+
+
+/// A segment's sync, started at once on another thread (`overlapped`) or run by `wait()`.
+final class PendingSync: Sendable {
+    private let file: SegmentFile
+    private let done: DispatchSemaphore?
+    private let result = Mutex<(any Error)?>(nil)
+
+    init(_ file: SegmentFile, overlapped: Bool) {
+        self.file = file
+        guard overlapped else {
+            done = nil
+            return
+        }
+        let done = DispatchSemaphore(value: 0)
+        self.done = done
+        DispatchQueue.global().async { [self] in
+            do { try file.handle.sync() } catch { result.withLock { $0 = error } }
+            done.signal()
+        }
+    }
+
+    /// Waits for the sync (or runs it) and throws its error.
+    func wait() throws {
+        if let done { done.wait() } else { try file.handle.sync() }
+        if let error = result.withLock({ $0 }) { throw error }
+    }
+}

@@ -1,0 +1,243 @@
+import Dispatch
+import Synchronization
+
+/// An append-only journal of versioned records under 64-bit keys, with in-memory indexes,
+/// O(1) snapshots, checkpoints, online compaction and crash recovery.
+///
+/// One process writes (an advisory lock keeps others out); any number of threads read
+/// through snapshots while it does.
+///
+/// ```swift
+/// let store = try Store.open(at: "/tmp/example.logbook")
+/// var transaction = Transaction()
+/// transaction.put(1, value: Array("first".utf8), indexKeys: [IndexKey(index: 1, orderedInt64: 10)])
+/// try store.commit(transaction)
+/// let snapshot = store.snapshot()
+/// let value = try snapshot.value(forKey: 1)          // the bytes of "first"
+/// try store.close()
+/// ```
+public final class Store: Sendable {
+    /// The store's directory.
+    public let directory: String
+    public let options: StoreOptions
+    /// What the open found: the commits replayed, any torn tail it cut, files it cleaned up.
+    public let recoveryReport: RecoveryReport
+    /// True when opened with `readOnly` or `salvage`.
+    public let isReadOnly: Bool
+
+    let fileSystem: any FileSystem
+    let cache: FrameCache
+    let lock: (any FileLock)?
+    let writer: Mutex<WriterState>
+    let published: Mutex<Published>
+    let registry = SnapshotRegistry()
+    let groupSync = GroupSync()
+    /// Serializes checkpoints and compactions; the flag says one is queued in the background.
+    let maintenance = Mutex<Bool>(false)
+    let background = DispatchQueue(label: "logbook.maintenance")
+
+    struct WriterState: Sendable {
+        var working: IndexState
+        var segments: SegmentSet
+        var active: SegmentFile?
+        /// Where the next frame goes in the active segment (the end of the last commit).
+        var appendOffset: Int
+        var manifest: Manifest
+        /// Set by a failed write or sync: no more writes until reopened.
+        var failure: EngineError?
+        var closed = false
+        var bytesSinceCheckpoint = 0
+        var checkpointVersion: UInt64 = 0
+        var lastWritten: UInt64 = 0
+
+        /// Makes the store refuse writes until it is reopened.
+        mutating func recordFailure(_ error: any Error) {
+            failure = error as? EngineError ?? EngineError(.io, "\(error)")
+        }
+
+        func checkWritable() throws {
+            if closed { throw EngineError(.closed, "the store is closed") }
+            if let failure { throw EngineError(.failed, "an earlier write failed and the store refuses writes until it is reopened: \(failure)") }
+        }
+    }
+
+    struct Published: Sendable {
+        var state: IndexState
+        var segments: SegmentSet
+    }
+
+    init(directory: String, options: StoreOptions, fileSystem: any FileSystem, lock: (any FileLock)?,
+         report: RecoveryReport, writer: WriterState, cache: FrameCache) {
+        self.directory = directory
+        self.options = options
+        self.fileSystem = fileSystem
+        self.lock = lock
+        self.recoveryReport = report
+        self.isReadOnly = options.readOnly || options.salvage
+        self.cache = cache
+        self.published = Mutex(Published(state: writer.working, segments: writer.segments))
+        self.writer = Mutex(writer)
+        groupSync.setSynced(writer.working.version)
+    }
+
+    deinit {
+        lock?.unlock()
+    }
+
+    /// Opens (or creates) the store in `directory`.
+    ///
+    /// Throws `EngineError` with code `.notAStore` when the directory holds something else,
+    /// `.locked` when another process writes to it, `.corruption` (naming file and offset)
+    /// when committed data is damaged, `.unsupportedFormat` for another format version.
+    public static func open(at directory: String, options: StoreOptions = StoreOptions()) throws -> Store {
+        try open(at: directory, options: options, fileSystem: PosixFileSystem())
+    }
+
+    static func open(at directory: String, options: StoreOptions, fileSystem fs: any FileSystem) throws -> Store {
+        var recovery = Recovery(directory: directory, options: options, fileSystem: fs)
+        return try recovery.run()
+    }
+
+    /// The version of the last commit visible to new snapshots.
+    public var version: UInt64 { published.withLock { $0.state.version } }
+
+    /// Pins the current version in O(1). The snapshot sees exactly the commits before it,
+    /// whatever the writer does next, until it is released.
+    public func snapshot() -> Snapshot {
+        let current = published.withLock { $0 }
+        return Snapshot(published: current, cache: cache, registry: registry)
+    }
+
+    func publish(_ w: WriterState) {
+        let p = Published(state: w.working, segments: w.segments)
+        published.withLock { $0 = p }
+    }
+
+    /// Closes the store: waits for background work, writes a checkpoint if anything was
+    /// committed since the last one, and releases the lock. Snapshots stay readable.
+    public func close() throws {
+        background.sync {}
+        if !isReadOnly && options.checkpointOnClose {
+            let needed = writer.withLock { w in w.failure == nil && !w.closed && w.working.version != w.checkpointVersion && w.working.version > 0 }
+            if needed { try maintenance.withLock { _ in try writeCheckpoint() } }
+        }
+        writer.withLock { w in
+            w.closed = true
+            if w.failure == nil && options.durability != .full { try? w.active?.handle.sync() }
+        }
+        lock?.unlock()
+    }
+
+    /// Sizes, counts and the state of snapshots.
+    public func statistics() -> StoreStatistics {
+        let (p, manifest, checkpointVersion) = writer.withLock { w in
+            (Published(state: w.working, segments: w.segments), w.manifest, w.checkpointVersion)
+        }
+        let current = published.withLock { $0 }
+        _ = p
+        var segments: [StoreStatistics.Segment] = []
+        for number in manifest.segments {
+            let bytes = (try? current.segments.files[number]?.handle.size()) ?? nil
+            segments.append(.init(number: number, bytes: bytes ?? 0))
+        }
+        var perKeyspace: [UInt16: Int] = [:]
+        for ks in current.state.primary.keyspaces { perKeyspace[ks] = current.state.primary.count(inKeyspace: ks) }
+        let (pinned, oldest) = registry.summary()
+        let memory = current.state.primary.estimatedBytes()
+            + current.state.indexes.values.reduce(0) { $0 + $1.estimatedBytes() }
+            + current.state.sets.estimatedBytes(valueSize: 8)
+        return StoreStatistics(
+            version: current.state.version,
+            segments: segments,
+            fileBytes: segments.reduce(0) { $0 + $1.bytes },
+            liveBytes: current.state.liveBytes,
+            totalBytes: current.state.totalBytes,
+            keyCount: current.state.primary.count,
+            keysPerKeyspace: perKeyspace,
+            indexEntries: current.state.indexes.mapValues(\.count),
+            setCount: current.state.sets.count,
+            indexMemoryBytes: memory,
+            pinnedSnapshots: pinned,
+            oldestSnapshotAge: oldest,
+            checkpoint: manifest.checkpoint == 0 ? nil : manifest.checkpoint,
+            checkpointVersion: manifest.checkpoint == 0 ? nil : checkpointVersion)
+    }
+
+    // MARK: Files
+
+    func path(_ name: String) -> String { joinPath(directory, name) }
+
+    /// Writes a new manifest atomically: temporary file, sync, rename, sync the directory.
+    func writeManifest(_ manifest: Manifest) throws {
+        let tmp = path(JournalFormat.manifestFileName + JournalFormat.temporarySuffix)
+        try? fileSystem.removeFile(tmp)
+        let handle = try fileSystem.openFile(tmp, writable: true, create: true, exclusive: true)
+        try handle.write(manifest.encoded(), at: 0)
+        try handle.sync()
+        handle.close()
+        try fileSystem.rename(tmp, to: path(JournalFormat.manifestFileName))
+        try fileSystem.syncDirectory(directory)
+    }
+
+    /// Creates a segment file with a synced header. Its directory entry becomes durable with
+    /// the next manifest write, which is what makes it part of the store.
+    func createSegment(number: UInt64) throws -> SegmentFile {
+        let p = path(SegmentFile.fileName(number))
+        let handle = try fileSystem.openFile(p, writable: true, create: true, exclusive: true)
+        let header = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
+        try handle.write(header.encoded(), at: 0)
+        try handle.sync()
+        return SegmentFile(number: number, salt: header.salt, path: p, handle: handle, fileSystem: fileSystem)
+    }
+
+    /// Seals the active segment (synced) and starts a new one, listed in a new manifest.
+    func rollover(_ w: inout WriterState) throws {
+        do {
+            try w.active?.handle.sync()
+            var manifest = w.manifest
+            let number = try manifest.allocateFileNumber()
+            let file = try createSegment(number: number)
+            manifest.segments.append(number)
+            manifest.generation += 1
+            try writeManifest(manifest)
+            w.manifest = manifest
+            w.segments = w.segments.adding(file)
+            w.active = file
+            w.appendOffset = JournalFormat.fileHeaderSize
+        } catch {
+            w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+            throw error
+        }
+    }
+}
+
+/// Tracks pinned snapshots: how many, and since when.
+final class SnapshotRegistry: Sendable {
+    private struct State {
+        var next = 0
+        var pinned: [Int: (version: UInt64, since: ContinuousClock.Instant)] = [:]
+    }
+    private let state = Mutex(State())
+
+    func pin(version: UInt64) -> Int {
+        state.withLock { s in
+            s.next += 1
+            s.pinned[s.next] = (version, .now)
+            return s.next
+        }
+    }
+
+    func unpin(_ id: Int) {
+        _ = state.withLock { $0.pinned.removeValue(forKey: id) }
+    }
+
+    func summary() -> (Int, Double?) {
+        state.withLock { s in
+            let oldest = s.pinned.values.map(\.since).min()
+            return (s.pinned.count, oldest.map { instant in
+                let d = ContinuousClock.now - instant
+                return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+            })
+        }
+    }
+}

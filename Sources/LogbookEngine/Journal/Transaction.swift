@@ -1,0 +1,206 @@
+import Dispatch
+
+/// A set of writes that become visible together, or not at all.
+///
+/// Operations are encoded as they are added, into blocks that become the journal's frames,
+/// so building a transaction of a million puts makes no per-operation allocation.
+///
+/// ```swift
+/// var transaction = Transaction()
+/// transaction.put(42, value: Array("hello".utf8))
+/// transaction.addMembers([7, 9], toSet: 1000)
+/// let version = try store.commit(transaction)
+/// ```
+public struct Transaction: Sendable {
+    var blocks: [[UInt8]] = []
+    var current = ByteWriter()
+    /// The number of operations added so far.
+    public private(set) var operationCount = 0
+    private var scratch: [UInt64] = []
+    /// Compresses finished blocks on another core while the caller goes on adding operations.
+    var compressor: BlockCompressor?
+    /// Each operation's key and place, recorded as it is encoded.
+    var manifest = OperationTable()
+
+    public init() {}
+
+    public var isEmpty: Bool { operationCount == 0 }
+
+    /// Bytes encoded so far (before compression).
+    public var encodedSize: Int { blocks.reduce(current.count) { $0 + $1.count } }
+
+    /// Writes `value` under `key`, replacing any earlier value, with the given secondary index
+    /// entries (the previous version's entries are removed from their indexes).
+    public mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, indexKeys: [IndexKey] = []) {
+        indexKeys.withUnsafeBufferPointer { put(key, value: value, keys: $0) }
+    }
+
+    /// Writes `value` under `key` with one secondary index entry (no allocation).
+    public mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, indexKey: IndexKey) {
+        withUnsafePointer(to: indexKey) { put(key, value: value, keys: UnsafeBufferPointer(start: $0, count: 1)) }
+    }
+
+    public mutating func put(_ key: UInt64, value: [UInt8], indexKeys: [IndexKey] = []) {
+        value.withUnsafeBytes { put(key, value: $0, indexKeys: indexKeys) }
+    }
+
+    public mutating func put(_ key: UInt64, value: [UInt8], indexKey: IndexKey) {
+        value.withUnsafeBytes { put(key, value: $0, indexKey: indexKey) }
+    }
+
+    /// Writes a value of `valueCount` bytes that `writeValue` puts straight into the
+    /// transaction's block (no intermediate buffer), with up to one index entry.
+    public mutating func put(_ key: UInt64, valueCount: Int, indexKey: IndexKey?,
+                             writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
+        if let indexKey {
+            withUnsafePointer(to: indexKey) {
+                putOperation(key, valueCount: valueCount, keys: UnsafeBufferPointer(start: $0, count: 1), writeValue: writeValue)
+            }
+        } else {
+            putOperation(key, valueCount: valueCount, keys: UnsafeBufferPointer(start: nil, count: 0), writeValue: writeValue)
+        }
+    }
+
+    private mutating func put(_ key: UInt64, value: UnsafeRawBufferPointer, keys: UnsafeBufferPointer<IndexKey>) {
+        putOperation(key, valueCount: value.count, keys: keys) { out in
+            if value.count > 0 { out.baseAddress!.copyMemory(from: value.baseAddress!, byteCount: value.count) }
+        }
+    }
+
+    /// The one encoder of puts: the operation's size first, then one write into the block.
+    private mutating func putOperation(_ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
+                                       writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
+        precondition(valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
+        // The first block starts small (most transactions are small) and grows; later ones start full size.
+        if current.capacity == 0 { current = ByteWriter(capacity: 2048) }
+        var size = 1 + varintSize(UInt64(EngineKey(rawValue: key).keyspace)) + varintSize(EngineKey(rawValue: key).id) + varintSize(UInt64(valueCount)) + valueCount
+        size += varintSize(UInt64(keys.count))
+        for ik in keys {
+            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
+            size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
+        }
+        let opOffset = current.count
+        var indexDelta = 0
+        current.write(size) { p in
+            p.storeBytes(of: JournalFormat.OperationCode.put.rawValue, as: UInt8.self)
+            var o = 1
+            o += storeVarint(UInt64(EngineKey(rawValue: key).keyspace), at: p + o)
+            o += storeVarint(EngineKey(rawValue: key).id, at: p + o)
+            o += storeVarint(UInt64(valueCount), at: p + o)
+            writeValue(UnsafeMutableRawBufferPointer(start: p + o, count: valueCount))
+            o += valueCount
+            o += storeVarint(UInt64(keys.count), at: p + o)
+            indexDelta = o
+            for ik in keys {
+                o += storeVarint(UInt64(ik.index), at: p + o)
+                o += storeVarint(UInt64(ik.count), at: p + o)
+                let at = o
+                ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
+                o += ik.count
+            }
+        }
+        manifest.append(key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: keys.count)
+        finishOperation()
+    }
+
+    /// Removes `key` and its index entries. Removing a missing key does nothing.
+    public mutating func delete(_ key: UInt64) {
+        manifest.append(key: key, block: blocks.count, offset: current.count, code: .delete, indexDelta: 0, indexCount: 0)
+        current.append(JournalFormat.OperationCode.delete.rawValue)
+        current.appendKey(key)
+        finishOperation()
+    }
+
+    /// Adds members to the membership set `set` (for example a to-many relationship).
+    public mutating func addMembers(_ members: some Sequence<UInt64>, toSet set: UInt64) {
+        setOperation(.setAdd, set, members)
+    }
+
+    /// Removes members from the membership set `set`.
+    public mutating func removeMembers(_ members: some Sequence<UInt64>, fromSet set: UInt64) {
+        setOperation(.setRemove, set, members)
+    }
+
+    /// Makes `members` the whole of the set `set` (an empty sequence removes the set).
+    public mutating func replaceMembers(_ members: some Sequence<UInt64>, ofSet set: UInt64) {
+        setOperation(.setReplace, set, members)
+    }
+
+    private mutating func setOperation(_ code: JournalFormat.OperationCode, _ set: UInt64, _ members: some Sequence<UInt64>) {
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(contentsOf: members)
+        scratch.sort()
+        var w = 0
+        for i in scratch.indices where i == 0 || scratch[i] != scratch[i - 1] {
+            scratch[w] = scratch[i]
+            w += 1
+        }
+        scratch.removeSubrange(w...)
+        if scratch.isEmpty && code != .setReplace { return }
+        // Very large sets are split so that an operation stays well inside a frame.
+        let chunk = 1 << 20
+        var start = 0
+        repeat {
+            let end = min(scratch.count, start + chunk)
+            let opCode: JournalFormat.OperationCode = start == 0 ? code : (code == .setReplace ? .setAdd : code)
+            manifest.append(key: set, block: blocks.count, offset: current.count, code: opCode, indexDelta: 0, indexCount: 0)
+            current.append(opCode.rawValue)
+            current.appendKey(set)
+            current.appendVarint(end - start)
+            for i in start..<end {
+                if i == start { current.appendKey(scratch[i]) } else { current.appendVarint(scratch[i] - scratch[i - 1]) }
+            }
+            finishOperation()
+            start = end
+        } while start < scratch.count
+    }
+
+    @inline(__always)
+    private mutating func finishOperation() {
+        operationCount += 1
+        if current.count >= JournalFormat.blockTargetSize {
+            let block = current.bytes
+            blocks.append(block)
+            current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096)
+            // Large transactions: compress in the background from the fourth block on.
+            if blocks.count >= 4 {
+                if compressor == nil || !isKnownUniquelyReferenced(&compressor!) { compressor = BlockCompressor() }
+                compressor!.submit(index: blocks.count - 1, block)
+            }
+        }
+    }
+
+    /// The finished blocks, the last one included.
+    func finishedBlocks() -> [[UInt8]] {
+        current.count > 0 ? blocks + [current.bytes] : blocks
+    }
+}
+
+/// Compressed forms of a transaction's blocks, made on a background queue.
+///
+/// The work in flight holds `Results`, never the compressor itself, so that a transaction can
+/// tell from the compressor's reference count whether a copy of it shares the compressor.
+final class BlockCompressor: Sendable {
+    /// `values` is guarded by `lock`.
+    final class Results: @unchecked Sendable {
+        let lock = ConditionLock()
+        var values: [Int: (JournalFormat.Codec, [UInt8]?)] = [:]
+    }
+
+    private let results = Results()
+    private let group = DispatchGroup()
+
+    func submit(index: Int, _ block: [UInt8]) {
+        let results = self.results
+        DispatchQueue.global().async(group: group) {
+            let encoded = block.withUnsafeBytes { Frame.encodePayload($0) }
+            results.lock.withLock { results.values[index] = encoded }
+        }
+    }
+
+    /// Waits for the work in flight; returns what was compressed, by block index.
+    func finish() -> [Int: (JournalFormat.Codec, [UInt8]?)] {
+        group.wait()
+        return results.lock.withLock { results.values }
+    }
+}

@@ -1,0 +1,329 @@
+import Dispatch
+/// Checkpoints: the indexes written out so that an open replays only the journal after them.
+///
+/// A checkpoint file is a 32-byte header (magic "LBKCKPT\0") followed by `checkpointData`
+/// frames (LZ4-compressed chunks of one serialized stream, at most 1 MiB each before
+/// compression) and a `checkpointEnd` frame (chunk count u32 · stream length u64). It is
+/// written under a temporary name, synced, renamed, and only then named by a new manifest.
+enum Checkpoint {
+    static let chunkSize = 1 << 20
+
+    static func fileName(_ number: UInt64) -> String {
+        JournalFormat.checkpointPrefix + hex12(number) + JournalFormat.checkpointSuffix
+    }
+
+    struct Loaded {
+        var state: IndexState
+        /// The journal position the state covers: replay continues here.
+        var segment: UInt64
+        var offset: Int
+    }
+
+    // MARK: Stream
+
+    @inline(__always) static func zigzag(_ v: Int64) -> UInt64 { UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
+    @inline(__always) static func unzigzag(_ v: UInt64) -> Int64 { Int64(bitPattern: v >> 1) ^ -Int64(bitPattern: v & 1) }
+
+    /// Serializes the state: position and byte counts, then the primary index, the secondary
+    /// indexes and the sets, each sorted and delta-encoded.
+    static func encode(_ state: IndexState, segment: UInt64, offset: Int) -> [UInt8] {
+        var w = ByteWriter(capacity: state.primary.count * 4 + 1024)
+        w.appendLE(state.version)
+        w.appendLE(segment)
+        w.appendLE(UInt64(offset))
+        w.appendLE(UInt64(max(0, state.liveBytes)))
+        w.appendLE(UInt64(max(0, state.totalBytes)))
+        // Primary index, per keyspace.
+        let spaces = state.primary.keyspaces.sorted()
+        w.appendVarint(spaces.count)
+        for ks in spaces {
+            w.appendVarint(UInt64(ks))
+            w.appendVarint(state.primary.count(inKeyspace: ks))
+            var previousKey: UInt64 = 0
+            var previousLocation: UInt64 = 0
+            var first = true
+            state.primary.forEach(inKeyspace: ks) { key, location in
+                let id = EngineKey(rawValue: key).id
+                w.appendVarint(first ? id : id - previousKey)
+                w.appendVarint(zigzag(Int64(bitPattern: location &- previousLocation)))
+                previousKey = id
+                previousLocation = location
+                first = false
+                return true
+            }
+        }
+        // Secondary indexes.
+        let indexIDs = state.indexes.keys.sorted()
+        w.appendVarint(indexIDs.count)
+        for id in indexIDs {
+            let index = state.indexes[id]!
+            w.appendVarint(UInt64(id))
+            w.appendVarint(index.count)
+            var previous: [UInt8] = []
+            var previousPK: UInt64 = 0
+            index.forEach(from: nil, to: nil) { key, pk in
+                var shared = 0
+                let limit = min(previous.count, key.count)
+                while shared < limit && previous[shared] == key[shared] { shared += 1 }
+                w.appendVarint(shared)
+                w.appendVarint(key.count - shared)
+                w.append(UnsafeRawBufferPointer(rebasing: key[shared...]))
+                w.appendVarint(zigzag(Int64(bitPattern: pk &- previousPK)))
+                previous.removeAll(keepingCapacity: true)
+                previous.append(contentsOf: key)
+                previousPK = pk
+                return true
+            }
+        }
+        // Sets.
+        let setSpaces = state.sets.keyspaces.sorted()
+        w.appendVarint(setSpaces.count)
+        for ks in setSpaces {
+            w.appendVarint(UInt64(ks))
+            w.appendVarint(state.sets.count(inKeyspace: ks))
+            var previousKey: UInt64 = 0
+            var first = true
+            state.sets.forEach(inKeyspace: ks) { key, set in
+                let id = EngineKey(rawValue: key).id
+                w.appendVarint(first ? id : id - previousKey)
+                previousKey = id
+                first = false
+                let members = set.members
+                w.appendVarint(members.count)
+                var previous: UInt64 = 0
+                for (i, m) in members.enumerated() {
+                    w.appendVarint(i == 0 ? m : m - previous)
+                    previous = m
+                }
+                return true
+            }
+        }
+        return w.bytes
+    }
+
+    struct Malformed: Error {}
+
+    /// A result handed back from another thread (read after the group's wait).
+    /// A result written by one thread and read after it joined (sent as `UncheckedSendable`).
+    final class ResultBox<T> {
+        var value: T?
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> Loaded {
+        try bytes.withUnsafeBytes { raw in
+            var r = ByteReader(raw)
+            do {
+                var state = IndexState()
+                state.version = try r.readLE(UInt64.self)
+                let segment = try r.readLE(UInt64.self)
+                let offset = Int(try r.readLE(UInt64.self))
+                state.liveBytes = Int(try r.readLE(UInt64.self))
+                state.totalBytes = Int(try r.readLE(UInt64.self))
+                let spaces = try r.readLength(limit: 1 << 16)
+                var primaryParts: [([UInt64], [UInt64])] = []
+                for _ in 0..<spaces {
+                    let ks = UInt16(try r.readLength(limit: 0xFFFF))
+                    let count = try r.readLength(limit: r.remaining)
+                    // Each entry at least two bytes: a count past that is malformed, not allocated.
+                    guard count <= r.remaining / 2 else { throw Malformed() }
+                    var id: UInt64 = 0
+                    var location: UInt64 = 0
+                    var locations: [UInt64] = []
+                    let keys = try [UInt64](unsafeUninitializedCapacity: count) { keyBuffer, keysMade in
+                        locations = try [UInt64](unsafeUninitializedCapacity: count) { locationBuffer, locationsMade in
+                            for i in 0..<count {
+                                let d = try r.readVarint()
+                                guard i == 0 || d > 0 else { throw Malformed() }
+                                id = i == 0 ? d : id &+ d
+                                location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                                guard id <= EngineKey.maxID, location != 0 else { throw Malformed() }
+                                keyBuffer[i] = EngineKey(keyspace: ks, id: id).rawValue
+                                locationBuffer[i] = location
+                                keysMade = i + 1
+                                locationsMade = i + 1
+                            }
+                        }
+                    }
+                    primaryParts.append((keys, locations))
+                }
+                // The primary map is built on another thread while this one reads the indexes.
+                let parts = UncheckedSendable(primaryParts)
+                let built = UncheckedSendable(ResultBox<RadixMap<UInt64>>())
+                let group = DispatchGroup()
+                DispatchQueue.global().async(group: group) {
+                    var primary = RadixMap<UInt64>()
+                    for (keys, locations) in parts.value {
+                        primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
+                    }
+                    built.value.value = primary
+                }
+                defer { group.wait() }
+                let indexCount = try r.readLength(limit: 1 << 20)
+                for _ in 0..<indexCount {
+                    let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
+                    let count = try r.readLength(limit: r.remaining)
+                    var builder = OrderedIndex.Builder()
+                    var pk: UInt64 = 0
+                    // The current key, rebuilt in place from its shared prefix and new suffix.
+                    try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
+                        var length = 0
+                        for _ in 0..<count {
+                            let shared = try r.readLength(limit: length)
+                            let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                            let bytes = try r.readBytes(suffix)
+                            if suffix > 0 { key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix) }
+                            length = shared + suffix
+                            pk = pk &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                            builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), pk)
+                        }
+                    }
+                    state.indexes[id] = builder.build()
+                }
+                let setSpaces = try r.readLength(limit: 1 << 16)
+                for _ in 0..<setSpaces {
+                    let ks = UInt16(try r.readLength(limit: 0xFFFF))
+                    let count = try r.readLength(limit: r.remaining)
+                    var id: UInt64 = 0
+                    for i in 0..<count {
+                        let d = try r.readVarint()
+                        id = i == 0 ? d : id &+ d
+                        guard id <= EngineKey.maxID else { throw Malformed() }
+                        let n = try r.readLength(limit: r.remaining)
+                        var members: [UInt64] = []
+                        members.reserveCapacity(n)
+                        var m: UInt64 = 0
+                        for j in 0..<n {
+                            let v = try r.readVarint()
+                            m = j == 0 ? v : m &+ v
+                            members.append(m)
+                        }
+                        state.sets.modify(EngineKey(keyspace: ks, id: id).rawValue) { $0.replace(sorted: members) }
+                    }
+                }
+                guard r.isAtEnd else { throw Malformed() }
+                group.wait()
+                state.primary = built.value.value ?? RadixMap()
+                return Loaded(state: state, segment: segment, offset: offset)
+            } catch {
+                throw Malformed()
+            }
+        }
+    }
+
+    // MARK: Files
+
+    /// Writes a checkpoint file under a temporary name, syncs it and renames it into place.
+    static func write(_ stream: [UInt8], number: UInt64, directory: String, fileSystem fs: any FileSystem) throws {
+        let final = joinPath(directory, fileName(number))
+        let tmp = final + JournalFormat.temporarySuffix
+        try? fs.removeFile(tmp)
+        let handle = try fs.openFile(tmp, writable: true, create: true, exclusive: true)
+        let salt = FileHeader.randomSalt()
+        var out = FileHeader(magic: JournalFormat.checkpointMagic, number: number, salt: salt).encoded()
+        var chunks = 0
+        stream.withUnsafeBytes { raw in
+            var start = 0
+            repeat {
+                let end = min(raw.count, start + chunkSize)
+                Frame.append(type: .checkpointData, payload: UnsafeRawBufferPointer(rebasing: raw[start..<end]),
+                             compress: true, salt: salt, to: &out)
+                chunks += 1
+                start = end
+            } while start < raw.count
+        }
+        var end = ByteWriter()
+        end.appendLE(UInt32(chunks))
+        end.appendLE(UInt64(stream.count))
+        Frame.append(type: .checkpointEnd, payload: end.bytes, compress: false, salt: salt, to: &out)
+        try handle.write(out, at: 0)
+        try handle.sync()
+        handle.close()
+        try fs.rename(tmp, to: final)
+        try fs.syncDirectory(directory)
+    }
+
+    /// Reads and checks a checkpoint file.
+    static func read(path: String, number: UInt64, fileSystem fs: any FileSystem) throws -> Loaded {
+        let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
+        defer { handle.close() }
+        let data = try handle.read(count: try handle.size(), at: 0)
+        let stream: [UInt8] = try data.withUnsafeBytes { raw in
+            let header: FileHeader
+            do { header = try FileHeader.decode(raw, magic: JournalFormat.checkpointMagic) } catch {
+                throw EngineError.corruption("checkpoint header is damaged (\(error))", path: path, offset: 0)
+            }
+            guard header.number == number else {
+                throw EngineError.corruption("checkpoint header names number \(header.number)", path: path, offset: 16)
+            }
+            var stream: [UInt8] = []
+            var chunks = 0
+            var position = JournalFormat.fileHeaderSize
+            while true {
+                guard case .frame(let frame) = Frame.parse(raw, at: position, salt: header.salt) else {
+                    throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: position)
+                }
+                if frame.type == .checkpointEnd {
+                    var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
+                    guard let n = try? r.readLE(UInt32.self), let length = try? r.readLE(UInt64.self),
+                          Int(n) == chunks, Int(length) == stream.count, frame.end == raw.count else {
+                        throw EngineError.corruption("checkpoint end record does not match", path: path, offset: position)
+                    }
+                    return stream
+                }
+                guard frame.type == .checkpointData, let chunk = Frame.decode(raw, frame) else {
+                    throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
+                }
+                stream.append(contentsOf: chunk)
+                chunks += 1
+                position = frame.end
+            }
+        }
+        do { return try decode(stream) } catch {
+            throw EngineError.corruption("checkpoint contents are malformed", path: path, offset: JournalFormat.fileHeaderSize)
+        }
+    }
+}
+
+extension Store {
+    /// Writes a checkpoint of the indexes now, so that the next open replays only what follows.
+    public func checkpoint() throws {
+        if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
+        try maintenance.withLock { _ in try writeCheckpoint() }
+    }
+
+    /// Caller holds `maintenance`.
+    func writeCheckpoint() throws {
+        let captured = try writer.withLock { w -> (IndexState, UInt64, Int, UInt64)? in
+            try w.checkWritable()
+            if w.manifest.checkpoint != 0 && w.checkpointVersion == w.working.version { return nil }
+            guard let active = w.active else { return nil }
+            // A checkpoint covers only durable commits.
+            if options.durability != .full {
+                do { try active.handle.sync() } catch {
+                    w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                    throw error
+                }
+            }
+            let number = try w.manifest.allocateFileNumber()
+            return (w.working, active.number, w.appendOffset, number)
+        }
+        guard let (state, segment, offset, number) = captured else { return }
+        let stream = Checkpoint.encode(state, segment: segment, offset: offset)
+        try Checkpoint.write(stream, number: number, directory: directory, fileSystem: fileSystem)
+        try writer.withLock { w in
+            try w.checkWritable()
+            var manifest = w.manifest
+            let old = manifest.checkpoint
+            manifest.checkpoint = number
+            manifest.generation += 1
+            do { try writeManifest(manifest) } catch {
+                w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                throw error
+            }
+            w.manifest = manifest
+            w.checkpointVersion = state.version
+            w.bytesSinceCheckpoint = max(0, w.appendOffset - offset)
+            if old != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(old))) }
+        }
+    }
+}

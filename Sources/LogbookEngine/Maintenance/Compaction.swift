@@ -1,0 +1,240 @@
+extension Store {
+    /// Rewrites the live records of all sealed segments into new compressed segments and
+    /// switches to them with one atomic manifest replacement. Writers go on meanwhile (they
+    /// wait only for the short switch); snapshots go on reading the old segments, which are
+    /// deleted once the last snapshot that reads them is released.
+    @discardableResult
+    public func compact() throws -> CompactionReport {
+        if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
+        return try maintenance.withLock { _ in try runCompaction() }
+    }
+
+    /// Caller holds `maintenance`.
+    func runCompaction() throws -> CompactionReport {
+        let started = ContinuousClock.now
+        // 1. Seal the active segment so that everything committed so far is in sealed segments.
+        let (sealedState, sealed, allSegments) = try writer.withLock { w -> (IndexState, [SegmentFile], SegmentSet) in
+            try w.checkWritable()
+            if w.appendOffset > JournalFormat.fileHeaderSize { try rollover(&w) }
+            let activeNumber = w.active?.number
+            let sealed = w.manifest.segments.filter { $0 != activeNumber }.compactMap { w.segments.files[$0] }
+            return (w.working, sealed, w.segments)
+        }
+        let bytesBefore = sealed.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }
+        guard !sealed.isEmpty else {
+            return CompactionReport(bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0,
+                                    segmentsWritten: 0, seconds: 0)
+        }
+        let sealedNumbers = Set(sealed.map(\.number))
+        let reader = BlockReader(segments: allSegments, cache: cache)
+
+        // 2. Rewrite the live puts and every set into new segments, as commits of the sealed version.
+        var output = CompactionWriter(store: self, version: sealedState.version)
+        do {
+            // Live records in storage order, so that each block is read (and decompressed) once,
+            // whatever order their keys were written in.
+            var live: [(packed: UInt64, key: UInt64)] = []
+            live.reserveCapacity(sealedState.primary.count)
+            sealedState.primary.forEach { key, packed in
+                if sealedNumbers.contains(Location(packed: packed).segment) { live.append((packed, key)) }
+                return true
+            }
+            live.sort { $0.packed < $1.packed }
+            // Frame by frame: a frame whose operations are all live puts is copied as stored
+            // (no decompression or compression; only its checksum is computed again with the new
+            // file's salt); the others are rewritten operation by operation.
+            var start = 0
+            while start < live.count {
+                let frameKey = Location(packed: live[start].packed).frameKey
+                var end = start + 1
+                while end < live.count && Location(packed: live[end].packed).frameKey == frameKey { end += 1 }
+                let first = Location(packed: live[start].packed)
+                let block = try reader.block(segment: first.segment, frameOffset: first.frameOffset)
+                let operations = block.withUnsafeBytes { raw -> Int? in
+                    var o = 0, n = 0
+                    while o < raw.count {
+                        guard case let (.put, next)? = try? JournalOperation.decode(raw, at: o) else { return nil }
+                        o = next
+                        n += 1
+                    }
+                    return n
+                }
+                if operations == end - start {
+                    let frame = try reader.storedFrame(segment: first.segment, frameOffset: first.frameOffset)
+                    let puts = live[start..<end].map { (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset) }
+                    try frame.stored.withUnsafeBytes { stored in
+                        try output.appendFrame(codec: frame.codec, stored: stored, blockBytes: block.count, operations: end - start, puts: puts)
+                    }
+                } else {
+                    try block.withUnsafeBytes { raw in
+                        for (packed, key) in live[start..<end] {
+                            let location = Location(packed: packed)
+                            let (_, opEnd): (JournalOperation, Int)
+                            do { (_, opEnd) = try JournalOperation.decode(raw, at: location.blockOffset) } catch {
+                                throw EngineError.corruption("malformed operation", path: allSegments.files[location.segment]?.path ?? "",
+                                                             offset: location.frameOffset)
+                            }
+                            try output.appendPut(key: key, old: packed, UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<opEnd]))
+                        }
+                    }
+                }
+                start = end
+            }
+            try sealedState.sets.forEach { key, set in
+                var t = Transaction()
+                t.replaceMembers(set.members, ofSet: key)
+                for block in t.finishedBlocks() { try block.withUnsafeBytes { try output.appendRaw($0) } }
+                return true
+            }
+            try output.finish()
+        } catch {
+            output.abandon()
+            throw error
+        }
+
+        // 3. Switch: remap the locations that still point into sealed segments, then one manifest.
+        let written = output.files
+        let remap = output.remap
+        let (bytesAfter, removedCount) = try writer.withLock { w -> (Int, Int) in
+            do { try w.checkWritable() } catch { output.abandon(); throw error }
+            if options.durability != .full {
+                do { try w.active?.handle.sync() } catch {
+                    w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                    throw error
+                }
+            }
+            var manifest = w.manifest
+            let oldCheckpoint = manifest.checkpoint
+            manifest.segments = written.map(\.number) + manifest.segments.filter { !sealedNumbers.contains($0) }
+            manifest.checkpoint = 0
+            manifest.generation += 1
+            do { try writeManifest(manifest) } catch {
+                w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                throw error
+            }
+            w.working.primary.replaceMany(remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
+            w.working.totalBytes = w.working.totalBytes - sealedState.totalBytes + output.operationBytes
+            w.working.liveBytes = max(0, w.working.liveBytes)
+            var files = w.segments.files
+            for file in sealed {
+                files[file.number] = nil
+                file.markObsolete()
+            }
+            for file in written { files[file.number] = file }
+            w.segments = SegmentSet(files)
+            w.manifest = manifest
+            w.checkpointVersion = 0
+            publish(w)
+            if oldCheckpoint != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(oldCheckpoint))) }
+            return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.count)
+        }
+        // 4. A fresh checkpoint, so that the next open need not replay the compacted segments.
+        let checkpointStarted = ContinuousClock.now
+        try writeCheckpoint()
+        let finished = ContinuousClock.now
+        func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+        return CompactionReport(bytesBefore: bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
+                                segmentsRemoved: removedCount, segmentsWritten: written.count,
+                                seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted))
+    }
+}
+
+/// Writes compacted segments: operations copied verbatim into blocks, blocks into frames,
+/// a commit record every few megabytes, a new segment past the segment size.
+struct CompactionWriter {
+    let store: Store
+    let version: UInt64
+    private(set) var files: [SegmentFile] = []
+    private(set) var remap: [(UInt64, UInt64, UInt64)] = []
+    private(set) var operationBytes = 0
+    private var block = ByteWriter()
+    private var blockPuts: [(UInt64, UInt64, Int)] = []
+    private var blockOperations = 0
+    private var out: [UInt8] = []
+    private var offset = 0
+    private var transactionFrames: [Int] = []
+    private var transactionOperations = 0
+
+    init(store: Store, version: UInt64) {
+        self.store = store
+        self.version = version
+    }
+
+    mutating func appendPut(key: UInt64, old: UInt64, _ op: UnsafeRawBufferPointer) throws {
+        blockPuts.append((key, old, block.count))
+        try appendRaw(op)
+    }
+
+    /// Appends whole encoded operations.
+    mutating func appendRaw(_ ops: UnsafeRawBufferPointer) throws {
+        block.append(ops)
+        operationBytes += ops.count
+        blockOperations += 1
+        if block.count >= JournalFormat.blockTargetSize { try flushBlock() }
+    }
+
+    /// Appends a whole frame as it was stored elsewhere (its operations keep their offsets).
+    mutating func appendFrame(codec: JournalFormat.Codec, stored: UnsafeRawBufferPointer, blockBytes: Int, operations: Int,
+                              puts: [(key: UInt64, old: UInt64, blockOffset: Int)]) throws {
+        try flushBlock()
+        if files.isEmpty || offset + out.count >= store.options.segmentSize { try startSegment() }
+        let file = files[files.count - 1]
+        let frameOffset = offset + out.count
+        Frame.append(type: .operations, codec: codec, stored: stored, salt: file.salt, to: &out)
+        for p in puts {
+            remap.append((p.key, p.old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: p.blockOffset).packed))
+        }
+        operationBytes += blockBytes
+        transactionFrames.append(frameOffset)
+        transactionOperations += operations
+        if out.count >= 4 << 20 { try commitTransaction() }
+    }
+
+    private mutating func flushBlock() throws {
+        guard block.count > 0 else { return }
+        if files.isEmpty || offset + out.count >= store.options.segmentSize { try startSegment() }
+        let file = files[files.count - 1]
+        let frameOffset = offset + out.count
+        Frame.append(type: .operations, payload: block.bytes, compress: true, salt: file.salt, to: &out)
+        for (key, old, blockOffset) in blockPuts {
+            remap.append((key, old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: blockOffset).packed))
+        }
+        transactionFrames.append(frameOffset)
+        transactionOperations += blockOperations
+        blockPuts.removeAll(keepingCapacity: true)
+        blockOperations = 0
+        block = ByteWriter(capacity: JournalFormat.blockTargetSize + 256)
+        if out.count >= 4 << 20 { try commitTransaction() }
+    }
+
+    private mutating func commitTransaction() throws {
+        guard !transactionFrames.isEmpty, let file = files.last else { return }
+        let record = CommitRecord(version: version, operationFrames: transactionFrames.count, operations: transactionOperations,
+                                  firstFrameOffset: transactionFrames[0], timestampMillis: Store.nowMillis())
+        Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: file.salt, to: &out)
+        try file.handle.write(out, at: offset)
+        offset += out.count
+        out.removeAll(keepingCapacity: true)
+        transactionFrames.removeAll()
+        transactionOperations = 0
+    }
+
+    private mutating func startSegment() throws {
+        try commitTransaction()
+        if let last = files.last { try last.handle.sync() }
+        let number = try store.writer.withLock { w in try w.manifest.allocateFileNumber() }
+        files.append(try store.createSegment(number: number))
+        offset = JournalFormat.fileHeaderSize
+    }
+
+    mutating func finish() throws {
+        try flushBlock()
+        try commitTransaction()
+        try files.last?.handle.sync()
+    }
+
+    /// Marks the written files for removal (a failed compaction leaves no trace).
+    func abandon() {
+        for file in files { file.markObsolete() }
+    }
+}

@@ -1,0 +1,195 @@
+/// A consistent, read-only view of the store at one version.
+///
+/// Taking one is O(1) and never blocks the writer; it sees exactly the commits up to its
+/// `version`. Release it (let it go out of scope) when done: a pinned snapshot keeps the
+/// segments it reads from being deleted by compaction.
+///
+/// ```swift
+/// let snapshot = store.snapshot()
+/// let count = snapshot.count(inKeyspace: 1)
+/// snapshot.forEachIndexEntry(index: 1, from: IndexBound(low, inclusive: true), to: nil) { key, primaryKey in
+///     print(primaryKey)
+///     return true          // false stops the scan
+/// }
+/// ```
+public final class Snapshot: Sendable {
+    let state: IndexState
+    let reader: BlockReader
+    private let registry: SnapshotRegistry
+    private let pin: Int
+
+    init(published: Store.Published, cache: FrameCache, registry: SnapshotRegistry) {
+        state = published.state
+        reader = BlockReader(segments: published.segments, cache: cache)
+        self.registry = registry
+        pin = registry.pin(version: published.state.version)
+    }
+
+    deinit { registry.unpin(pin) }
+
+    /// The version of the last commit this snapshot sees.
+    public var version: UInt64 { state.version }
+
+    /// Number of keys in the store.
+    public var keyCount: Int { state.primary.count }
+
+    /// Number of keys in a keyspace (the high 16 bits of a key), without scanning.
+    public func count(inKeyspace keyspace: UInt16) -> Int { state.primary.count(inKeyspace: keyspace) }
+
+    public func contains(_ key: UInt64) -> Bool { state.primary[key] != nil }
+
+    /// The value stored under `key`, or nil.
+    public func value(forKey key: UInt64) throws -> [UInt8]? {
+        try withValue(forKey: key) { Array($0) }
+    }
+
+    /// Calls `body` with the value stored under `key` without copying it; nil if there is none.
+    public func withValue<R>(forKey key: UInt64, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
+        guard let packed = state.primary[key] else { return nil }
+        let location = Location(packed: packed)
+        let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
+        return try block.withUnsafeBytes { raw -> R in
+            guard case let (.put(_, value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else {
+                throw EngineError.corruption("a key's location does not hold a put",
+                                             path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+            }
+            return try body(UnsafeRawBufferPointer(rebasing: raw[value]))
+        }
+    }
+
+    /// Calls `body` with the position in `keys`, the key and the value of each of `keys` that
+    /// has one. Values are visited in the order they are stored, so that each block is read
+    /// once: that is the order of `keys` when they were written in that order (as keys written
+    /// together are), else the storage order. This is the fast way to read many values.
+    public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        // Locations first: when they rise with the keys, a single pass reads each block once.
+        var locations = state.primary.values(forKeys: keys)
+        var ordered = true
+        var previous: UInt64 = 0
+        for i in locations.indices {
+            let packed = locations[i]
+            if packed == 0 {
+                locations[i] = .max     // no such key
+                continue
+            }
+            if packed < previous { ordered = false }
+            previous = packed
+        }
+        var blockKey = UInt64.max
+        var block: [UInt8] = []
+        func visit(_ i: Int) throws {
+            let packed = locations[i]
+            guard packed != .max else { return }
+            let location = Location(packed: packed)
+            if location.frameKey != blockKey {
+                block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
+                blockKey = location.frameKey
+            }
+            try block.withUnsafeBytes { raw in
+                guard case let (.put(_, value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else {
+                    throw EngineError.corruption("a key's location does not hold a put",
+                                                 path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+                }
+                try body(i, keys[i], UnsafeRawBufferPointer(rebasing: raw[value]))
+            }
+        }
+        if ordered {
+            for i in keys.indices { try visit(i) }
+        } else {
+            for i in keys.indices.sorted(by: { locations[$0] < locations[$1] }) { try visit(i) }
+        }
+    }
+
+    /// The secondary index entries stored with `key`'s value.
+    public func indexKeys(forKey key: UInt64) throws -> [IndexKey] {
+        guard let packed = state.primary[key] else { return [] }
+        let location = Location(packed: packed)
+        let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
+        return block.withUnsafeBytes { raw in
+            guard case let (.put(_, _, keys, count), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else { return [] }
+            var result: [IndexKey] = []
+            JournalOperation.forEachIndexKey(raw, keys, count: count) { result.append(IndexKey(index: $0, bytes: Array($1))) }
+            return result
+        }
+    }
+
+    /// Visits the keys of a keyspace in ascending order from `start`; `body` returns false to stop.
+    public func forEachKey(inKeyspace keyspace: UInt16, from start: UInt64 = 0, _ body: (UInt64) throws -> Bool) rethrows {
+        try state.primary.forEach(inKeyspace: keyspace, from: start) { key, _ in try body(key) }
+    }
+
+    /// The keys of a keyspace in ascending order from `start`, at most `limit` of them.
+    public func keys(inKeyspace keyspace: UInt16, from start: UInt64 = 0, limit: Int? = nil) -> [UInt64] {
+        var out: [UInt64] = []
+        let limit = limit ?? .max
+        out.reserveCapacity(min(limit, state.primary.count(inKeyspace: keyspace)))
+        _ = state.primary.forEach(inKeyspace: keyspace, from: start) { key, _ in
+            out.append(key)
+            return out.count < limit
+        }
+        return out
+    }
+
+    /// The keyspaces that hold keys.
+    public var keyspaces: [UInt16] { state.primary.keyspaces.sorted() }
+
+    // MARK: Secondary indexes
+
+    /// The indexes that hold entries.
+    public var indexes: [UInt32] { state.indexes.keys.sorted() }
+
+    /// Number of entries of `index` between the bounds, in O(log n).
+    public func indexCount(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil) -> Int {
+        state.indexes[index]?.count(from: lower, to: upper) ?? 0
+    }
+
+    /// Visits the entries of `index` between the bounds in key order (or reverse), with the
+    /// primary key of each; `body` returns false to stop.
+    public func forEachIndexEntry(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+                                  _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
+        try state.indexes[index]?.forEach(from: lower, to: upper, reverse: reverse, body)
+    }
+
+    /// The primary keys of `index`'s entries between the bounds, in order (or reverse), at most
+    /// `limit` of them: what a fetch walks, without a closure per entry.
+    public func primaryKeys(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+                            limit: Int? = nil) -> [UInt64] {
+        state.indexes[index]?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit) ?? []
+    }
+
+    /// The values of many keys copied into one buffer, with each key's span in it (`offset` is
+    /// `UInt32.max` for a key that has no value): a fetch's records in one read.
+    public func copyValues(forKeys keys: [UInt64]) throws -> (bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)]) {
+        var bytes: [UInt8] = []
+        var spans = [(offset: UInt32, count: UInt32)](repeating: (.max, 0), count: keys.count)
+        try forEachValue(forKeys: keys) { i, _, raw in
+            if bytes.isEmpty { bytes.reserveCapacity(min(raw.count * keys.count * 5 / 4 + 64, Int(UInt32.max))) }
+            guard bytes.count + raw.count < Int(UInt32.max) else {
+                throw EngineError(.invalidArgument, "more than 4 GiB of values in one read")
+            }
+            spans[i] = (UInt32(bytes.count), UInt32(raw.count))
+            bytes.append(contentsOf: raw)
+        }
+        return (bytes, spans)
+    }
+
+    // MARK: Sets
+
+    /// The members of a set, ascending.
+    public func members(ofSet set: UInt64) -> [UInt64] { state.sets[set]?.members ?? [] }
+
+    public func memberCount(ofSet set: UInt64) -> Int { state.sets[set]?.count ?? 0 }
+
+    public func isMember(_ member: UInt64, ofSet set: UInt64) -> Bool { state.sets[set]?.contains(member) ?? false }
+
+    /// The keyspaces that hold non-empty sets.
+    public var setKeyspaces: [UInt16] { state.sets.keyspaces.sorted() }
+
+    /// Number of non-empty sets.
+    public var setCount: Int { state.sets.count }
+
+    /// Visits the non-empty sets of a keyspace in ascending key order.
+    public func forEachSet(inKeyspace keyspace: UInt16, _ body: (UInt64, [UInt64]) throws -> Bool) rethrows {
+        try state.sets.forEach(inKeyspace: keyspace) { key, set in try body(key, set.members) }
+    }
+}

@@ -74,6 +74,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     let registry = Registry()
 
 
+    // Unchecked exclusivity: touched only on the context's queue, never reentrantly (hot paths).
     @exclusivity(unchecked) var inserted = InsertedObjects()
     @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [UInt64: ManagedObject] = [:]

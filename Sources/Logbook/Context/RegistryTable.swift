@@ -63,14 +63,9 @@ struct RegistryTable {
                 return
             }
             let ks = EngineKey(rawValue: key).keyspace
-            var found = space(ks)
-            if found == nil {
-                guard newValue != nil else { return }
-                found = Space()
-                keyspaces.append(ks)
-                spaces.append(found!)
-            }
-            guard let page = found!.page(Int(serial >> UInt64(Self.pageBits)), create: newValue != nil) else { return }
+            // Removing from a keyspace with no pages has nothing to do.
+            guard let found = newValue == nil ? space(ks) : space(creating: ks) else { return }
+            guard let page = found.page(Int(serial >> UInt64(Self.pageBits)), create: newValue != nil) else { return }
             let slot = page + (Int(serial) & (Self.pageSize - 1))
             let old = slot.pointee
             slot.pointee = newValue
@@ -78,44 +73,64 @@ struct RegistryTable {
         }
     }
 
-    /// Registers many objects (marking them registered): the keyspace's pages and the current
-    /// page are looked up once per run of keys that share them, and no reference is retained.
+    /// Where a key with a paged serial lives: its keyspace, page number and slot in the page.
+    private struct PagedPosition {
+        let keyspace: UInt16
+        let page: Int
+        let slot: Int
+
+        /// Nil for a serial too large to page (those live in `overflow`).
+        init?(_ key: UInt64) {
+            let engineKey = EngineKey(rawValue: key)
+            guard engineKey.id < RegistryTable.maxPagedSerial else { return nil }
+            keyspace = engineKey.keyspace
+            page = Int(engineKey.id >> UInt64(RegistryTable.pageBits))
+            slot = Int(engineKey.id) & (RegistryTable.pageSize - 1)
+        }
+    }
+
+    /// The pages of a keyspace, made when first needed.
+    private mutating func space(creating keyspace: UInt16) -> Space {
+        if let found = space(keyspace) { return found }
+        let made = Space()
+        keyspaces.append(keyspace)
+        spaces.append(made)
+        return made
+    }
+
+    /// Registers many objects (marking them registered) in three steps per object: its key
+    /// (without retaining it), the page it belongs to (looked up again only when the keyspace
+    /// or page changes from the previous object's, which in a bulk insert is once per 1,024),
+    /// and the slot.
     mutating func insertAll(_ objects: [ManagedObject]) {
-        objects.withUnsafeBufferPointer { list in
-            guard let base = list.baseAddress else { return }
-            let raw = UnsafeRawPointer(base)
-            var pageNumber = -1
-            var keyspace: UInt16 = 0
-            var page: UnsafeMutablePointer<Unmanaged<ManagedObject>?>?
-            for i in 0..<list.count {
-                // The reference as a bare pointer: the array keeps the object alive.
-                let object = Unmanaged<ManagedObject>.fromOpaque(raw.load(fromByteOffset: i * MemoryLayout<ManagedObject>.stride, as: UnsafeRawPointer.self))
-                let key = object._withUnsafeGuaranteedRef { o in
-                    o.flags.insert(.registered)
-                    return o.engineKey
-                }
-                let serial = EngineKey(rawValue: key).id
-                let ks = EngineKey(rawValue: key).keyspace
-                guard serial < Self.maxPagedSerial else {
-                    self[key] = object
-                    continue
-                }
-                let p = Int(serial >> UInt64(Self.pageBits))
-                if page == nil || p != pageNumber || ks != keyspace {
-                    var found = space(ks)
-                    if found == nil {
-                        found = Space()
-                        keyspaces.append(ks)
-                        spaces.append(found!)
-                    }
-                    page = found!.page(p, create: true)
-                    pageNumber = p
-                    keyspace = ks
-                }
-                let slot = page! + (Int(serial) & (Self.pageSize - 1))
-                if slot.pointee == nil { count += 1 }
-                slot.pointee = object
+        var current: (keyspace: UInt16, page: Int, entries: UnsafeMutablePointer<Unmanaged<ManagedObject>?>)?
+        for i in objects.indices {
+            let object = Self.unretained(objects, i)
+            let key = object._withUnsafeGuaranteedRef { o in
+                o.flags.insert(.registered)
+                return o.engineKey
             }
+            guard let position = PagedPosition(key) else {
+                self[key] = object
+                continue
+            }
+            if current == nil || current!.page != position.page || current!.keyspace != position.keyspace {
+                current = (position.keyspace, position.page, space(creating: position.keyspace).page(position.page, create: true)!)
+            }
+            let slot = current!.entries + position.slot
+            if slot.pointee == nil { count += 1 }
+            slot.pointee = object
+        }
+    }
+
+    /// The `i`th object of `objects` as an unretained reference: read as a bare pointer from
+    /// the array's storage (the array keeps the object alive), so that no retain/release pair
+    /// is paid per object of a bulk insert.
+    @inline(__always)
+    private static func unretained(_ objects: [ManagedObject], _ i: Int) -> Unmanaged<ManagedObject> {
+        objects.withUnsafeBufferPointer { list in
+            let raw = UnsafeRawPointer(list.baseAddress!)
+            return Unmanaged<ManagedObject>.fromOpaque(raw.load(fromByteOffset: i * MemoryLayout<ManagedObject>.stride, as: UnsafeRawPointer.self))
         }
     }
 

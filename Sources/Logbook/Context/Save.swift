@@ -37,7 +37,7 @@ extension ManagedObjectContext {
         for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
         // Changed objects in key order: records read together later (by key) then sit together.
         for key in updated.keys.sorted() {
-            let object = updated[key].unsafelyUnwrapped
+            let object = updated[key].unsafelyUnwrapped   // the key comes from `updated.keys`
             if !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
         }
         for object in deleted.values {

@@ -48,19 +48,73 @@ extension ManagedObjectContext {
         try plan(request, layout: try model.layout(named: request.entityName))
     }
 
+    /// Plans a request in four steps: the predicate's top-level conjuncts; the index range
+    /// each indexed attribute's conditions allow; the one index to walk (an equality, else the
+    /// first sort key's range, else any range, else the first sort key's order); and what is
+    /// left for a filter, with what the index settles alone (order, limit, count).
     func plan<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> FetchPlan {
+        let conjuncts = Self.conjuncts(of: request.predicate)
+        let indexed = storeLayout.attributeIndex[layout.index]
+        let (ranges, settled) = Self.indexRanges(conjuncts, layout: layout, indexed: indexed)
+        // The index orders strings plainly: a sort comparing them otherwise cannot use it.
+        let firstSort = request.sortDescriptors.first.flatMap { s -> (slot: Int, ascending: Bool)? in
+            guard let slot = layout.slotByName[s.key] else { return nil }
+            if s.comparison != .plain, slot < layout.attributeCount, layout.entity.attributes[slot].type == .string { return nil }
+            return (slot, s.ascending)
+        }
+        let chosen = Self.chooseIndex(ranges, firstSort: firstSort, layout: layout, indexed: indexed)
+
+        var plan = FetchPlan(entity: layout.name, access: .scan, filter: nil, orderFromIndex: false, limitPushedDown: false,
+                             countFromIndex: false)
+        var residualParts = conjuncts
+        if let slot = chosen, let index = indexed[slot] {
+            let range = ranges[slot] ?? PlannedRange()
+            let reverse = firstSort.map { $0.slot == slot && !$0.ascending } ?? false
+            func show(_ b: IndexBound?) -> String? { b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" } }
+            plan.access = .indexRange(attribute: layout.entity.attributes[slot].name, lower: show(range.lower), upper: show(range.upper), reverse: reverse)
+            plan.index = index
+            plan.lowerBound = range.lower
+            plan.upperBound = range.upper
+            plan.reverse = reverse
+            // Conditions on the chosen attribute are settled by the range; the rest filter.
+            residualParts = conjuncts.enumerated().filter { n, c in
+                guard settled.contains(n), case .comparison(let cmp) = c else { return true }
+                let path: [String]? = { if case .keyPath(let p, _) = cmp.lhs { return p }; if case .keyPath(let p, _) = cmp.rhs { return p }; return nil }()
+                return path != [layout.entity.attributes[slot].name]
+            }.map(\.1)
+            plan.orderFromIndex = request.sortDescriptors.count == 1 && firstSort?.slot == slot
+        } else {
+            plan.orderFromIndex = request.sortDescriptors.isEmpty
+        }
+        if !residualParts.isEmpty {
+            plan.residual = residualParts.count == 1 ? residualParts[0] : .and(residualParts)
+            plan.filter = request.predicate?.format
+        }
+        plan.limitPushedDown = request.fetchLimit > 0 && plan.residual == nil && plan.orderFromIndex
+        plan.countFromIndex = plan.residual == nil
+        return plan
+    }
+
+    /// Step 1: the top-level AND parts of a predicate (a `TRUEPREDICATE` part drops out).
+    private static func conjuncts(of predicate: FetchPredicate?) -> [PredicateNode] {
         var conjuncts: [PredicateNode] = []
         func flatten(_ n: PredicateNode) {
             if case .and(let parts) = n { parts.forEach(flatten) } else if case .constant(true) = n {} else { conjuncts.append(n) }
         }
-        if let p = request.predicate { flatten(p.node) }
-        let indexed = storeLayout.attributeIndex[layout.index]
+        if let predicate { flatten(predicate.node) }
+        return conjuncts
+    }
 
-        // Ranges that indexed attributes' conditions give, by attribute.
+    /// Step 2: by indexed attribute slot, the index range its comparisons allow, and the
+    /// conjuncts (by position) that a range settles exactly.
+    private static func indexRanges(_ conjuncts: [PredicateNode], layout: EntityLayout,
+                                    indexed: [UInt32?]) -> (ranges: [Int: PlannedRange], settled: Set<Int>) {
         var ranges: [Int: PlannedRange] = [:]
-        var settled = Set<Int>()   // conjuncts the index range settles exactly
+        var settled = Set<Int>()
         for (n, c) in conjuncts.enumerated() {
+            // Only plain comparisons: [c] and [d] compare folded strings, which the index does not hold.
             guard case .comparison(let cmp) = c, cmp.modifier == .direct, !cmp.caseInsensitive, !cmp.diacriticInsensitive else { continue }
+            // `value op attribute` is read as `attribute op' value`.
             var attributeSide = cmp.lhs, valueSide = cmp.rhs, op = cmp.op
             if case .value = cmp.lhs, case .keyPath = cmp.rhs {
                 attributeSide = cmp.rhs; valueSide = cmp.lhs
@@ -73,8 +127,7 @@ extension ManagedObjectContext {
                 }
             }
             guard case .keyPath(let path, _) = attributeSide, path.count == 1, let slot = layout.slotByName[path[0]],
-                  slot < layout.attributeCount, let index = indexed[slot] else { continue }
-            _ = index
+                  slot < layout.attributeCount, indexed[slot] != nil else { continue }
             let type = layout.entity.attributes[slot].type
             func key(_ v: Any?) -> [UInt8]? {
                 guard let v, let s = try? Slot(v, type: type), !s.isNull else { return nil }
@@ -111,48 +164,19 @@ extension ManagedObjectContext {
             ranges[slot] = r
             settled.insert(n)
         }
-        // Choose: an equality, else a range, else the first sort key's index, else a scan.
-        // The index orders strings plainly: a sort comparing them otherwise cannot use it.
-        let firstSort = request.sortDescriptors.first.flatMap { s -> (Int, Bool)? in
-            guard let slot = layout.slotByName[s.key] else { return nil }
-            if s.comparison != .plain, slot < layout.attributeCount, layout.entity.attributes[slot].type == .string { return nil }
-            return (slot, s.ascending)
-        }
-        var chosen: Int?
-        if let eq = ranges.first(where: { $0.value.equality })?.key { chosen = eq }
-        else if let first = firstSort, ranges[first.0] != nil { chosen = first.0 }
-        else if let any = ranges.keys.sorted().first { chosen = any }
-        else if let first = firstSort, first.0 < layout.attributeCount, indexed[first.0] != nil { chosen = first.0 }
+        return (ranges, settled)
+    }
 
-        var plan = FetchPlan(entity: layout.name, access: .scan, filter: nil, orderFromIndex: false, limitPushedDown: false,
-                             countFromIndex: false)
-        var residualParts = conjuncts
-        if let slot = chosen, let index = indexed[slot] {
-            let r = ranges[slot] ?? PlannedRange()
-            let reverse = firstSort.map { $0.0 == slot && !$0.1 } ?? false
-            func show(_ b: IndexBound?) -> String? { b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" } }
-            plan.access = .indexRange(attribute: layout.entity.attributes[slot].name, lower: show(r.lower), upper: show(r.upper), reverse: reverse)
-            plan.index = index
-            plan.lowerBound = r.lower
-            plan.upperBound = r.upper
-            plan.reverse = reverse
-            // Conditions on the chosen attribute are settled by the range.
-            residualParts = conjuncts.enumerated().filter { n, c in
-                guard settled.contains(n), case .comparison(let cmp) = c else { return true }
-                let path: [String]? = { if case .keyPath(let p, _) = cmp.lhs { return p }; if case .keyPath(let p, _) = cmp.rhs { return p }; return nil }()
-                return path != [layout.entity.attributes[slot].name]
-            }.map(\.1)
-            plan.orderFromIndex = request.sortDescriptors.count == 1 && firstSort?.0 == slot
-        } else {
-            plan.orderFromIndex = request.sortDescriptors.isEmpty
-        }
-        if !residualParts.isEmpty {
-            plan.residual = residualParts.count == 1 ? residualParts[0] : .and(residualParts)
-            plan.filter = request.predicate?.format
-        }
-        plan.limitPushedDown = request.fetchLimit > 0 && plan.residual == nil && plan.orderFromIndex
-        plan.countFromIndex = plan.residual == nil
-        return plan
+    /// Step 3: the attribute whose index to walk: an equality, else the first sort key's
+    /// range, else any range (the lowest slot, for a stable plan), else the first sort key's
+    /// index for its order alone; nil for a scan.
+    private static func chooseIndex(_ ranges: [Int: PlannedRange], firstSort: (slot: Int, ascending: Bool)?,
+                                    layout: EntityLayout, indexed: [UInt32?]) -> Int? {
+        if let equality = ranges.first(where: { $0.value.equality })?.key { return equality }
+        if let first = firstSort, ranges[first.slot] != nil { return first.slot }
+        if let any = ranges.keys.sorted().first { return any }
+        if let first = firstSort, first.slot < layout.attributeCount, indexed[first.slot] != nil { return first.slot }
+        return nil
     }
 }
 

@@ -3,6 +3,7 @@ import LogbookEngine
 
 /// The bytes of the records one fetch read, which its objects decode from on first use
 /// (Core Data's row cache, per fetch): immutable once made.
+// @unchecked: immutable once made; shared by the fetch's objects, only read.
 final class RecordArena: @unchecked Sendable {
     // @unchecked: never mutated after init.
     let bytes: [UInt8]

@@ -2,6 +2,7 @@ import Foundation
 
 /// A parsed predicate: the expression tree both format strings and (later) Swift predicates
 /// become, so both get the same evaluation and planning.
+// @unchecked: immutable once parsed; its `Any` values are the caller's arguments, only read.
 indirect enum PredicateNode: @unchecked Sendable {
     // @unchecked: constants hold the caller's argument values (`Any`), which are only read.
     case constant(Bool)

@@ -173,6 +173,15 @@ struct ByteReader {
         return T(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 
+    /// A little-endian u64 that must fit in `Int` (a byte count or file offset read from a
+    /// file: a value past that is damage, not a number to trap on).
+    @inline(__always)
+    mutating func readLength(_: UInt64.Type) throws(OutOfBounds) -> Int {
+        let value = try readLE(UInt64.self)
+        guard value <= UInt64(Int.max) else { throw OutOfBounds() }
+        return Int(value)
+    }
+
     @inline(__always)
     mutating func readBytes(_ count: Int) throws(OutOfBounds) -> UnsafeRawBufferPointer {
         guard count >= 0, count <= buffer.count - offset else { throw OutOfBounds() }

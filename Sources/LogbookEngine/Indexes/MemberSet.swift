@@ -4,6 +4,7 @@
 /// until the writer changes one of them.
 struct MemberSet: RadixSlot {
     final class Storage {
+        // Unchecked exclusivity: mutated only by the writer while uniquely referenced (`makeUnique`).
         @exclusivity(unchecked) var members: [UInt64]
         init(_ members: [UInt64]) { self.members = members }
     }

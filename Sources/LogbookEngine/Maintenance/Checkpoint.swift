@@ -101,51 +101,29 @@ enum Checkpoint {
         return w.bytes
     }
 
-    struct Malformed: Error {}
+    /// A checkpoint stream that does not decode: which section, and where in the
+    /// (uncompressed) stream the reader was when it gave up.
+    struct Malformed: Error, CustomStringConvertible {
+        var section: String
+        var offset: Int
+        var reason: String
+        var description: String { "\(section) section malformed at stream offset \(offset): \(reason)" }
+    }
 
-    /// A result handed back from another thread (read after the group's wait).
     /// A result written by one thread and read after it joined (sent as `UncheckedSendable`).
     final class ResultBox<T> {
         var value: T?
     }
 
-    static func decode(_ bytes: [UInt8]) throws -> Loaded {
-        try bytes.withUnsafeBytes { raw in
+    /// Decodes a checkpoint stream, section by section: header, primary index (built into
+    /// its map on another thread while the rest is read), secondary indexes, sets.
+    static func decode(_ bytes: [UInt8]) throws(Malformed) -> Loaded {
+        let decoded: Result<Loaded, Malformed> = bytes.withUnsafeBytes { raw in
             var r = ByteReader(raw)
-            do {
+            return Result { () throws(Malformed) -> Loaded in
                 var state = IndexState()
-                state.version = try r.readLE(UInt64.self)
-                let segment = try r.readLE(UInt64.self)
-                let offset = Int(try r.readLE(UInt64.self))
-                state.liveBytes = Int(try r.readLE(UInt64.self))
-                state.totalBytes = Int(try r.readLE(UInt64.self))
-                let spaces = try r.readLength(limit: 1 << 16)
-                var primaryParts: [([UInt64], [UInt64])] = []
-                for _ in 0..<spaces {
-                    let ks = UInt16(try r.readLength(limit: 0xFFFF))
-                    let count = try r.readLength(limit: r.remaining)
-                    // Each entry at least two bytes: a count past that is malformed, not allocated.
-                    guard count <= r.remaining / 2 else { throw Malformed() }
-                    var id: UInt64 = 0
-                    var location: UInt64 = 0
-                    var locations: [UInt64] = []
-                    let keys = try [UInt64](unsafeUninitializedCapacity: count) { keyBuffer, keysMade in
-                        locations = try [UInt64](unsafeUninitializedCapacity: count) { locationBuffer, locationsMade in
-                            for i in 0..<count {
-                                let d = try r.readVarint()
-                                guard i == 0 || d > 0 else { throw Malformed() }
-                                id = i == 0 ? d : id &+ d
-                                location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
-                                guard id <= EngineKey.maxID, location != 0 else { throw Malformed() }
-                                keyBuffer[i] = EngineKey(keyspace: ks, id: id).rawValue
-                                locationBuffer[i] = location
-                                keysMade = i + 1
-                                locationsMade = i + 1
-                            }
-                        }
-                    }
-                    primaryParts.append((keys, locations))
-                }
+                let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
+                let primaryParts = try section("primary index", &r) { r in try decodePrimary(&r) }
                 // The primary map is built on another thread while this one reads the indexes.
                 let parts = UncheckedSendable(primaryParts)
                 let built = UncheckedSendable(ResultBox<RadixMap<UInt64>>())
@@ -157,57 +135,126 @@ enum Checkpoint {
                     }
                     built.value.value = primary
                 }
+                // Joined on every path: the other thread reads `primaryParts`.
                 defer { group.wait() }
-                let indexCount = try r.readLength(limit: 1 << 20)
-                for _ in 0..<indexCount {
-                    let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
-                    let count = try r.readLength(limit: r.remaining)
-                    var builder = OrderedIndex.Builder()
-                    var pk: UInt64 = 0
-                    // The current key, rebuilt in place from its shared prefix and new suffix.
-                    try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
-                        var length = 0
-                        for _ in 0..<count {
-                            let shared = try r.readLength(limit: length)
-                            let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-                            let bytes = try r.readBytes(suffix)
-                            if suffix > 0 { key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix) }
-                            length = shared + suffix
-                            pk = pk &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
-                            builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), pk)
-                        }
-                    }
-                    state.indexes[id] = builder.build()
-                }
-                let setSpaces = try r.readLength(limit: 1 << 16)
-                for _ in 0..<setSpaces {
-                    let ks = UInt16(try r.readLength(limit: 0xFFFF))
-                    let count = try r.readLength(limit: r.remaining)
-                    var id: UInt64 = 0
-                    for i in 0..<count {
-                        let d = try r.readVarint()
-                        id = i == 0 ? d : id &+ d
-                        guard id <= EngineKey.maxID else { throw Malformed() }
-                        let n = try r.readLength(limit: r.remaining)
-                        var members: [UInt64] = []
-                        members.reserveCapacity(n)
-                        var m: UInt64 = 0
-                        for j in 0..<n {
-                            let v = try r.readVarint()
-                            m = j == 0 ? v : m &+ v
-                            members.append(m)
-                        }
-                        state.sets.modify(EngineKey(keyspace: ks, id: id).rawValue) { $0.replace(sorted: members) }
-                    }
-                }
-                guard r.isAtEnd else { throw Malformed() }
+                state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
+                state.sets = try section("sets", &r) { r in try decodeSets(&r) }
+                guard r.isAtEnd else { throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section") }
                 group.wait()
                 state.primary = built.value.value ?? RadixMap()
                 return Loaded(state: state, segment: segment, offset: offset)
-            } catch {
-                throw Malformed()
             }
         }
+        return try decoded.get()
+    }
+
+    /// Runs one section's decoder; any failure becomes a `Malformed` naming the section.
+    private static func section<T>(_ name: String, _ r: inout ByteReader,
+                                   _ body: (inout ByteReader) throws -> T) throws(Malformed) -> T {
+        do { return try body(&r) } catch {
+            throw Malformed(section: name, offset: r.offset, reason: error is ByteReader.OutOfBounds ? "out of bounds" : "\(error)")
+        }
+    }
+
+    /// Version, journal position covered, byte counts.
+    private static func decodeHeader(_ r: inout ByteReader, into state: inout IndexState) throws -> (UInt64, Int) {
+        state.version = try r.readLE(UInt64.self)
+        let segment = try r.readLE(UInt64.self)
+        let offset = try r.readLength(UInt64.self)
+        state.liveBytes = try r.readLength(UInt64.self)
+        state.totalBytes = try r.readLength(UInt64.self)
+        return (segment, offset)
+    }
+
+    /// Per keyspace: keys (delta-coded ids) and their locations (zigzag deltas).
+    private static func decodePrimary(_ r: inout ByteReader) throws -> [([UInt64], [UInt64])] {
+        let spaces = try r.readLength(limit: 1 << 16)
+        var parts: [([UInt64], [UInt64])] = []
+        for _ in 0..<spaces {
+            let keyspace = UInt16(try r.readLength(limit: 0xFFFF))
+            let count = try r.readLength(limit: r.remaining)
+            // Each entry takes at least two bytes: a count past that is malformed, not allocated.
+            guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
+            var keys: [UInt64] = []
+            var locations: [UInt64] = []
+            keys.reserveCapacity(count)
+            locations.reserveCapacity(count)
+            var id: UInt64 = 0
+            var location: UInt64 = 0
+            for i in 0..<count {
+                let delta = try r.readVarint()
+                // Ids are strictly ascending: every delta after the first is positive.
+                guard i == 0 || delta > 0 else { throw DecodeFailure("ids out of order") }
+                id = i == 0 ? delta : id &+ delta
+                location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                guard id <= EngineKey.maxID else { throw DecodeFailure("id \(id) exceeds 48 bits") }
+                guard location != 0 else { throw DecodeFailure("a key without a location") }
+                keys.append(EngineKey(keyspace: keyspace, id: id).rawValue)
+                locations.append(location)
+            }
+            parts.append((keys, locations))
+        }
+        return parts
+    }
+
+    /// Per index: entries in key order, each key prefix-compressed against the one before.
+    private static func decodeIndexes(_ r: inout ByteReader) throws -> [UInt32: OrderedIndex] {
+        var indexes: [UInt32: OrderedIndex] = [:]
+        let indexCount = try r.readLength(limit: 1 << 20)
+        for _ in 0..<indexCount {
+            let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
+            let count = try r.readLength(limit: r.remaining)
+            var builder = OrderedIndex.Builder()
+            var primaryKey: UInt64 = 0
+            // The current key, rebuilt in place from its shared prefix and new suffix.
+            try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
+                var length = 0
+                for _ in 0..<count {
+                    let shared = try r.readLength(limit: length)
+                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                    let bytes = try r.readBytes(suffix)
+                    if suffix > 0 { key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix) }
+                    length = shared + suffix
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                    builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey)
+                }
+            }
+            indexes[id] = builder.build()
+        }
+        return indexes
+    }
+
+    /// Per set keyspace: set ids (delta-coded) and their members (delta-coded).
+    private static func decodeSets(_ r: inout ByteReader) throws -> RadixMap<MemberSet> {
+        var sets = RadixMap<MemberSet>()
+        let setSpaces = try r.readLength(limit: 1 << 16)
+        for _ in 0..<setSpaces {
+            let keyspace = UInt16(try r.readLength(limit: 0xFFFF))
+            let count = try r.readLength(limit: r.remaining)
+            var id: UInt64 = 0
+            for i in 0..<count {
+                let delta = try r.readVarint()
+                id = i == 0 ? delta : id &+ delta
+                guard id <= EngineKey.maxID else { throw DecodeFailure("set id \(id) exceeds 48 bits") }
+                let n = try r.readLength(limit: r.remaining)
+                var members: [UInt64] = []
+                members.reserveCapacity(n)
+                var member: UInt64 = 0
+                for j in 0..<n {
+                    let v = try r.readVarint()
+                    member = j == 0 ? v : member &+ v
+                    members.append(member)
+                }
+                sets.modify(EngineKey(keyspace: keyspace, id: id).rawValue) { $0.replace(sorted: members) }
+            }
+        }
+        return sets
+    }
+
+    /// A reason a section does not decode (wrapped into `Malformed` with its offset).
+    struct DecodeFailure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
     }
 
     // MARK: Files
@@ -279,7 +326,8 @@ enum Checkpoint {
             }
         }
         do { return try decode(stream) } catch {
-            throw EngineError.corruption("checkpoint contents are malformed", path: path, offset: JournalFormat.fileHeaderSize)
+            // The offset is in the decompressed stream (the file's frames are compressed).
+            throw EngineError.corruption("checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
         }
     }
 }

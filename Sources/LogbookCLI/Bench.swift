@@ -199,7 +199,7 @@ struct Stats: ParsableCommand {
             else { print("  keyspace \(ks): \(n) records") }
         }
         for (ix, n) in s.indexEntries.sorted(by: { $0.key < $1.key }) {
-            print("  index \(ix)\(names.indexes[ix].map { " (\($0))" } ?? ""): \(n) entries")
+            print("  \(ix)\(names.indexes[ix].map { " (\($0))" } ?? ""): \(n) entries")
         }
         print("sets: \(s.setCount)")
         print("index memory: \(s.indexMemoryBytes) bytes")

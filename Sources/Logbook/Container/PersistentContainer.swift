@@ -4,11 +4,17 @@ import LogbookEngine
 
 /// Options of a container's store.
 public struct ContainerOptions: Sendable {
+    /// When a save is durable (`.full`: synced before `save()` returns).
     public var durability: Durability = .full
+    /// When the store compacts itself.
     public var compaction: CompactionPolicy = .default
+    /// The size at which a journal segment is sealed and a new one started.
     public var segmentSize: Int = 64 << 20
+    /// Journal bytes after which a checkpoint of the indexes is written in the background.
     public var checkpointInterval: Int = 32 << 20
+    /// Open the store without writing (and without the writer's lock); saves fail.
     public var readOnly = false
+    /// The defaults: full durability, automatic compaction.
     public init() {}
 }
 
@@ -29,10 +35,13 @@ public struct ContainerOptions: Sendable {
 /// `renamedFrom:`, an index added or dropped) in one transaction; anything else is an
 /// `.incompatibleModel` error that says what changed.
 public final class PersistentContainer: Sendable {
+    /// The container's name (the store's directory is `<name>.logbook` unless one is given).
     public let name: String
+    /// The model the store holds.
     public let model: ManagedObjectModel
     /// The store's directory.
     public let storeDirectory: String
+    /// The storage engine underneath, for statistics, verification and compaction.
     public let store: Store
     let storeLayout: StoreLayout
     /// Next serial number per entity (by model index), shared by all contexts.

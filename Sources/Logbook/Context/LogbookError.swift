@@ -11,13 +11,23 @@ import LogbookEngine
 /// }
 /// ```
 public struct LogbookError: Error, Sendable, CustomStringConvertible {
+    /// What kind of error it is. Compare with `==`, or match in a `catch` with `~=`:
+    ///
+    /// ```swift
+    /// catch LogbookError.Code.validation { … }
+    /// ```
     public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// The code's name, for example `"validation"`.
         public let rawValue: String
+        /// A code named `rawValue`.
         public init(_ rawValue: String) { self.rawValue = rawValue }
         public var description: String { rawValue }
 
+        /// No entity of the model has the name given.
         public static let unknownEntity = Code("unknownEntity")
+        /// The entity has no attribute or relationship of the name given.
         public static let unknownKey = Code("unknownKey")
+        /// A value of the wrong type for an attribute or relationship.
         public static let typeMismatch = Code("typeMismatch")
         /// One or more objects failed validation; see `validationFailures`.
         public static let validation = Code("validation")
@@ -25,7 +35,9 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         public static let invalidRelationship = Code("invalidRelationship")
         /// A delete rule `.deny` refused a deletion.
         public static let deleteDenied = Code("deleteDenied")
+        /// A transformable attribute names a transformer that is not registered (`AttributeTransformers.register`).
         public static let transformerMissing = Code("transformerMissing")
+        /// A transformer threw while encoding or decoding a value.
         public static let transformFailed = Code("transformFailed")
         /// The object was used after its context was reset, or after it was deleted and saved.
         public static let objectInvalidated = Code("objectInvalidated")
@@ -37,25 +49,37 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         public static let incompatibleModel = Code("incompatibleModel")
         /// The operation needs a context with a queue (main or private).
         public static let wrongConcurrencyType = Code("wrongConcurrencyType")
+        /// The operation (an asynchronous fetch) was cancelled.
         public static let cancelled = Code("cancelled")
         /// The storage engine failed; `underlying` holds its error.
         public static let store = Code("store")
+        /// A predicate that does not parse, or that names what the entity does not have; the message gives the column.
         public static let invalidPredicate = Code("invalidPredicate")
         /// A fetch request whose parts do not fit together (dictionary results, group-by…).
         public static let invalidFetch = Code("invalidFetch")
+        /// An argument out of its range (a negative limit, an empty name…).
         public static let invalidArgument = Code("invalidArgument")
 
+        /// Whether `error` is a `LogbookError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool { (error as? LogbookError)?.code == code }
     }
 
+    /// What kind of error it is.
     public var code: Code
+    /// What went wrong, in words.
     public var message: String
+    /// The entity concerned, if any.
     public var entity: String?
+    /// The attribute or relationship concerned, if any.
     public var key: String?
+    /// The object concerned, if any.
     public var objectID: ObjectID?
+    /// For `.validation`: every failure of every object, so that one save reports them all.
     public var validationFailures: [ValidationFailure] = []
+    /// For `.store`: the engine's error (file, offset, code).
     public var underlying: EngineError?
 
+    /// An error with its code, message and place.
     public init(_ code: Code, _ message: String, entity: String? = nil, key: String? = nil, objectID: ObjectID? = nil) {
         self.code = code
         self.message = message
@@ -88,9 +112,13 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
 
 /// One reason an object cannot be saved.
 public struct ValidationFailure: Sendable, Hashable, CustomStringConvertible {
+    /// The object that failed.
     public var objectID: ObjectID
+    /// Its entity's name.
     public var entity: String
+    /// The attribute or relationship that failed.
     public var key: String
+    /// Why, in words ("is required", "is above the maximum 150"…).
     public var reason: String
 
     public var description: String { "\(entity) \(objectID) \(key): \(reason)" }

@@ -22,6 +22,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     // its mutable state is touched only on that queue (by contract, as in Core Data), except
     // `registry`, which deinit of objects may reach from elsewhere and which `registry` guards.
 
+    /// Where a context runs (Core Data's concurrency types).
     public enum ConcurrencyType: Sendable {
         /// Runs on the main queue.
         case mainQueue
@@ -31,7 +32,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
         case confinement
     }
 
+    /// Where this context runs.
     public let concurrencyType: ConcurrencyType
+    /// The container whose store the context reads and saves.
     public let container: PersistentContainer
     /// A name for logs and debugging.
     public var name: String?
@@ -151,8 +154,11 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     // MARK: Changes
 
+    /// Objects inserted since the last save.
     public var insertedObjects: Set<ManagedObject> { Set(inserted.values) }
+    /// Objects with changed values or relationships since the last save.
     public var updatedObjects: Set<ManagedObject> { Set(updated.values) }
+    /// Objects deleted since the last save (gone from the store at the save).
     public var deletedObjects: Set<ManagedObject> { Set(deleted.values) }
 
     /// True when there is anything unsaved.

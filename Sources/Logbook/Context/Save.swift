@@ -4,8 +4,11 @@ import LogbookEngine
 
 /// What a save changed, by object ID: handed to the other contexts to merge, and to observers.
 public struct ContextChanges: Sendable {
+    /// Objects inserted by the save.
     public var inserted: Set<ObjectID>
+    /// Objects whose values or relationships the save changed.
     public var updated: Set<ObjectID>
+    /// Objects the save deleted.
     public var deleted: Set<ObjectID>
     /// The store version the save committed.
     public var version: UInt64

@@ -40,14 +40,18 @@ public final class UndoHistory {
     /// How many steps are kept (0: no limit).
     public var levelsOfUndo = 0
 
+    /// An empty history with no limit.
     public init() {}
 
+    /// Whether there is a step to undo.
     public var canUndo: Bool { !undoStack.isEmpty }
+    /// Whether there is an undone step to redo.
     public var canRedo: Bool { !redoStack.isEmpty }
 
     /// Starts a group: every change until the matching `endUndoGrouping()` is one undo step.
     public func beginUndoGrouping() { explicitDepth += 1 }
 
+    /// Ends the group `beginUndoGrouping()` started; the outermost end closes the step.
     public func endUndoGrouping() {
         guard explicitDepth > 0 else { return }
         explicitDepth -= 1

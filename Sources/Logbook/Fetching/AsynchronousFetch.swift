@@ -20,12 +20,14 @@ public final class FetchProgress: Sendable {
     }
     private let state = Mutex(State())
 
+    /// A progress at zero, total unknown.
     public init() {}
 
     /// Records examined so far.
     public var completedUnitCount: Int64 { state.withLock { $0.completed } }
     /// Records to examine: -1 until the fetch knows (as Core Data's fetches report it).
     public var totalUnitCount: Int64 { state.withLock { $0.total } }
+    /// Whether `cancel()` was called.
     public var isCancelled: Bool { state.withLock { $0.cancelled } }
     /// True once the fetch ended (done, failed or cancelled).
     public var isFinished: Bool { state.withLock { $0.finished } }
@@ -69,9 +71,11 @@ public final class FetchProgress: Sendable {
 /// ```
 public final class AsynchronousFetchRequest<Result: ManagedObject>: @unchecked Sendable {
     // @unchecked: immutable once made; the completion runs on the context's queue only.
+    /// The request the fetch runs.
     public let fetchRequest: FetchRequest<Result>
     let completion: (AsynchronousFetchResult<Result>) -> Void
 
+    /// A request whose `completion` runs on the context's queue with the result (or the error).
     public init(fetchRequest: FetchRequest<Result>, completion: @escaping (AsynchronousFetchResult<Result>) -> Void) {
         self.fetchRequest = fetchRequest
         self.completion = completion
@@ -82,6 +86,7 @@ public final class AsynchronousFetchRequest<Result: ManagedObject>: @unchecked S
 public final class AsynchronousFetchResult<Result: ManagedObject>: @unchecked Sendable {
     // @unchecked: `finalResult` and `error` are written once, on the context's queue, before
     // the completion runs there; read them on that queue. `progress` is Sendable.
+    /// How many records the fetch has examined; cancel through it.
     public let progress: FetchProgress
     /// The objects, in the request's order, once the fetch succeeded (objects of the context,
     /// loaded batch by batch as they are touched).

@@ -10,8 +10,18 @@ import Foundation
 /// let rows = try context.fetchDictionaries(request)   // [["lastName": "Smith", "people": 3, "meanAge": 41.0], …]
 /// ```
 public struct FetchProperty: Sendable, Hashable {
+    /// An aggregate over the values of a key (Core Data's expression functions).
     public enum Function: String, Sendable {
-        case count, sum, average, min, max
+        /// The number of values (of objects, without a key).
+        case count
+        /// The sum of numeric values.
+        case sum
+        /// The mean of numeric values.
+        case average
+        /// The smallest value.
+        case min
+        /// The largest value.
+        case max
     }
     /// The key in each result dictionary.
     public var name: String

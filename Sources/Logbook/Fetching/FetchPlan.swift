@@ -3,13 +3,16 @@ import LogbookEngine
 
 /// How a fetch reads the store: `explain` shows it.
 public struct FetchPlan: Sendable, CustomStringConvertible {
+    /// How the candidates are found.
     public enum Access: Sendable, Equatable {
         /// Every object of the entity, in key order.
         case scan
         /// The entries of an attribute's index between two bounds, in index order.
         case indexRange(attribute: String, lower: String?, upper: String?, reverse: Bool)
     }
+    /// The entity the plan is for.
     public var entity: String
+    /// How its candidates are found: a scan of the entity or a range of an index.
     public var access: Access
     /// Conditions checked on each object read (those the index does not settle).
     public var filter: String?
@@ -35,7 +38,7 @@ public struct FetchPlan: Sendable, CustomStringConvertible {
     }
 
     // Internal: the index and bounds in bytes, and the residual predicate.
-    var index: UInt32?
+    var index: IndexID?
     var lowerBound: IndexBound?
     var upperBound: IndexBound?
     var reverse = false
@@ -108,7 +111,7 @@ extension ManagedObjectContext {
     /// Step 2: by indexed attribute slot, the index range its comparisons allow, and the
     /// conjuncts (by position) that a range settles exactly.
     private static func indexRanges(_ conjuncts: [PredicateNode], layout: EntityLayout,
-                                    indexed: [UInt32?]) -> (ranges: [Int: PlannedRange], settled: Set<Int>) {
+                                    indexed: [IndexID?]) -> (ranges: [Int: PlannedRange], settled: Set<Int>) {
         var ranges: [Int: PlannedRange] = [:]
         var settled = Set<Int>()
         for (n, c) in conjuncts.enumerated() {
@@ -171,7 +174,7 @@ extension ManagedObjectContext {
     /// range, else any range (the lowest slot, for a stable plan), else the first sort key's
     /// index for its order alone; nil for a scan.
     private static func chooseIndex(_ ranges: [Int: PlannedRange], firstSort: (slot: Int, ascending: Bool)?,
-                                    layout: EntityLayout, indexed: [UInt32?]) -> Int? {
+                                    layout: EntityLayout, indexed: [IndexID?]) -> Int? {
         if let equality = ranges.first(where: { $0.value.equality })?.key { return equality }
         if let first = firstSort, ranges[first.slot] != nil { return first.slot }
         if let any = ranges.keys.sorted().first { return any }

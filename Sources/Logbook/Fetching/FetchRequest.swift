@@ -10,9 +10,11 @@ import Foundation
 ///
 /// A fetch sees the context's unsaved inserts, changes and deletions.
 public struct FetchRequest<Result: ManagedObject>: Sendable {
+    /// The name of the entity fetched.
     public var entityName: String
     /// Only the objects that satisfy it (all when nil).
     public var predicate: FetchPredicate?
+    /// The order of the result: the first descriptor, then the next for ties, and so on.
     public var sortDescriptors: [FetchSortDescriptor] = []
     /// At most this many objects (0: no limit).
     public var fetchLimit = 0
@@ -27,6 +29,8 @@ public struct FetchRequest<Result: ManagedObject>: Sendable {
     /// For `fetchDictionaries`: one dictionary per distinct combination of these keys.
     public var propertiesToGroupBy: [String] = []
 
+    /// A request for the entity named `entityName` (for `ManagedObject` results).
     public init(entityName: String) { self.entityName = entityName }
+    /// A request for the entity of `Result` (`Result.entityName`: the class's name unless it overrides it).
     public init() { self.entityName = Result.entityName }
 }

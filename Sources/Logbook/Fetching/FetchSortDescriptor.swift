@@ -9,11 +9,14 @@ import LogbookEngine
 /// FetchSortDescriptor(key: "age", ascending: false)
 /// ```
 public struct FetchSortDescriptor: Sendable, Hashable {
+    /// The attribute (or to-one relationship) to order by.
     public var key: String
+    /// Smallest first when true.
     public var ascending: Bool
     /// How strings compare (other types ignore it).
     public var comparison: StringComparison
 
+    /// A sort by `key`, ascending unless told, strings compared as `comparison` says.
     public init(key: String, ascending: Bool = true, comparison: StringComparison = .plain) {
         self.key = key
         self.ascending = ascending

@@ -2,9 +2,12 @@ import Foundation
 
 /// A position in a fetched-results controller: a section and an item within it.
 public struct FetchedIndexPath: Hashable, Sendable, CustomStringConvertible {
+    /// The section, from 0.
     public var section: Int
+    /// The object's position in its section, from 0.
     public var item: Int
 
+    /// The path of the `item`th object of section `section`.
     public init(item: Int, section: Int) {
         self.item = item
         self.section = section
@@ -15,14 +18,23 @@ public struct FetchedIndexPath: Hashable, Sendable, CustomStringConvertible {
 
 /// What happened to an object or a section between two states of a controller.
 public enum FetchedResultsChangeType: Sendable, Hashable {
-    case insert, delete, move, update
+    /// The object or section appeared.
+    case insert
+    /// The object or section went away.
+    case delete
+    /// The object moved to another index path (its sort key or section changed).
+    case move
+    /// The object changed in place.
+    case update
 }
 
 /// The objects of one section.
 public struct FetchedResultsSection<Result: ManagedObject> {
     /// The section's value of the section key path, as text ("" for no value).
     public let name: String
+    /// The section's objects, in the request's order.
     public let objects: [Result]
+    /// How many objects the section has.
     public var numberOfObjects: Int { objects.count }
 }
 
@@ -30,18 +42,27 @@ public struct FetchedResultsSection<Result: ManagedObject> {
 /// changes (deletions and moves at their old index paths, insertions and moves at their new
 /// ones), did change. Every method has an empty default.
 public protocol FetchedResultsControllerDelegate: AnyObject {
+    /// Called before the first change of a batch.
     func controllerWillChangeContent(_ controller: AnyObject)
+    /// A section appeared (`.insert`) or went away (`.delete`).
     func controller(_ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int, for type: FetchedResultsChangeType)
+    /// An object was inserted (at `newIndexPath`), deleted (from `indexPath`), moved (from
+    /// `indexPath` to `newIndexPath`) or updated in place (at `indexPath`).
     func controller(_ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
                     for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?)
+    /// Called after the last change of a batch: the controller's sections are up to date.
     func controllerDidChangeContent(_ controller: AnyObject)
 }
 
 extension FetchedResultsControllerDelegate {
+    /// Does nothing.
     public func controllerWillChangeContent(_ controller: AnyObject) {}
+    /// Does nothing.
     public func controller(_ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int, for type: FetchedResultsChangeType) {}
+    /// Does nothing.
     public func controller(_ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
                            for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?) {}
+    /// Does nothing.
     public func controllerDidChangeContent(_ controller: AnyObject) {}
 }
 
@@ -64,9 +85,13 @@ extension FetchedResultsControllerDelegate {
 /// context's queue. The first sort descriptor should order by the section key path, as in
 /// Core Data, so that each section's objects are contiguous.
 public final class FetchedResultsController<Result: ManagedObject> {
+    /// The request whose result the controller follows.
     public let fetchRequest: FetchRequest<Result>
+    /// The context it follows.
     public let managedObjectContext: ManagedObjectContext
+    /// The key path whose value names each object's section (nil: one section).
     public let sectionNameKeyPath: String?
+    /// Told of each change after the context changes (weak).
     public weak var delegate: (any FetchedResultsControllerDelegate)?
     /// Every object of the result, in order (nil before `performFetch()`).
     public private(set) var fetchedObjects: [Result]?
@@ -75,6 +100,7 @@ public final class FetchedResultsController<Result: ManagedObject> {
     private var positions: [ObjectIdentifier: FetchedIndexPath] = [:]
     private var observing = false
 
+    /// A controller over `fetchRequest` in `managedObjectContext`; call `performFetch()` to fill it.
     public init(fetchRequest: FetchRequest<Result>, managedObjectContext: ManagedObjectContext, sectionNameKeyPath: String? = nil) {
         self.fetchRequest = fetchRequest
         self.managedObjectContext = managedObjectContext

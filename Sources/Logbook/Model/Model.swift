@@ -2,7 +2,30 @@ import Foundation
 
 /// The type of an attribute.
 public enum AttributeType: Sendable, Hashable, CustomStringConvertible {
-    case string, int16, int32, int64, double, float, bool, date, data, uuid, url, decimal
+    /// Text (`String`).
+    case string
+    /// A 16-bit integer (`Int16`).
+    case int16
+    /// A 32-bit integer (`Int32`).
+    case int32
+    /// A 64-bit integer (`Int64`, `Int`).
+    case int64
+    /// A double-precision number (`Double`).
+    case double
+    /// A single-precision number (`Float`; stored as a double rounded to a float).
+    case float
+    /// `Bool`.
+    case bool
+    /// A point in time (`Date`; seconds since 1970 as a double).
+    case date
+    /// Bytes (`Data`).
+    case data
+    /// `UUID`.
+    case uuid
+    /// `URL`.
+    case url
+    /// `Decimal`.
+    case decimal
     /// A value stored as the blob that the named `AttributeTransformer` makes of it.
     case transformable(transformer: String)
 
@@ -85,16 +108,26 @@ public enum DeleteRule: String, Sendable, Hashable {
 
 /// An attribute of an entity.
 public struct AttributeDescription: Sendable {
+    /// The attribute's name: the key of `value(forKey:)` and of predicates.
     public var name: String
+    /// The type of its values.
     public var type: AttributeType
+    /// Whether an object may be saved without a value (Core Data's *Optional*).
     public var isOptional: Bool
+    /// The value a new object starts with; nil for none.
     public var defaultValue: (any Sendable)?
+    /// Checks a save runs on the value (ranges, lengths, patterns); a failure lists every broken rule.
     public var rules: [ValidationRule]
     /// The attribute's previous name, for lightweight migration of a rename.
     public var renamingIdentifier: String?
     /// Whether a secondary index orders the entity's objects by this attribute.
     public var isIndexed: Bool
 
+    /// An attribute named `name` of `type`.
+    ///
+    /// ```swift
+    /// AttributeDescription("age", .int32, optional: true, indexed: true, rules: [.range(0...150)])
+    /// ```
     public init(_ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: (any Sendable)? = nil,
                 indexed: Bool = false, rules: [ValidationRule] = [], renamedFrom renamingIdentifier: String? = nil) {
         self.name = name
@@ -109,17 +142,30 @@ public struct AttributeDescription: Sendable {
 
 /// A relationship from one entity to another, with its inverse.
 public struct RelationshipDescription: Sendable {
+    /// The relationship's name.
     public var name: String
+    /// The name of the entity it points to.
     public var destination: String
+    /// The name of the destination's relationship that points back; Logbook keeps both sides in step.
     public var inverse: String?
+    /// Whether it holds a set of objects rather than at most one.
     public var isToMany: Bool
+    /// What deleting the source object does to the related objects.
     public var deleteRule: DeleteRule
+    /// Whether an object may be saved with no related object (to-one) or none at all (to-many, with `minCount`).
     public var isOptional: Bool
     /// For to-many relationships: bounds on the number of related objects, checked at save.
     public var minCount: Int
+    /// The upper bound on the number of related objects (`Int.max`: none).
     public var maxCount: Int
+    /// The relationship's previous name, for lightweight migration of a rename.
     public var renamingIdentifier: String?
 
+    /// A relationship named `name` to the entity `destination`, with its inverse.
+    ///
+    /// ```swift
+    /// RelationshipDescription("employees", to: "Employee", inverse: "manager", toMany: true, deleteRule: .cascade)
+    /// ```
     public init(_ name: String, to destination: String, inverse: String?, toMany: Bool = false, deleteRule: DeleteRule = .nullify,
                 optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil) {
         self.name = name
@@ -136,13 +182,18 @@ public struct RelationshipDescription: Sendable {
 
 /// An entity: a kind of object, with attributes and relationships (a table, in SQL terms).
 public struct EntityDescription: Sendable {
+    /// The entity's name (unique in its model).
     public var name: String
+    /// Its attributes, in the order records store them.
     public var attributes: [AttributeDescription]
+    /// Its relationships.
     public var relationships: [RelationshipDescription]
+    /// The entity's previous name, for lightweight migration of a rename.
     public var renamingIdentifier: String?
     /// The class its objects are made of (a `ManagedObject` subclass), if any.
     public var managedClass: ManagedObject.Type?
 
+    /// An entity from lists of attributes and relationships.
     public init(_ name: String, attributes: [AttributeDescription] = [], relationships: [RelationshipDescription] = [],
                 class managedClass: ManagedObject.Type? = nil, renamedFrom renamingIdentifier: String? = nil) {
         self.name = name
@@ -176,23 +227,35 @@ public struct EntityDescription: Sendable {
 
 /// An attribute or a relationship, for `PropertyListBuilder`.
 public enum PropertyDescription: Sendable {
+    /// An attribute.
     case attribute(AttributeDescription)
+    /// A relationship.
     case relationship(RelationshipDescription)
 }
 
+/// Builds an entity's property list from attribute and relationship descriptions (see `EntityDescription.init(_:class:renamedFrom:_:)`).
 @resultBuilder
 public enum PropertyListBuilder {
+    /// An attribute as a property.
     public static func buildExpression(_ a: AttributeDescription) -> [PropertyDescription] { [.attribute(a)] }
+    /// A relationship as a property.
     public static func buildExpression(_ r: RelationshipDescription) -> [PropertyDescription] { [.relationship(r)] }
+    /// The properties of a block, in order.
     public static func buildBlock(_ parts: [PropertyDescription]...) -> [PropertyDescription] { parts.flatMap { $0 } }
+    /// The properties of an `if` without `else` (none when the condition is false).
     public static func buildOptional(_ part: [PropertyDescription]?) -> [PropertyDescription] { part ?? [] }
+    /// The properties of a `for` loop.
     public static func buildArray(_ parts: [[PropertyDescription]]) -> [PropertyDescription] { parts.flatMap { $0 } }
 }
 
+/// Builds a model's entity list (see `ManagedObjectModel.init(_:)`).
 @resultBuilder
 public enum EntityListBuilder {
+    /// An entity of the list.
     public static func buildExpression(_ e: EntityDescription) -> [EntityDescription] { [e] }
+    /// The entities of a block, in order.
     public static func buildBlock(_ parts: [EntityDescription]...) -> [EntityDescription] { parts.flatMap { $0 } }
+    /// The entities of a `for` loop.
     public static func buildArray(_ parts: [[EntityDescription]]) -> [EntityDescription] { parts.flatMap { $0 } }
 }
 
@@ -211,15 +274,18 @@ public enum EntityListBuilder {
 /// The initializer checks the model: unique names, destinations that exist, inverses that
 /// point back, and typed classes whose properties match their attributes.
 public final class ManagedObjectModel: Sendable {
+    /// The model's entities, in the order they were given.
     public let entities: [EntityDescription]
     let byName: [String: Int]
     /// Resolved per-entity facts used on every access (slots, keys, inverses).
     let layouts: [EntityLayout]
 
+    /// A model from a list of entities, checked (see the type's discussion).
     public convenience init(@EntityListBuilder _ entities: () -> [EntityDescription]) throws {
         try self.init(entities: entities())
     }
 
+    /// A model from an array of entities, checked: an invalid model throws `.invalidModel` naming the entity and property.
     public init(entities: [EntityDescription]) throws {
         var byName: [String: Int] = [:]
         for (i, e) in entities.enumerated() {
@@ -236,6 +302,7 @@ public final class ManagedObjectModel: Sendable {
         for layout in layouts { try layout.checkInverses(layouts) }
     }
 
+    /// The entity named `name`, or nil.
     public subscript(entity name: String) -> EntityDescription? { byName[name].map { entities[$0] } }
 
     func layout(named name: String) throws -> EntityLayout {

@@ -40,7 +40,7 @@ public struct RecordedNames: Sendable {
     /// `Entity.relationship` by the keyspace of its membership sets.
     public var relationships: [UInt16: String] = [:]
     /// `Entity.attribute` by secondary index number.
-    public var indexes: [UInt32: String] = [:]
+    public var indexes: [IndexID: String] = [:]
 
     /// The names a store records; empty when it holds no Logbook schema.
     ///
@@ -58,7 +58,7 @@ public struct RecordedNames: Sendable {
               let schema = try? StoredSchema.decode(bytes) else { return }
         for e in schema.entities {
             entities[e.keyspace] = e.name
-            for a in e.attributes { if let i = a.index { indexes[i] = "\(e.name).\(a.name)" } }
+            for a in e.attributes { if let i = a.index { indexes[IndexID(rawValue: i)] = "\(e.name).\(a.name)" } }
             for r in e.relationships { if let k = r.setKeyspace { relationships[k] = "\(e.name).\(r.name)" } }
         }
     }

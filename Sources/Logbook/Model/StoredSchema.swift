@@ -102,17 +102,17 @@ final class StoreLayout: Sendable {
     /// By model entity index.
     let keyspace: [UInt16]
     /// By model entity index, by attribute index: the index number, if indexed.
-    let attributeIndex: [[UInt32?]]
+    let attributeIndex: [[IndexID?]]
     /// By model entity index, by relationship index: the set keyspace of to-many relationships.
     let setKeyspace: [[UInt16?]]
     let entityByKeyspace: [UInt16: Int]
     /// By model entity index: the indexed attributes and their index numbers.
-    let indexedAttributes: [[(attribute: Int, index: UInt32)]]
+    let indexedAttributes: [[(attribute: Int, index: IndexID)]]
 
     init(schema: StoredSchema, model: ManagedObjectModel) {
         self.schema = schema
         var ks: [UInt16] = []
-        var ai: [[UInt32?]] = []
+        var ai: [[IndexID?]] = []
         var sk: [[UInt16?]] = []
         var byKs: [UInt16: Int] = [:]
         var names: [String: UInt16] = [:]
@@ -121,7 +121,7 @@ final class StoreLayout: Sendable {
             ks.append(stored.keyspace)
             byKs[stored.keyspace] = i
             names[e.name] = stored.keyspace
-            ai.append(stored.attributes.map(\.index))
+            ai.append(stored.attributes.map { $0.index.map(IndexID.init(rawValue:)) })
             sk.append(stored.relationships.map(\.setKeyspace))
         }
         keyspace = ks

@@ -27,6 +27,7 @@ public enum AttributeTransformers {
         registry.register(transformer, name: name)
     }
 
+    /// The transformer registered as `name`, or nil.
     public static func transformer(named name: String) -> (any AttributeTransformer)? { registry.get(name) }
 }
 

@@ -91,6 +91,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public var entity: EntityDescription { layout.entity }
     /// The context the object lives in (nil once the context is gone).
     public var managedObjectContext: ManagedObjectContext? { flags.contains(.invalid) ? nil : contextRef }
+    /// Whether the object was inserted and not yet saved.
     public var isInserted: Bool { flags.contains(.inserted) }
     /// True when the object has unsaved changes to its values or relationships.
     public var isUpdated: Bool { flags.contains(.updated) }
@@ -98,6 +99,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public var isDeleted: Bool { flags.contains(.deleted) }
     /// True when its values are not loaded yet (they load on first access).
     public var isFault: Bool { flags.contains(.fault) }
+    /// Whether the object has unsaved changes, inserted or deleted included.
     public var hasChanges: Bool { !flags.isDisjoint(with: [.inserted, .updated, .deleted]) }
 
     public static func == (a: ManagedObject, b: ManagedObject) -> Bool { a === b }

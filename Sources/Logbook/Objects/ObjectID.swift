@@ -38,6 +38,7 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
         self.key = key
     }
 
+    /// The name of the object's entity.
     public var entityName: String { store.entityNames[EngineKey(rawValue: key).keyspace] ?? "?" }
 
     /// The object's serial number within its entity.

@@ -5,11 +5,15 @@ import Foundation
 public protocol AttributeValue {
     /// The value a property reads when the object has none (for non-optional properties).
     static var absentValue: Self { get }
+    /// A value from what `value(forKey:)` returns, or nil when it is of another type.
     init?(attributeValue: Any)
+    /// The value as `setValue(_:forKey:)` takes it.
     var attributeValue: Any? { get }
     /// Direct conversions to and from the stored form (no `Any` on the way); Logbook's
     /// conformances implement them, the defaults go through `attributeValue`.
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     init?(storedValue: StoredValue, type: AttributeType)
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit.
     func storedValue(type: AttributeType) -> StoredValue?
 }
 
@@ -20,41 +24,51 @@ public struct StoredValue {
 }
 
 extension AttributeValue {
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard let any = storedValue.slot.value(type: type) else { return nil }
         self.init(attributeValue: any)
     }
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? {
         (try? Slot(attributeValue, type: type, transformers: AttributeTransformers.registry)).map(StoredValue.init)
     }
 }
 
 extension String {
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard case .string(let s) = storedValue.slot else { return nil }
         self = s
     }
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? { type == .string ? StoredValue(slot: .string(self)) : nil }
 }
 extension Bool {
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard case .bool(let b) = storedValue.slot else { return nil }
         self = b
     }
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? { type == .bool ? StoredValue(slot: .bool(self)) : nil }
 }
 extension Date {
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard case .double(let d) = storedValue.slot else { return nil }
         self = Date(timeIntervalSince1970: d)
     }
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? { type == .date ? StoredValue(slot: .double(timeIntervalSince1970)) : nil }
 }
 extension Double {
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard case .double(let d) = storedValue.slot else { return nil }
         self = d
     }
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? {
         switch type {
         case .double: StoredValue(slot: .double(self))
@@ -64,10 +78,12 @@ extension Double {
     }
 }
 extension IntegerAttributeValue {
+    /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard case .int(let i) = storedValue.slot else { return nil }
         self.init(truncatingIfNeeded: i)
     }
+    /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? {
         let range: ClosedRange<Int64>
         switch type {
@@ -134,7 +150,9 @@ extension Decimal: AttributeValue {
 /// Integers convert from any stored integer width (the attribute decides the width).
 public protocol IntegerAttributeValue: AttributeValue, FixedWidthInteger {}
 extension IntegerAttributeValue {
+    /// Zero.
     public static var absentValue: Self { 0 }
+    /// An integer of any stored width (`Int16`, `Int32`, `Int64`, `Int`), truncated to this type's width.
     public init?(attributeValue v: Any) {
         switch v {
         case let x as Int16: self.init(truncatingIfNeeded: x)
@@ -144,6 +162,7 @@ extension IntegerAttributeValue {
         default: return nil
         }
     }
+    /// The integer itself.
     public var attributeValue: Any? { self }
 }
 extension Int: IntegerAttributeValue {}
@@ -182,16 +201,20 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
 /// after its context was reset…) is reported by the next `save()`.
 @propertyWrapper
 public struct Managed<Value: AttributeValue> {
+    /// The attribute's name in the model.
     public let key: String
 
+    /// A property for the attribute named `key`.
     public init(_ key: String) { self.key = key }
 
-    @available(*, unavailable, message: "@Attribute is for ManagedObject subclasses")
+    /// Not for use: the property is read and written through the enclosing object (see the static subscript).
+    @available(*, unavailable, message: "@Managed is for ManagedObject subclasses")
     public var wrappedValue: Value {
         get { fatalError() }
         set { fatalError() }
     }
 
+    /// The value, read and written through the enclosing object and its context.
     @inlinable
     public static subscript<Object: ManagedObject>(
         _enclosingInstance object: Object,
@@ -219,16 +242,20 @@ public struct Managed<Value: AttributeValue> {
 /// ```
 @propertyWrapper
 public struct Transformable<Value> {
+    /// The attribute's name in the model.
     public let key: String
 
+    /// A property for the transformable attribute named `key`.
     public init(_ key: String) { self.key = key }
 
+    /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@Transformable is for ManagedObject subclasses")
     public var wrappedValue: Value? {
         get { fatalError() }
         set { fatalError() }
     }
 
+    /// The value, read and written through the enclosing object and its context.
     public static subscript<Object: ManagedObject>(
         _enclosingInstance object: Object,
         wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value?>,
@@ -255,16 +282,20 @@ public struct Transformable<Value> {
 /// ```
 @propertyWrapper
 public struct ToOne<Destination: ManagedObject> {
+    /// The relationship's name in the model.
     public let key: String
 
+    /// A property for the to-one relationship named `key`.
     public init(_ key: String) { self.key = key }
 
+    /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@ToOne is for ManagedObject subclasses")
     public var wrappedValue: Destination? {
         get { fatalError() }
         set { fatalError() }
     }
 
+    /// The related object, read and written through the enclosing object (setting it updates the inverse).
     public static subscript<Object: ManagedObject>(
         _enclosingInstance object: Object,
         wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Destination?>,
@@ -287,16 +318,20 @@ public struct ToOne<Destination: ManagedObject> {
 /// ```
 @propertyWrapper
 public struct ToMany<Destination: ManagedObject> {
+    /// The relationship's name in the model.
     public let key: String
 
+    /// A property for the to-many relationship named `key`.
     public init(_ key: String) { self.key = key }
 
+    /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@ToMany is for ManagedObject subclasses")
     public var wrappedValue: Set<Destination> {
         get { fatalError() }
         set { fatalError() }
     }
 
+    /// The related objects, read and written through the enclosing object (assigning replaces the members; inverses follow).
     public static subscript<Object: ManagedObject>(
         _enclosingInstance object: Object,
         wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Set<Destination>>,

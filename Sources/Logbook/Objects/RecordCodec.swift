@@ -273,7 +273,7 @@ enum RecordCodec {
 
     /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like
     /// the value (integers and floating point as 8 big-endian bytes, strings as UTF-8).
-    static func indexKey(_ slot: Slot, type: AttributeType, index: UInt32) -> IndexKey {
+    static func indexKey(_ slot: Slot, type: AttributeType, index: IndexID) -> IndexKey {
         switch slot {
         case .null: return IndexKey(index: index, bytes: [0])
         case .int(let v): return IndexKey(index: index, tag: 1, orderedInt64: v)

@@ -24,10 +24,16 @@ public struct FetchPredicate: @unchecked Sendable, CustomStringConvertible {
     /// The format string the predicate was made from.
     public let format: String
 
+    /// A predicate from a format string with `%@`, `%d`, `%K`… arguments, as Core Data's `predicateWithFormat:`.
+    ///
+    /// ```swift
+    /// try FetchPredicate(format: "age >= %d AND lastName BEGINSWITH[c] %@", 18, "rob")
+    /// ```
     public init(format: String, _ arguments: Any?...) throws {
         try self.init(format: format, argumentArray: arguments)
     }
 
+    /// A predicate from a format string and an array of arguments.
     public init(format: String, argumentArray: [Any?]) throws {
         var parser = try PredicateParser(format, arguments: argumentArray)
         node = try parser.parse()
@@ -39,7 +45,9 @@ public struct FetchPredicate: @unchecked Sendable, CustomStringConvertible {
         self.format = format
     }
 
+    /// `TRUEPREDICATE`: every object.
     public static let alwaysTrue = FetchPredicate(node: .constant(true), format: "TRUEPREDICATE")
+    /// `FALSEPREDICATE`: no object.
     public static let alwaysFalse = FetchPredicate(node: .constant(false), format: "FALSEPREDICATE")
 
     public var description: String { format }

@@ -71,7 +71,9 @@ public struct BatchInsertRow {
 /// Attributes only (relationships are set through objects). Records get new object IDs, as
 /// inserted objects do; ask for them with `resultType = .objectIDs`.
 public struct BatchInsertRequest {
+    /// The entity whose objects are inserted.
     public let entityName: String
+    /// What `execute` returns: the count, the object IDs, or nothing.
     public var resultType: BatchResultType = .count
     let count: Int
     let fill: (Int, inout BatchInsertRow) throws -> Void
@@ -105,13 +107,16 @@ public struct BatchInsertRequest {
 /// let updated = try context.execute(request).count
 /// ```
 public struct BatchUpdateRequest {
+    /// The entity whose objects are updated.
     public let entityName: String
     /// Only the objects that satisfy it (all when nil).
     public var predicate: FetchPredicate?
     /// Attribute keys and their new values (`nil`, through `Optional<T>.none`, removes a value).
     public var propertiesToUpdate: [String: Any?] = [:]
+    /// What `execute` returns: the count, the object IDs, or nothing.
     public var resultType: BatchResultType = .count
 
+    /// A request that updates objects of the entity named `entityName`.
     public init(entityName: String) { self.entityName = entityName }
 }
 

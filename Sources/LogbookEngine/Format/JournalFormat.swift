@@ -16,9 +16,11 @@ public enum JournalFormat {
     public static let temporarySuffix = ".tmp"
     /// Segment file name: `journal-` + 12 lowercase hex digits of the segment number + `.lbj`.
     public static let segmentPrefix = "journal-"
+    /// The extension of segment file names.
     public static let segmentSuffix = ".lbj"
     /// Checkpoint file name: `checkpoint-` + 12 lowercase hex digits + `.lbc`.
     public static let checkpointPrefix = "checkpoint-"
+    /// The extension of checkpoint file names.
     public static let checkpointSuffix = ".lbc"
     /// Permission bits of every file the engine creates.
     public static let fileMode: UInt32 = 0o600
@@ -53,6 +55,7 @@ public enum JournalFormat {
 
     /// Frame types. Zero is reserved as invalid so that zero fill ends a scan.
     public enum FrameType: UInt8, Sendable {
+        /// Never written: a zero type byte ends a scan (zero fill after a crash).
         case invalid = 0
         /// A block of operations of a transaction (see `OperationCode`).
         case operations = 1

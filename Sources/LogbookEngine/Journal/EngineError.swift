@@ -16,7 +16,9 @@ import Darwin
 public struct EngineError: Error, Sendable, CustomStringConvertible {
     /// An extensible error code.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// What kind of error it is. Match in a `catch` with `~=`.
         public let rawValue: String
+        /// The code's name, for example `"corruption"`.
         public init(_ rawValue: String) { self.rawValue = rawValue }
         public var description: String { rawValue }
 
@@ -41,12 +43,15 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         /// An argument is out of range (too long a key, too large a transaction…).
         public static let invalidArgument = Code("invalidArgument")
 
+        /// Whether `error` is an `EngineError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool {
             (error as? EngineError)?.code == code
         }
     }
 
+    /// What kind of error it is.
     public var code: Code
+    /// What went wrong, in words.
     public var message: String
     /// The file concerned, if any.
     public var path: String?
@@ -55,6 +60,7 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
     /// The system error number, if a system call failed.
     public var errno: Int32?
 
+    /// An error with its code, message, and where it happened.
     public init(_ code: Code, _ message: String, path: String? = nil, offset: Int? = nil, errno: Int32? = nil) {
         self.code = code
         self.message = message

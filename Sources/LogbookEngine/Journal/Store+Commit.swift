@@ -167,48 +167,48 @@ extension Store {
     /// Group commit: the first committer to find no sync running syncs everything written so
     /// far and publishes it; the others wait for a sync that covers their version.
     func waitDurable(_ version: UInt64) throws {
-        let g = groupSync
-        g.lock.lock()
-        defer { g.lock.unlock() }
-        while g.synced < version {
-            if let failure = g.failure { throw failure }
-            if g.syncing { g.lock.wait(); continue }
-            g.syncing = true
-            g.lock.unlock()
+        let group = groupSync
+        group.lock.lock()
+        defer { group.lock.unlock() }
+        while group.synced < version {
+            if let failure = group.failure { throw failure }
+            if group.syncing { group.lock.wait(); continue }
+            group.syncing = true
+            group.lock.unlock()
             var outcome: Result<UInt64, EngineError>
             do {
-                let (target, file, p) = try writer.withLock { w in
-                    try w.checkWritable()
-                    return (w.lastWritten, w.active, Published(state: w.working, segments: w.segments))
+                let (target, file, written) = try writer.withLock { writerState in
+                    try writerState.checkWritable()
+                    return (writerState.lastWritten, writerState.active, Published(state: writerState.working, segments: writerState.segments))
                 }
                 do {
                     try file?.handle.sync()
                 } catch {
-                    writer.withLock { $0.failure = error as? EngineError ?? EngineError(.io, "\(error)") }
+                    writer.withLock { $0.recordFailure(error) }
                     throw error
                 }
-                published.withLock { if $0.state.version < p.state.version { $0 = p } }
+                published.withLock { if $0.state.version < written.state.version { $0 = written } }
                 outcome = .success(target)
             } catch {
                 outcome = .failure(error as? EngineError ?? EngineError(.io, "\(error)"))
             }
-            g.lock.lock()
-            g.syncing = false
+            group.lock.lock()
+            group.syncing = false
             switch outcome {
-            case .success(let target): g.synced = max(g.synced, target)
-            case .failure(let error): g.failure = error
+            case .success(let target): group.synced = max(group.synced, target)
+            case .failure(let error): group.failure = error
             }
-            g.lock.broadcast()
+            group.lock.broadcast()
         }
     }
 
     /// Queues a checkpoint or a compaction in the background when the options ask for one.
     func scheduleMaintenanceIfNeeded() {
-        let (checkpointDue, compactionDue) = writer.withLock { w -> (Bool, Bool) in
-            let ckpt = options.checkpointInterval > 0 && w.bytesSinceCheckpoint >= options.checkpointInterval
+        let (checkpointDue, compactionDue) = writer.withLock { writerState -> (Bool, Bool) in
+            let ckpt = options.checkpointInterval > 0 && writerState.bytesSinceCheckpoint >= options.checkpointInterval
             var compact = false
-            if case let .automatic(ratio, minimum) = options.compaction, w.working.totalBytes >= minimum {
-                compact = Double(w.working.totalBytes - w.working.liveBytes) > ratio * Double(w.working.totalBytes)
+            if case let .automatic(ratio, minimum) = options.compaction, writerState.working.totalBytes >= minimum {
+                compact = Double(writerState.working.totalBytes - writerState.working.liveBytes) > ratio * Double(writerState.working.totalBytes)
             }
             return (ckpt, compact)
         }

@@ -10,15 +10,17 @@ import Synchronization
 /// ```swift
 /// let store = try Store.open(at: "/tmp/example.logbook")
 /// var transaction = Transaction()
-/// transaction.put(1, value: Array("first".utf8), indexKeys: [IndexKey(index: 1, orderedInt64: 10)])
+/// let key = EngineKey(keyspace: 1, id: 1)
+/// transaction.put(key, value: Array("first".utf8), indexKeys: [IndexKey(index: 1, orderedInt64: 10)])
 /// try store.commit(transaction)
 /// let snapshot = store.snapshot()
-/// let value = try snapshot.value(forKey: 1)          // the bytes of "first"
+/// let value = try snapshot.value(forKey: key)        // the bytes of "first"
 /// try store.close()
 /// ```
 public final class Store: Sendable {
     /// The store's directory.
     public let directory: String
+    /// The options the store was opened with.
     public let options: StoreOptions
     /// What the open found: the commits replayed, any torn tail it cut, files it cleaned up.
     public let recoveryReport: RecoveryReport
@@ -108,9 +110,9 @@ public final class Store: Sendable {
         return Snapshot(published: current, cache: cache, registry: registry)
     }
 
-    func publish(_ w: WriterState) {
-        let p = Published(state: w.working, segments: w.segments)
-        published.withLock { $0 = p }
+    func publish(_ writerState: WriterState) {
+        let next = Published(state: writerState.working, segments: writerState.segments)
+        published.withLock { $0 = next }
     }
 
     /// Closes the store: waits for background work, writes a checkpoint if anything was
@@ -118,23 +120,22 @@ public final class Store: Sendable {
     public func close() throws {
         background.sync {}
         if !isReadOnly && options.checkpointOnClose {
-            let needed = writer.withLock { w in w.failure == nil && !w.closed && w.working.version != w.checkpointVersion && w.working.version > 0 }
+            let needed = writer.withLock { writerState in writerState.failure == nil && !writerState.closed && writerState.working.version != writerState.checkpointVersion && writerState.working.version > 0 }
             if needed { try maintenance.withLock { _ in try writeCheckpoint() } }
         }
-        writer.withLock { w in
-            w.closed = true
-            if w.failure == nil && options.durability != .full { try? w.active?.handle.sync() }
+        writer.withLock { writerState in
+            writerState.closed = true
+            if writerState.failure == nil && options.durability != .full { try? writerState.active?.handle.sync() }
         }
         lock?.unlock()
     }
 
     /// Sizes, counts and the state of snapshots.
     public func statistics() -> StoreStatistics {
-        let (p, manifest, checkpointVersion) = writer.withLock { w in
-            (Published(state: w.working, segments: w.segments), w.manifest, w.checkpointVersion)
+        let (manifest, checkpointVersion) = writer.withLock { writerState in
+            (writerState.manifest, writerState.checkpointVersion)
         }
         let current = published.withLock { $0 }
-        _ = p
         var segments: [StoreStatistics.Segment] = []
         for number in manifest.segments {
             let bytes = (try? current.segments.files[number]?.handle.size()) ?? nil
@@ -154,7 +155,7 @@ public final class Store: Sendable {
             totalBytes: current.state.totalBytes,
             keyCount: current.state.primary.count,
             keysPerKeyspace: perKeyspace,
-            indexEntries: current.state.indexes.mapValues(\.count),
+            indexEntries: Dictionary(uniqueKeysWithValues: current.state.indexes.map { (IndexID(rawValue: $0.key), $0.value.count) }),
             setCount: current.state.sets.count,
             indexMemoryBytes: memory,
             pinnedSnapshots: pinned,
@@ -191,21 +192,21 @@ public final class Store: Sendable {
     }
 
     /// Seals the active segment (synced) and starts a new one, listed in a new manifest.
-    func rollover(_ w: inout WriterState) throws {
+    func rollover(_ writerState: inout WriterState) throws {
         do {
-            try w.active?.handle.sync()
-            var manifest = w.manifest
+            try writerState.active?.handle.sync()
+            var manifest = writerState.manifest
             let number = try manifest.allocateFileNumber()
             let file = try createSegment(number: number)
             manifest.segments.append(number)
             manifest.generation += 1
             try writeManifest(manifest)
-            w.manifest = manifest
-            w.segments = w.segments.adding(file)
-            w.active = file
-            w.appendOffset = JournalFormat.fileHeaderSize
+            writerState.manifest = manifest
+            writerState.segments = writerState.segments.adding(file)
+            writerState.active = file
+            writerState.appendOffset = JournalFormat.fileHeaderSize
         } catch {
-            w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+            writerState.recordFailure(error)
             throw error
         }
     }

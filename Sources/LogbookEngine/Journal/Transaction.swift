@@ -22,8 +22,10 @@ public struct Transaction: Sendable {
     /// Each operation's key and place, recorded as it is encoded.
     var manifest = OperationTable()
 
+    /// An empty transaction.
     public init() {}
 
+    /// Whether the transaction has no operation (committing it writes nothing).
     public var isEmpty: Bool { operationCount == 0 }
 
     /// Bytes encoded so far (before compression).
@@ -40,10 +42,12 @@ public struct Transaction: Sendable {
         withUnsafePointer(to: indexKey) { put(key, value: value, keys: UnsafeBufferPointer(start: $0, count: 1)) }
     }
 
+    /// Writes `value` under `key` (raw), with the given secondary index entries.
     public mutating func put(_ key: UInt64, value: [UInt8], indexKeys: [IndexKey] = []) {
         value.withUnsafeBytes { put(key, value: $0, indexKeys: indexKeys) }
     }
 
+    /// Writes `value` under `key` (raw) with one secondary index entry.
     public mutating func put(_ key: UInt64, value: [UInt8], indexKey: IndexKey) {
         value.withUnsafeBytes { put(key, value: $0, indexKey: indexKey) }
     }
@@ -77,7 +81,7 @@ public struct Transaction: Sendable {
         size += varintSize(UInt64(keys.count))
         for ik in keys {
             precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
-            size += varintSize(UInt64(ik.index)) + varintSize(UInt64(ik.count)) + ik.count
+            size += varintSize(UInt64(ik.indexNumber)) + varintSize(UInt64(ik.count)) + ik.count
         }
         let opOffset = current.count
         var indexDelta = 0
@@ -92,7 +96,7 @@ public struct Transaction: Sendable {
             o += storeVarint(UInt64(keys.count), at: p + o)
             indexDelta = o
             for ik in keys {
-                o += storeVarint(UInt64(ik.index), at: p + o)
+                o += storeVarint(UInt64(ik.indexNumber), at: p + o)
                 o += storeVarint(UInt64(ik.count), at: p + o)
                 let at = o
                 ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }

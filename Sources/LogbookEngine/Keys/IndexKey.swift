@@ -9,15 +9,18 @@
 /// transaction.put(key, value: bytes, indexKeys: CollectionOfOne(byDate))
 /// ```
 public struct IndexKey: Sendable, Hashable {
-    public let index: UInt32
+    /// The index the entry belongs to.
+    public var index: IndexID { IndexID(rawValue: indexNumber) }
+    @usableFromInline let indexNumber: UInt32
     @usableFromInline enum Storage: Sendable, Hashable {
         case inline(UInt64, UInt64, UInt8)
         case heap([UInt8])
     }
     @usableFromInline let storage: Storage
 
-    public init(index: UInt32, bytes: [UInt8]) {
-        self.index = index
+    /// An entry of `index` ordered by `bytes` as given (at most `JournalFormat.maxIndexKeyLength` bytes).
+    public init(index: IndexID, bytes: [UInt8]) {
+        self.indexNumber = index.rawValue
         if bytes.count <= 16 {
             var a: UInt64 = 0, b: UInt64 = 0
             withUnsafeMutableBytes(of: &a) { p in for i in 0..<min(8, bytes.count) { p[i] = bytes[i] } }
@@ -29,26 +32,26 @@ public struct IndexKey: Sendable, Hashable {
     }
 
     /// An 8-byte key that orders like the unsigned integer.
-    public init(index: UInt32, orderedUInt64 value: UInt64) {
-        self.index = index
+    public init(index: IndexID, orderedUInt64 value: UInt64) {
+        self.indexNumber = index.rawValue
         storage = .inline(value.bigEndian, 0, 8)
     }
 
     /// An 8-byte key that orders like the signed integer.
-    public init(index: UInt32, orderedInt64 value: Int64) {
+    public init(index: IndexID, orderedInt64 value: Int64) {
         self.init(index: index, orderedUInt64: UInt64(bitPattern: value) ^ (1 << 63))
     }
 
     /// An 8-byte key that orders like the double (NaN sorts last).
-    public init(index: UInt32, orderedDouble value: Double) {
+    public init(index: IndexID, orderedDouble value: Double) {
         let bits = value.bitPattern
         self.init(index: index, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
     }
 
     /// A 9-byte key: a tag byte, then 8 bytes that order like the unsigned integer.
     /// (The object layer tags values 0x01 and the absent value 0x00, which sorts first.)
-    public init(index: UInt32, tag: UInt8, orderedUInt64 value: UInt64) {
-        self.index = index
+    public init(index: IndexID, tag: UInt8, orderedUInt64 value: UInt64) {
+        self.indexNumber = index.rawValue
         let v = value.bigEndian
         // Bytes: tag, then the 8 big-endian bytes, in two little-endian-stored words.
         var a: UInt64 = 0, b: UInt64 = 0
@@ -61,12 +64,12 @@ public struct IndexKey: Sendable, Hashable {
     }
 
     /// A 9-byte tagged key that orders like the signed integer.
-    public init(index: UInt32, tag: UInt8, orderedInt64 value: Int64) {
+    public init(index: IndexID, tag: UInt8, orderedInt64 value: Int64) {
         self.init(index: index, tag: tag, orderedUInt64: UInt64(bitPattern: value) ^ (1 << 63))
     }
 
     /// A 9-byte tagged key that orders like the double.
-    public init(index: UInt32, tag: UInt8, orderedDouble value: Double) {
+    public init(index: IndexID, tag: UInt8, orderedDouble value: Double) {
         let bits = value.bitPattern
         self.init(index: index, tag: tag, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
     }
@@ -83,7 +86,9 @@ public struct IndexKey: Sendable, Hashable {
         }
     }
 
+    /// The key bytes (a copy).
     public var bytes: [UInt8] { withBytes { Array($0) } }
+    /// The number of key bytes.
     public var count: Int {
         switch storage {
         case .inline(_, _, let n): return Int(n)

@@ -341,36 +341,36 @@ extension Store {
 
     /// Caller holds `maintenance`.
     func writeCheckpoint() throws {
-        let captured = try writer.withLock { w -> (IndexState, UInt64, Int, UInt64)? in
-            try w.checkWritable()
-            if w.manifest.checkpoint != 0 && w.checkpointVersion == w.working.version { return nil }
-            guard let active = w.active else { return nil }
+        let captured = try writer.withLock { writerState -> (IndexState, UInt64, Int, UInt64)? in
+            try writerState.checkWritable()
+            if writerState.manifest.checkpoint != 0 && writerState.checkpointVersion == writerState.working.version { return nil }
+            guard let active = writerState.active else { return nil }
             // A checkpoint covers only durable commits.
             if options.durability != .full {
                 do { try active.handle.sync() } catch {
-                    w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                    writerState.recordFailure(error)
                     throw error
                 }
             }
-            let number = try w.manifest.allocateFileNumber()
-            return (w.working, active.number, w.appendOffset, number)
+            let number = try writerState.manifest.allocateFileNumber()
+            return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }
         let stream = Checkpoint.encode(state, segment: segment, offset: offset)
         try Checkpoint.write(stream, number: number, directory: directory, fileSystem: fileSystem)
-        try writer.withLock { w in
-            try w.checkWritable()
-            var manifest = w.manifest
+        try writer.withLock { writerState in
+            try writerState.checkWritable()
+            var manifest = writerState.manifest
             let old = manifest.checkpoint
             manifest.checkpoint = number
             manifest.generation += 1
             do { try writeManifest(manifest) } catch {
-                w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                writerState.recordFailure(error)
                 throw error
             }
-            w.manifest = manifest
-            w.checkpointVersion = state.version
-            w.bytesSinceCheckpoint = max(0, w.appendOffset - offset)
+            writerState.manifest = manifest
+            writerState.checkpointVersion = state.version
+            writerState.bytesSinceCheckpoint = max(0, writerState.appendOffset - offset)
             if old != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(old))) }
         }
     }

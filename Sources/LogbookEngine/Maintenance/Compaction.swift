@@ -13,12 +13,12 @@ extension Store {
     func runCompaction() throws -> CompactionReport {
         let started = ContinuousClock.now
         // 1. Seal the active segment so that everything committed so far is in sealed segments.
-        let (sealedState, sealed, allSegments) = try writer.withLock { w -> (IndexState, [SegmentFile], SegmentSet) in
-            try w.checkWritable()
-            if w.appendOffset > JournalFormat.fileHeaderSize { try rollover(&w) }
-            let activeNumber = w.active?.number
-            let sealed = w.manifest.segments.filter { $0 != activeNumber }.compactMap { w.segments.files[$0] }
-            return (w.working, sealed, w.segments)
+        let (sealedState, sealed, allSegments) = try writer.withLock { writerState -> (IndexState, [SegmentFile], SegmentSet) in
+            try writerState.checkWritable()
+            if writerState.appendOffset > JournalFormat.fileHeaderSize { try rollover(&writerState) }
+            let activeNumber = writerState.active?.number
+            let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap { writerState.segments.files[$0] }
+            return (writerState.working, sealed, writerState.segments)
         }
         let bytesBefore = sealed.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }
         guard !sealed.isEmpty else {
@@ -95,36 +95,36 @@ extension Store {
         // 3. Switch: remap the locations that still point into sealed segments, then one manifest.
         let written = output.files
         let remap = output.remap
-        let (bytesAfter, removedCount) = try writer.withLock { w -> (Int, Int) in
-            do { try w.checkWritable() } catch { output.abandon(); throw error }
+        let (bytesAfter, removedCount) = try writer.withLock { writerState -> (Int, Int) in
+            do { try writerState.checkWritable() } catch { output.abandon(); throw error }
             if options.durability != .full {
-                do { try w.active?.handle.sync() } catch {
-                    w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                do { try writerState.active?.handle.sync() } catch {
+                    writerState.recordFailure(error)
                     throw error
                 }
             }
-            var manifest = w.manifest
+            var manifest = writerState.manifest
             let oldCheckpoint = manifest.checkpoint
             manifest.segments = written.map(\.number) + manifest.segments.filter { !sealedNumbers.contains($0) }
             manifest.checkpoint = 0
             manifest.generation += 1
             do { try writeManifest(manifest) } catch {
-                w.failure = error as? EngineError ?? EngineError(.io, "\(error)")
+                writerState.recordFailure(error)
                 throw error
             }
-            w.working.primary.replaceMany(remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
-            w.working.totalBytes = w.working.totalBytes - sealedState.totalBytes + output.operationBytes
-            w.working.liveBytes = max(0, w.working.liveBytes)
-            var files = w.segments.files
+            writerState.working.primary.replaceMany(remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
+            writerState.working.totalBytes = writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
+            writerState.working.liveBytes = max(0, writerState.working.liveBytes)
+            var files = writerState.segments.files
             for file in sealed {
                 files[file.number] = nil
                 file.markObsolete()
             }
             for file in written { files[file.number] = file }
-            w.segments = SegmentSet(files)
-            w.manifest = manifest
-            w.checkpointVersion = 0
-            publish(w)
+            writerState.segments = SegmentSet(files)
+            writerState.manifest = manifest
+            writerState.checkpointVersion = 0
+            publish(writerState)
             if oldCheckpoint != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(oldCheckpoint))) }
             return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.count)
         }
@@ -222,7 +222,7 @@ struct CompactionWriter {
     private mutating func startSegment() throws {
         try commitTransaction()
         if let last = files.last { try last.handle.sync() }
-        let number = try store.writer.withLock { w in try w.manifest.allocateFileNumber() }
+        let number = try store.writer.withLock { writerState in try writerState.manifest.allocateFileNumber() }
         files.append(try store.createSegment(number: number))
         offset = JournalFormat.fileHeaderSize
     }

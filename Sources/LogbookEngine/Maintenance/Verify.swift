@@ -2,6 +2,7 @@
 public struct VerificationReport: Sendable {
     /// Journal segments read, and their bytes.
     public var segments = 0
+    /// Bytes of the segments read.
     public var segmentBytes = 0
     /// Commits replayed from the start of the journal.
     public var commits = 0
@@ -11,6 +12,7 @@ public struct VerificationReport: Sendable {
     public var records = 0
     /// Secondary index entries compared, and set members compared.
     public var indexEntries = 0
+    /// Set members compared.
     public var setMembers = 0
     /// The checkpoint checked against the journal (nil when there is none).
     public var checkpoint: UInt64?
@@ -19,6 +21,7 @@ public struct VerificationReport: Sendable {
     /// Damage found, each naming the file and offset or the key; empty when the store is sound.
     public var problems: [String] = []
 
+    /// True when nothing was found wrong.
     public var isSound: Bool { problems.isEmpty }
 }
 
@@ -127,17 +130,17 @@ extension Store {
                 return true
             }
             if differs || n != aEntries.count {
-                note("index \(index): its entries differ between the checkpoint and the journal (\(aEntries.count) from the checkpoint)")
+                note("\(index): its entries differ between the checkpoint and the journal (\(aEntries.count) from the checkpoint)")
             }
             report.indexEntries += aEntries.count
             // Each entry names a record that exists.
             for (_, pk) in aEntries where !a.contains(pk) {
-                note("index \(index): an entry names the missing record \(String(pk, radix: 16))")
+                note("\(index): an entry names the missing record \(String(pk, radix: 16))")
                 break
             }
         }
         // The records' own index keys, counted, match the indexes' entries.
-        var expected: [UInt32: Int] = [:]
+        var expected: [IndexID: Int] = [:]
         for keyspace in a.keyspaces {
             var keys: [UInt64] = []
             a.forEachKey(inKeyspace: keyspace) { keys.append($0); return true }
@@ -150,7 +153,7 @@ extension Store {
             }
         }
         for index in Set(expected.keys).union(a.indexes).sorted() where expected[index, default: 0] != a.indexCount(index: index) {
-            note("index \(index): \(a.indexCount(index: index)) entries, but the records carry \(expected[index, default: 0]) keys for it")
+            note("\(index): \(a.indexCount(index: index)) entries, but the records carry \(expected[index, default: 0]) keys for it")
         }
     }
 }

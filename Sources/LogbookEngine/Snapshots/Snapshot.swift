@@ -36,6 +36,7 @@ public final class Snapshot: Sendable {
     /// Number of keys in a keyspace (the high 16 bits of a key), without scanning.
     public func count(inKeyspace keyspace: UInt16) -> Int { state.primary.count(inKeyspace: keyspace) }
 
+    /// Whether `key` (raw) has a value at this version.
     public func contains(_ key: UInt64) -> Bool { state.primary[key] != nil }
 
     /// The value stored under `key`, or nil.
@@ -108,7 +109,7 @@ public final class Snapshot: Sendable {
         return block.withUnsafeBytes { raw in
             guard case let (.put(_, _, keys, count), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else { return [] }
             var result: [IndexKey] = []
-            JournalOperation.forEachIndexKey(raw, keys, count: count) { result.append(IndexKey(index: $0, bytes: Array($1))) }
+            JournalOperation.forEachIndexKey(raw, keys, count: count) { result.append(IndexKey(index: IndexID(rawValue: $0), bytes: Array($1))) }
             return result
         }
     }
@@ -136,25 +137,25 @@ public final class Snapshot: Sendable {
     // MARK: Secondary indexes
 
     /// The indexes that hold entries.
-    public var indexes: [UInt32] { state.indexes.keys.sorted() }
+    public var indexes: [IndexID] { state.indexes.keys.sorted().map(IndexID.init(rawValue:)) }
 
     /// Number of entries of `index` between the bounds, in O(log n).
-    public func indexCount(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil) -> Int {
-        state.indexes[index]?.count(from: lower, to: upper) ?? 0
+    public func indexCount(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil) -> Int {
+        state.indexes[index.rawValue]?.count(from: lower, to: upper) ?? 0
     }
 
     /// Visits the entries of `index` between the bounds in key order (or reverse), with the
     /// primary key of each; `body` returns false to stop.
-    public func forEachIndexEntry(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+    public func forEachIndexEntry(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
                                   _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
-        try state.indexes[index]?.forEach(from: lower, to: upper, reverse: reverse, body)
+        try state.indexes[index.rawValue]?.forEach(from: lower, to: upper, reverse: reverse, body)
     }
 
     /// The primary keys of `index`'s entries between the bounds, in order (or reverse), at most
     /// `limit` of them: what a fetch walks, without a closure per entry.
-    public func primaryKeys(index: UInt32, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+    public func primaryKeys(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
                             limit: Int? = nil) -> [UInt64] {
-        state.indexes[index]?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit) ?? []
+        state.indexes[index.rawValue]?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit) ?? []
     }
 
     /// The values of many keys copied into one buffer, with each key's span in it (`offset` is
@@ -178,8 +179,10 @@ public final class Snapshot: Sendable {
     /// The members of a set, ascending.
     public func members(ofSet set: UInt64) -> [UInt64] { state.sets[set]?.members ?? [] }
 
+    /// How many members the set `set` (raw) has, without reading them.
     public func memberCount(ofSet set: UInt64) -> Int { state.sets[set]?.count ?? 0 }
 
+    /// Whether `member` is in the set `set` (raw keys).
     public func isMember(_ member: UInt64, ofSet set: UInt64) -> Bool { state.sets[set]?.contains(member) ?? false }
 
     /// The keyspaces that hold non-empty sets.

@@ -1,0 +1,40 @@
+/// Sizes and counts of a store.
+public struct StoreStatistics: Sendable {
+    /// One segment file of the store.
+    public struct Segment: Sendable {
+        /// The segment's number (its file name is `journal-` + 12 hex digits of it).
+        public var number: UInt64
+        /// The file's size in bytes.
+        public var bytes: Int
+    }
+    /// The version of the last commit.
+    public var version: UInt64
+    /// The segments of the store, oldest first.
+    public var segments: [Segment]
+    /// Bytes of all segment files.
+    public var fileBytes: Int
+    /// Uncompressed operation bytes still live, and in all (live + superseded).
+    public var liveBytes: Int
+    /// Uncompressed bytes of all operations in the segments, live and superseded.
+    public var totalBytes: Int
+    /// Bytes of superseded operations: what a compaction would reclaim (before compression).
+    public var deadBytes: Int { max(0, totalBytes - liveBytes) }
+    /// The number of keys with a value.
+    public var keyCount: Int
+    /// Keys per keyspace (the high 16 bits of a key).
+    public var keysPerKeyspace: [UInt16: Int]
+    /// Entries per secondary index.
+    public var indexEntries: [IndexID: Int]
+    /// The number of non-empty membership sets.
+    public var setCount: Int
+    /// Estimated bytes of memory the indexes take.
+    public var indexMemoryBytes: Int
+    /// Snapshots alive now (each keeps the segments it reads).
+    public var pinnedSnapshots: Int
+    /// Seconds since the oldest pinned snapshot was taken.
+    public var oldestSnapshotAge: Double?
+    /// The number of the current checkpoint file, if any.
+    public var checkpoint: UInt64?
+    /// The version the current checkpoint covers.
+    public var checkpointVersion: UInt64?
+}

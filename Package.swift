@@ -7,12 +7,12 @@ let package = Package(
     products: [
         .library(name: "Logbook", targets: ["Logbook"]),
         .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
-        .executable(name: "logbook", targets: ["LogbookCLI"]),
+        .executable(name: "logbook", targets: ["LogbookCLI"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // `swift package generate-documentation --target Logbook` (a plugin: nothing is linked).
-        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
     ],
     targets: [
         // Debian's liblz4-dev (`apt-get install liblz4-dev`).
@@ -45,7 +45,7 @@ let package = Package(
             dependencies: [
                 "Logbook",
                 "LogbookEngine",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser")
             ]
         ),
         .testTarget(
@@ -60,7 +60,7 @@ let package = Package(
         .testTarget(
             name: "LogbookEngineTests",
             dependencies: ["LogbookEngine", "CLogbookSupport", "LogbookCrashHelper"]
-        ),
+        )
     ],
     swiftLanguageModes: [.v6]
 )

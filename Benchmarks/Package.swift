@@ -9,7 +9,7 @@ let package = Package(
     dependencies: [
         .package(name: "Logbook", path: ".."),
         .package(url: "https://github.com/groue/GRDB.swift", exact: "7.10.0"),
-        .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"])
     ],
     targets: [
         // The same workloads on Logbook and on GRDB, in one process run, printed as one table.
@@ -18,7 +18,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Logbook", package: "Logbook"),
                 .product(name: "LogbookEngine", package: "Logbook"),
-                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDB", package: "GRDB.swift")
             ]
         ),
         // Hot paths under ordo-one/benchmark, with thresholds checked in (Thresholds/):
@@ -29,11 +29,11 @@ let package = Package(
             dependencies: [
                 .product(name: "Logbook", package: "Logbook"),
                 .product(name: "LogbookEngine", package: "Logbook"),
-                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "Benchmark", package: "benchmark")
             ],
             path: "Benchmarks/LogbookBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
-        ),
+        )
     ],
     swiftLanguageModes: [.v6]
 )

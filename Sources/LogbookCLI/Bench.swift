@@ -1,18 +1,18 @@
 import ArgumentParser
+import Foundation
 import Logbook
 import LogbookEngine
-import Foundation
 
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a benchmark workload of docs/benchmarks.md.",
         discussion: """
-        Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
-        update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
-        compact (W9, after W5), snapshot (W10), all (each of them, N = --count), and engine \
-        (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
-        (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
-        """)
+            Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
+            update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
+            compact (W9, after W5), snapshot (W10), all (each of them, N = --count), and engine \
+            (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
+            (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
+            """)
 
     @Argument(help: "The workload to run.") var workload: String
     @Option(help: "Store directory (default: a fresh directory under the temporary directory).") var store: String?
@@ -58,8 +58,11 @@ struct Bench: ParsableCommand {
         case "engine": try engine(durability)
         case "populate":
             let path = store ?? freshStore(batch ? "populate-batch" : "populate")
-            if batch { try populateBatch(store: path, count: count, durability: durability) }
-            else { try populate(store: path, count: count, durability: durability) }
+            if batch {
+                try populateBatch(store: path, count: count, durability: durability)
+            } else {
+                try populate(store: path, count: count, durability: durability)
+            }
         case "fetch":
             try fetchWorkloads(store: try populatedStore(), count: count)
         case "open":
@@ -77,13 +80,16 @@ struct Bench: ParsableCommand {
         case "relations":
             try relationsWorkload(store: store ?? freshStore("relations"), count: count, durability: durability)
         case "commits":
-            try commitsWorkload(store: store ?? freshStore("commits"), commits: commits, per: per, durability: durability)
+            try commitsWorkload(
+                store: store ?? freshStore("commits"), commits: commits, per: per, durability: durability)
         case "snapshot":
             try snapshotWorkload(store: try populatedStore(), count: count, durability: durability)
         case "all":
             try all()
         default:
-            throw ValidationError("unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, all or engine")
+            throw ValidationError(
+                "unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, all or engine"
+            )
         }
     }
 
@@ -108,7 +114,9 @@ struct Bench: ParsableCommand {
     func child(_ arguments: [String], output: ChildOutput = .standardOutput, populateFirst: String? = nil) throws {
         if let path = populateFirst { try child(["populate", "--store", path], output: output) }
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
+        p.executableURL = URL(
+            fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0])
         var args = ["bench"] + arguments + ["--count", "\(count)", "--durability", durability]
         if arguments.first == "commits" { args += ["--commits", "\(commits)", "--per", "\(per)"] }
         if json { args.append("--json") }
@@ -117,7 +125,8 @@ struct Bench: ParsableCommand {
         try p.run()
         p.waitUntilExit()
         guard p.terminationStatus == 0 else {
-            throw LogbookError(.store, "logbook \(args.joined(separator: " ")) failed with status \(p.terminationStatus)")
+            throw LogbookError(
+                .store, "logbook \(args.joined(separator: " ")) failed with status \(p.terminationStatus)")
         }
     }
 
@@ -141,25 +150,36 @@ struct Bench: ParsableCommand {
             // A record shaped like the benchmark Item: name, createdAt, done. The name's digits
             // are written by hand so that the figure is the engine's, not string formatting's.
             value.removeAll(keepingCapacity: true)
-            value.append(73); value.append(116); value.append(101); value.append(109); value.append(32)  // "Item "
+            value.append(73)
+            value.append(116)
+            value.append(101)
+            value.append(109)
+            value.append(32)  // "Item "
             appendDecimal(i, to: &value)
             let bits = (base + Double(i) / 1000).bitPattern
-            for shift in stride(from: 0, to: 64, by: 8) { value.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+            for shift in stride(from: 0, to: 64, by: 8) {
+                value.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift)))
+            }
             value.append(i % 2 == 0 ? 1 : 0)
             values.append(value)
         }
         let built = now()
         for i in 1...count {
-            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: values[i - 1],
-                  indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i) / 1000))
+            t.put(
+                EngineKey(keyspace: 1, id: UInt64(i)), value: values[i - 1],
+                indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i) / 1000))
         }
         let encoded = now()
         try s.commit(t)
         let committed = now()
         let engineSeconds = (created - start) + (committed - built)
-        report("engine_append", ["records": count, "seconds": engineSeconds, "create_seconds": created - start,
-                                 "put_seconds": encoded - built, "commit_seconds": committed - encoded,
-                                 "records_per_s": Int(Double(count) / engineSeconds), "peak_rss_mb": peakRSSMegabytes()])
+        report(
+            "engine_append",
+            [
+                "records": count, "seconds": engineSeconds, "create_seconds": created - start,
+                "put_seconds": encoded - built, "commit_seconds": committed - encoded,
+                "records_per_s": Int(Double(count) / engineSeconds), "peak_rss_mb": peakRSSMegabytes()
+            ])
         let closeStart = now()
         try s.close()
         report("engine_close", ["seconds": now() - closeStart, "file_bytes": directoryBytes(path)])
@@ -168,8 +188,12 @@ struct Bench: ParsableCommand {
         let n = reopened.snapshot().count(inKeyspace: 1)
         let opened = now()
         let stats = reopened.statistics()
-        report("engine_open", ["records": n, "seconds": opened - openStart,
-                               "index_bytes_per_record": Double(stats.indexMemoryBytes) / Double(max(1, n))])
+        report(
+            "engine_open",
+            [
+                "records": n, "seconds": opened - openStart,
+                "index_bytes_per_record": Double(stats.indexMemoryBytes) / Double(max(1, n))
+            ])
         try reopened.close()
     }
 }
@@ -194,9 +218,13 @@ struct Stats: ParsableCommand {
         print("live bytes: \(s.liveBytes), dead bytes: \(s.deadBytes)")
         print("keys: \(s.keyCount)")
         for (ks, n) in s.keysPerKeyspace.sorted(by: { $0.key < $1.key }) {
-            if let entity = names.entities[ks] { print("  \(entity) (keyspace \(ks)): \(n) records") }
-            else if ks == 0 { print("  keyspace 0 (schema and counters): \(n) records") }
-            else { print("  keyspace \(ks): \(n) records") }
+            if let entity = names.entities[ks] {
+                print("  \(entity) (keyspace \(ks)): \(n) records")
+            } else if ks == 0 {
+                print("  keyspace 0 (schema and counters): \(n) records")
+            } else {
+                print("  keyspace \(ks): \(n) records")
+            }
         }
         for (ix, n) in s.indexEntries.sorted(by: { $0.key < $1.key }) {
             print("  \(ix)\(names.indexes[ix].map { " (\($0))" } ?? ""): \(n) entries")
@@ -209,9 +237,12 @@ struct Stats: ParsableCommand {
 }
 
 func appendDecimal(_ n: Int, to out: inout [UInt8]) {
-    var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                 UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-        (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    var digits:
+        (
+            UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+            UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+        ) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     var v = n
     var count = 0
     withUnsafeMutableBytes(of: &digits) { d in

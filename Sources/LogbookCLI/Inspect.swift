@@ -19,7 +19,8 @@ func fail(_ error: any Error, code: Int32 = 1) -> Never {
 }
 
 struct Schema: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print the entities, attributes, relationships and indexes a store records.")
+    static let configuration = CommandConfiguration(
+        abstract: "Print the entities, attributes, relationships and indexes a store records.")
     @Argument(help: "The store directory.") var directory: String
 
     func run() throws {
@@ -28,11 +29,14 @@ struct Schema: ParsableCommand {
             for e in model.entities {
                 print("entity \(e.name)")
                 for a in e.attributes {
-                    print("  attribute \(a.name): \(a.type)\(a.isOptional ? ", optional" : "")\(a.isIndexed ? ", indexed" : "")")
+                    print(
+                        "  attribute \(a.name): \(a.type)\(a.isOptional ? ", optional" : "")\(a.isIndexed ? ", indexed" : "")"
+                    )
                 }
                 for r in e.relationships {
-                    print("  relationship \(r.name): \(r.isToMany ? "to-many" : "to-one") \(r.destination)"
-                          + (r.inverse.map { ", inverse \($0)" } ?? "") + ", delete rule \(r.deleteRule.rawValue)")
+                    print(
+                        "  relationship \(r.name): \(r.isToMany ? "to-many" : "to-one") \(r.destination)"
+                            + (r.inverse.map { ", inverse \($0)" } ?? "") + ", delete rule \(r.deleteRule.rawValue)")
                 }
             }
         } catch { fail(error) }
@@ -40,7 +44,8 @@ struct Schema: ParsableCommand {
 }
 
 struct Count: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print the number of objects of an entity (that match a predicate).")
+    static let configuration = CommandConfiguration(
+        abstract: "Print the number of objects of an entity (that match a predicate).")
     @Argument(help: "The store directory.") var directory: String
     @Option(help: "The entity.") var entity: String
     @Option(name: .customLong("where"), help: "A predicate, in Core Data's format language.") var predicate: String?
@@ -57,7 +62,8 @@ struct Count: ParsableCommand {
 }
 
 struct Query: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print the objects of an entity, filtered, sorted and limited.")
+    static let configuration = CommandConfiguration(
+        abstract: "Print the objects of an entity, filtered, sorted and limited.")
     @Argument(help: "The store directory.") var directory: String
     @Option(help: "The entity.") var entity: String
     @Option(name: .customLong("where"), help: "A predicate, in Core Data's format language.") var predicate: String?
@@ -73,7 +79,8 @@ struct Query: ParsableCommand {
             if let sort {
                 request.sortDescriptors = sort.split(separator: ",").map { part in
                     let p = part.split(separator: ":")
-                    return FetchSortDescriptor(key: String(p[0]), ascending: !(p.count > 1 && p[1].lowercased() == "desc"))
+                    return FetchSortDescriptor(
+                        key: String(p[0]), ascending: !(p.count > 1 && p[1].lowercased() == "desc"))
                 }
             }
             if let limit { request.fetchLimit = limit }
@@ -101,7 +108,8 @@ struct Query: ParsableCommand {
 }
 
 struct Compact: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Compact a store: rewrite its live records and reclaim the rest.")
+    static let configuration = CommandConfiguration(
+        abstract: "Compact a store: rewrite its live records and reclaim the rest.")
     @Argument(help: "The store directory.") var directory: String
 
     func run() throws {
@@ -111,7 +119,9 @@ struct Compact: ParsableCommand {
             let store = try Store.open(at: directory, options: options)
             let report = try store.compact()
             try store.close()
-            print("compact seconds=\(String(format: "%.3f", report.seconds)) bytes_before=\(report.bytesBefore) bytes_after=\(report.bytesAfter) segments_removed=\(report.segmentsRemoved)")
+            print(
+                "compact seconds=\(String(format: "%.3f", report.seconds)) bytes_before=\(report.bytesBefore) bytes_after=\(report.bytesAfter) segments_removed=\(report.segmentsRemoved)"
+            )
         } catch { fail(error) }
     }
 }
@@ -167,7 +177,9 @@ nonisolated(unsafe) let isoFormatter: ISO8601DateFormatter = {
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check every checksum, record and index of a store against its journal, without changing it.",
-        discussion: "Exit status: 0 when the store is sound, 1 when it is damaged (the file and offset are printed), 2 when the directory is not a store or cannot be read.")
+        discussion:
+            "Exit status: 0 when the store is sound, 1 when it is damaged (the file and offset are printed), 2 when the directory is not a store or cannot be read."
+    )
     @Argument(help: "The store directory.") var directory: String
 
     func run() throws {
@@ -186,7 +198,9 @@ struct Verify: ParsableCommand {
         print("checkpoint: \(report.checkpoint.map { "\($0), compared with the journal" } ?? "none")")
         print("records: \(report.records), index entries: \(report.indexEntries), set members: \(report.setMembers)")
         if report.uncommittedTailBytes > 0 {
-            print("uncommitted tail: \(report.uncommittedTailBytes) bytes after the last commit (a torn write; the next open cuts it)")
+            print(
+                "uncommitted tail: \(report.uncommittedTailBytes) bytes after the last commit (a torn write; the next open cuts it)"
+            )
         }
         if report.isSound {
             print("sound")
@@ -201,7 +215,9 @@ struct Verify: ParsableCommand {
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write every object of a store as JSON, streamed (memory stays bounded for any size).",
-        discussion: "Output: {\"entities\": [{\"name\": E, \"objects\": [{\"id\": …, attributes…, relationships…}, …]}, …]}. To-one relationships are object ID URIs, to-many relationships arrays of them; dates are ISO 8601, data base64.")
+        discussion:
+            "Output: {\"entities\": [{\"name\": E, \"objects\": [{\"id\": …, attributes…, relationships…}, …]}, …]}. To-one relationships are object ID URIs, to-many relationships arrays of them; dates are ISO 8601, data base64."
+    )
     @Argument(help: "The store directory.") var directory: String
     @Flag(help: "Write JSON (the only format).") var json = false
     @Option(help: "Only this entity.") var entity: String?
@@ -214,7 +230,9 @@ struct Export: ParsableCommand {
             out.write("{\"entities\": [")
             let entities = try container.model.entities.filter { e in
                 guard let entity else { return true }
-                if container.model[entity: entity] == nil { throw LogbookError(.unknownEntity, "the store has no entity named \(entity)", entity: entity) }
+                if container.model[entity: entity] == nil {
+                    throw LogbookError(.unknownEntity, "the store has no entity named \(entity)", entity: entity)
+                }
                 return e.name == entity
             }
             for (n, e) in entities.enumerated() {
@@ -235,11 +253,15 @@ struct Export: ParsableCommand {
                     }
                     for r in e.relationships {
                         if r.isToMany {
-                            let ids = try o.objects(forKey: r.name).map(\.objectID.uriRepresentation.absoluteString).sorted()
-                            out.write(", \"\(escape(r.name))\": [" + ids.map { "\"\($0)\"" }.joined(separator: ", ") + "]")
+                            let ids = try o.objects(forKey: r.name).map(\.objectID.uriRepresentation.absoluteString)
+                                .sorted()
+                            out.write(
+                                ", \"\(escape(r.name))\": [" + ids.map { "\"\($0)\"" }.joined(separator: ", ") + "]")
                         } else {
                             let target = try o.value(forKey: r.name) as? ManagedObject
-                            out.write(", \"\(escape(r.name))\": " + (target.map { "\"\($0.objectID.uriRepresentation.absoluteString)\"" } ?? "null"))
+                            out.write(
+                                ", \"\(escape(r.name))\": "
+                                    + (target.map { "\"\($0.objectID.uriRepresentation.absoluteString)\"" } ?? "null"))
                         }
                     }
                     out.write("}")

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Peak resident set size of this process, in MiB (VmHWM).
@@ -29,7 +29,9 @@ func directoryBytes(_ path: String) -> Int {
     defer { closedir(dir) }
     var total = 0
     while let entry = readdir(dir) {
-        let name = withUnsafePointer(to: entry.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+        let name = withUnsafePointer(to: entry.pointee.d_name) {
+            $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+        }
         if name == "." || name == ".." { continue }
         var st = stat()
         if stat(path + "/" + name, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG { total += Int(st.st_size) }
@@ -46,7 +48,7 @@ func temporaryStorePath(_ prefix: String) -> String {
 }
 
 /// How phase lines are printed: `PHASE key=value …`, or one JSON object per line.
-nonisolated(unsafe) var reportsJSON = false   // set once from the command line, before any work
+nonisolated(unsafe) var reportsJSON = false  // set once from the command line, before any work
 
 /// Prints one phase line: `PHASE key=value …` (or `{"phase": PHASE, "key": value, …}`).
 func report(_ phase: String, _ fields: KeyValuePairs<String, Any>) {
@@ -102,7 +104,9 @@ struct ProgressBar {
         shown = percent
         let width = 30
         let filled = percent * width / 100
-        printError("\r\(label) [" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "] \(percent)%", newline: false)
+        printError(
+            "\r\(label) [" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
+                + "] \(percent)%", newline: false)
     }
 
     func finish() {

@@ -43,7 +43,9 @@ func openItems(_ path: String, durability: Durability = .full) throws -> Persist
     return try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
 }
 
-func itemDate(_ i: Int) -> Date { Date(timeIntervalSince1970: BenchmarkModel.base.timeIntervalSince1970 + Double(i) / 1000) }
+func itemDate(_ i: Int) -> Date {
+    Date(timeIntervalSince1970: BenchmarkModel.base.timeIntervalSince1970 + Double(i) / 1000)
+}
 
 /// W1: insert N Items as managed objects in a context, one save with full durability.
 func populate(store path: String, count: Int, durability: Durability) throws {
@@ -66,9 +68,15 @@ func populate(store path: String, count: Int, durability: Durability) throws {
     let saved = now()
     context.reset()
     try container.close()
-    report("populate", ["records": count, "seconds": saved - start, "insert_seconds": inserted - start, "save_seconds": saved - inserted,
-                        "records_per_s": Int(Double(count) / (saved - start)), "peak_rss_mb": peakRSSMegabytes(), "insert_peak_rss_mb": insertPeak,
-                        "file_bytes": directoryBytes(path)])
+    report(
+        "populate",
+        [
+            "records": count, "seconds": saved - start, "insert_seconds": inserted - start,
+            "save_seconds": saved - inserted,
+            "records_per_s": Int(Double(count) / (saved - start)), "peak_rss_mb": peakRSSMegabytes(),
+            "insert_peak_rss_mb": insertPeak,
+            "file_bytes": directoryBytes(path)
+        ])
 }
 
 /// W1, batch variant: the same Items through a batch insert, without managed objects.
@@ -89,15 +97,20 @@ func populateBatch(store path: String, count: Int, durability: Durability) throw
     progress.finish()
     let saved = now()
     try container.close()
-    report("populate_batch", ["records": result.count, "seconds": saved - start, "records_per_s": Int(Double(count) / (saved - start)),
-                              "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    report(
+        "populate_batch",
+        [
+            "records": result.count, "seconds": saved - start, "records_per_s": Int(Double(count) / (saved - start)),
+            "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)
+        ])
 }
 
 /// W3's range: Items 400,001…500,000 of a million (createdAt ≥ base + 0.4·N ms and < base +
 /// 0.5·N ms: a tenth of the store for any N).
 func rangeRequest(count: Int) throws -> FetchRequest<Item> {
     var range = FetchRequest<Item>()
-    range.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@", itemDate(count * 2 / 5), itemDate(count / 2))
+    range.predicate = try FetchPredicate(
+        format: "createdAt >= %@ AND createdAt < %@", itemDate(count * 2 / 5), itemDate(count / 2))
     range.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
     return range
 }
@@ -117,8 +130,12 @@ func fetchWorkloads(store path: String, count: Int) throws {
     let materialized = now()
     for item in items { chars &+= item.name.utf8.count }
     let fetched = now()
-    report("fetch_sorted", ["records": items.count, "seconds": fetched - opened, "fetch_seconds": materialized - opened,
-                            "read_seconds": fetched - materialized, "peak_rss_mb": peakRSSMegabytes()])
+    report(
+        "fetch_sorted",
+        [
+            "records": items.count, "seconds": fetched - opened, "fetch_seconds": materialized - opened,
+            "read_seconds": fetched - materialized, "peak_rss_mb": peakRSSMegabytes()
+        ])
     items = []
     context.reset()
     let range = try rangeRequest(count: count)
@@ -152,7 +169,12 @@ func openToCount(store path: String) throws {
     let context = container.newContext(concurrencyType: .confinement)
     let n = try context.count(for: FetchRequest<Item>())
     let answered = now()
-    report("open", ["records": n, "seconds": answered - start, "index_bytes_per_record": Double(container.store.statistics().indexMemoryBytes) / Double(max(1, n))])
+    report(
+        "open",
+        [
+            "records": n, "seconds": answered - start,
+            "index_bytes_per_record": Double(container.store.statistics().indexMemoryBytes) / Double(max(1, n))
+        ])
     try container.close()
 }
 
@@ -166,7 +188,9 @@ func updateWorkloads(store path: String, durability: Durability) throws {
     batch.propertiesToUpdate = ["done": true]
     let changed = try context.execute(batch).count
     let t1 = now()
-    report("update_batch", ["records": changed, "seconds": t1 - t0, "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    report(
+        "update_batch",
+        ["records": changed, "seconds": t1 - t0, "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
     let t2 = now()
     let items = try context.fetch(FetchRequest<Item>())
     let fetched = now()
@@ -180,8 +204,13 @@ func updateWorkloads(store path: String, durability: Durability) throws {
     let renamed = now()
     try context.save()
     let t3 = now()
-    report("update_context", ["records": items.count, "seconds": t3 - t2, "fetch_seconds": fetched - t2, "change_seconds": renamed - fetched,
-                              "save_seconds": t3 - renamed, "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    report(
+        "update_context",
+        [
+            "records": items.count, "seconds": t3 - t2, "fetch_seconds": fetched - t2,
+            "change_seconds": renamed - fetched,
+            "save_seconds": t3 - renamed, "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)
+        ])
     context.reset()
     try container.close()
 }
@@ -197,11 +226,16 @@ func compactWorkload(store path: String) throws {
     try store.close()
     // Live and dead bytes are the journal's record bytes (before compression).
     // The rate is of the rewrite (the checkpoint written at the end is timed apart).
-    report("compact", ["seconds": r.seconds, "rewrite_seconds": r.seconds - r.checkpointSeconds, "checkpoint_seconds": r.checkpointSeconds,
-                       "bytes_before": r.bytesBefore, "bytes_after": r.bytesAfter,
-                       "live_bytes": before.liveBytes, "dead_bytes_before": before.deadBytes, "dead_bytes_after": after.deadBytes,
-                       "live_mb_per_s": Double(r.liveBytesRewritten) / 1e6 / max(r.seconds - r.checkpointSeconds, 1e-9),
-                       "dead_reclaimed_pct": 100 * (1 - Double(after.deadBytes) / Double(max(1, before.deadBytes)))])
+    report(
+        "compact",
+        [
+            "seconds": r.seconds, "rewrite_seconds": r.seconds - r.checkpointSeconds,
+            "checkpoint_seconds": r.checkpointSeconds,
+            "bytes_before": r.bytesBefore, "bytes_after": r.bytesAfter,
+            "live_bytes": before.liveBytes, "dead_bytes_before": before.deadBytes, "dead_bytes_after": after.deadBytes,
+            "live_mb_per_s": Double(r.liveBytesRewritten) / 1e6 / max(r.seconds - r.checkpointSeconds, 1e-9),
+            "dead_reclaimed_pct": 100 * (1 - Double(after.deadBytes) / Double(max(1, before.deadBytes)))
+        ])
 }
 
 /// W6: 1,000 managers, 100,000 employees, employee i linked to managers i%1000, (i·7)%1000,
@@ -234,8 +268,12 @@ func relationsWorkload(store path: String, count: Int, durability: Durability) t
     progress.finish()
     try context.save()
     let saved = now()
-    report("relations_populate", ["records": employees + managersCount, "links": links, "seconds": saved - start,
-                                  "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)])
+    report(
+        "relations_populate",
+        [
+            "records": employees + managersCount, "links": links, "seconds": saved - start,
+            "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)
+        ])
     context.reset()
     let t0 = now()
     let fresh = container.newContext(concurrencyType: .confinement)
@@ -269,8 +307,13 @@ func commitsWorkload(store path: String, commits: Int, per: Int, durability: Dur
     progress.finish()
     let seconds = now() - t0
     try container.close()
-    report("commits", ["records": i, "commits": commits, "seconds": seconds, "mean_us_per_commit": seconds * 1e6 / Double(max(1, commits)),
-                       "durability": durability.rawValue, "file_bytes": directoryBytes(path)])
+    report(
+        "commits",
+        [
+            "records": i, "commits": commits, "seconds": seconds,
+            "mean_us_per_commit": seconds * 1e6 / Double(max(1, commits)),
+            "durability": durability.rawValue, "file_bytes": directoryBytes(path)
+        ])
 }
 
 /// W10: a background context fetches the W3 range repeatedly while the main context makes 100
@@ -320,10 +363,16 @@ func snapshotWorkload(store path: String, count: Int, durability: Durability) th
     done.withLock { $0 = true }
     while busy.withLock({ $0.count }) == 0 { usleep(1000) }
     let writing = busy.withLock { $0 }
-    let idleMedian = median(idle), busyMedian = median(writing)
-    report("snapshot_fetch", ["records": fetched.withLock { $0 }, "seconds": busyMedian, "idle_seconds": idleMedian, "ratio": busyMedian / idleMedian,
-                              "fetches_while_writing": writing.count, "saves": saves.count,
-                              "save_median_ms": median(saves) * 1000, "save_max_ms": (saves.max() ?? 0) * 1000])
+    let idleMedian = median(idle)
+    let busyMedian = median(writing)
+    report(
+        "snapshot_fetch",
+        [
+            "records": fetched.withLock { $0 }, "seconds": busyMedian, "idle_seconds": idleMedian,
+            "ratio": busyMedian / idleMedian,
+            "fetches_while_writing": writing.count, "saves": saves.count,
+            "save_median_ms": median(saves) * 1000, "save_max_ms": (saves.max() ?? 0) * 1000
+        ])
     while readerThread.isExecuting { usleep(1000) }
     try container.close()
 }

@@ -7,8 +7,9 @@
 // standard output after each commit returns. The parent kills it at a random moment and then
 // checks that every acknowledged commit survived and that no commit survived in part.
 import LogbookEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 func printError(_ message: String) {
@@ -32,12 +33,16 @@ do {
     var rng = SystemRandomNumberGenerator()
     while true {
         var t = Transaction()
-        t.put(EngineKey(keyspace: 1, id: 2 * i), value: Array("a\(i)".utf8), indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
+        t.put(
+            EngineKey(keyspace: 1, id: 2 * i), value: Array("a\(i)".utf8),
+            indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
         t.put(EngineKey(keyspace: 1, id: 2 * i + 1), value: Array("b\(i)".utf8))
         let padding = Int.random(in: 0..<40, using: &rng)
         for p in 0..<padding {
             // Padding rewrites the same keys, so compaction has dead bytes to reclaim.
-            t.put(EngineKey(keyspace: 2, id: UInt64(p)), value: [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: Int.random(in: 1..<600, using: &rng)))
+            t.put(
+                EngineKey(keyspace: 2, id: UInt64(p)),
+                value: [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: Int.random(in: 1..<600, using: &rng)))
         }
         t.addMembers([2 * i], toSet: EngineKey(keyspace: 3, id: i % 7).rawValue)
         try store.commit(t)

@@ -1,12 +1,13 @@
 import Foundation
-import Testing
 import Logbook
 import LogbookEngine
+import Testing
 
 /// The `logbook` tool as a user runs it: arguments, output, exit codes.
 @Suite struct ToolTests {
     static var tool: String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
         while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("logbook").path) {
             dir = dir.deletingLastPathComponent()
@@ -18,7 +19,8 @@ import LogbookEngine
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.tool)
         p.arguments = arguments
-        let out = Pipe(), err = Pipe()
+        let out = Pipe()
+        let err = Pipe()
         p.standardOutput = out
         p.standardError = err
         try p.run()
@@ -30,7 +32,8 @@ import LogbookEngine
 
     /// A small store of people, written through the library.
     func makeStore() throws -> String {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-tool-\(UUID().uuidString)").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-tool-\(UUID().uuidString)")
+            .path
         let model = try ManagedObjectModel {
             EntityDescription("Person") {
                 AttributeDescription("name", .string)
@@ -54,11 +57,14 @@ import LogbookEngine
         defer { try? FileManager.default.removeItem(atPath: store) }
         let schema = try run(["schema", store])
         #expect(schema.status == 0)
-        #expect(schema.out == "entity Person\n  attribute name: String\n  attribute age: Integer 32, optional, indexed\n")
+        #expect(
+            schema.out == "entity Person\n  attribute name: String\n  attribute age: Integer 32, optional, indexed\n")
         let count = try run(["count", store, "--entity", "Person", "--where", "age >= 30"])
         #expect(count.status == 0 && count.out == "3\n")
         #expect(try run(["count", store, "--entity", "Person"]).out == "4\n")
-        let query = try run(["query", store, "--entity", "Person", "--where", "age > 30", "--sort", "age:desc", "--limit", "2"])
+        let query = try run([
+            "query", store, "--entity", "Person", "--where", "age > 30", "--sort", "age:desc", "--limit", "2"
+        ])
         #expect(query.status == 0)
         #expect(query.out == "Person/p4 name=\"Di \"Q\"\" age=60\nPerson/p2 name=\"Bob\" age=45\n")
         let json = try run(["query", store, "--entity", "Person", "--sort", "name", "--json"])
@@ -162,7 +168,8 @@ import LogbookEngine
         #expect(badCheckpoint.status == 1 && badCheckpoint.err.contains("checkpoint"), "\(badCheckpoint)")
 
         // Not a store, or nothing there: exit 2.
-        let empty = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-empty-\(UUID().uuidString)").path
+        let empty = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-empty-\(UUID().uuidString)")
+            .path
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
         try Data("hello".utf8).write(to: URL(fileURLWithPath: empty + "/notes.txt"))
         defer { try? FileManager.default.removeItem(atPath: empty) }
@@ -172,7 +179,8 @@ import LogbookEngine
     }
 
     @Test func exportStreamsEveryObjectAsJSON() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-export-\(UUID().uuidString)").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-export-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let model = try ManagedObjectModel {
             EntityDescription("Manager") {
@@ -214,7 +222,8 @@ import LogbookEngine
 
     /// Phase lines: `PHASE key=value …` with the keys the workloads promise, or JSON objects.
     @Test func benchWorkloadsPrintPhaseLines() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-bench-\(UUID().uuidString)").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-bench-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         func phases(_ out: String) -> [String: [String: String]] {
             var result: [String: [String: String]] = [:]
@@ -232,18 +241,26 @@ import LogbookEngine
         let populate = try run(["bench", "populate", "--store", dir + "/w1", "--count", "3000"])
         #expect(populate.status == 0, "\(populate.err)")
         let p = phases(populate.out)["populate"]
-        #expect(p?["records"] == "3000" && p?["seconds"] != nil && p?["peak_rss_mb"] != nil && Int(p?["file_bytes"] ?? "") ?? 0 > 0, "\(populate.out)")
+        #expect(
+            p?["records"] == "3000" && p?["seconds"] != nil && p?["peak_rss_mb"] != nil
+                && Int(p?["file_bytes"] ?? "") ?? 0 > 0, "\(populate.out)")
         let fetch = try run(["bench", "fetch", "--store", dir + "/w1", "--count", "3000"])
         #expect(fetch.status == 0, "\(fetch.err)")
         let f = phases(fetch.out)
         #expect(Set(f.keys) == ["open", "fetch_sorted", "fetch_range", "count"], "\(fetch.out)")
-        #expect(f["fetch_sorted"]?["records"] == "3000" && f["fetch_range"]?["records"] == "300" && f["count"]?["records"] == "3000")
+        #expect(
+            f["fetch_sorted"]?["records"] == "3000" && f["fetch_range"]?["records"] == "300"
+                && f["count"]?["records"] == "3000")
         #expect(f["fetch_range"]?["first_seconds"] != nil && f["count"]?["first_seconds"] != nil)
         let batch = try run(["bench", "populate", "--batch", "--store", dir + "/batch", "--count", "3000", "--json"])
         let object = try JSONSerialization.jsonObject(with: Data(batch.out.utf8)) as? [String: Any]
         #expect(object?["phase"] as? String == "populate_batch" && object?["records"] as? Int == 3000, "\(batch.out)")
-        let commits = try run(["bench", "commits", "--store", dir + "/w7", "--commits", "5", "--per", "2", "--durability", "normal"])
-        #expect(phases(commits.out)["commits"]?["records"] == "10" && phases(commits.out)["commits"]?["commits"] == "5", "\(commits.out)")
+        let commits = try run([
+            "bench", "commits", "--store", dir + "/w7", "--commits", "5", "--per", "2", "--durability", "normal"
+        ])
+        #expect(
+            phases(commits.out)["commits"]?["records"] == "10" && phases(commits.out)["commits"]?["commits"] == "5",
+            "\(commits.out)")
         let unknown = try run(["bench", "nothing"])
         #expect(unknown.status != 0 && unknown.err.contains("unknown workload"))
         let none = try run(["bench", "populate", "--durability", "sometimes"])

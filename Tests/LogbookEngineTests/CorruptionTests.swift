@@ -1,4 +1,5 @@
 import Testing
+
 @testable import LogbookEngine
 
 /// Truncation at every byte offset and flipped bytes: recovery keeps exactly a prefix of the
@@ -6,7 +7,8 @@ import Testing
 @Suite struct CorruptionTests {
     /// A store of `commits` small commits; commit i writes key i (and rewrites key 0), so the
     /// commits present after a reopen can be read off the keys.
-    func makeStore(_ dir: TemporaryDirectory, commits: Int, checkpointAt: Int? = nil) throws -> (String, [UInt8], [Int]) {
+    func makeStore(_ dir: TemporaryDirectory, commits: Int, checkpointAt: Int? = nil) throws -> (String, [UInt8], [Int])
+    {
         let store = try Store.open(at: dir.store(), options: quietOptions())
         var ends: [Int] = []
         for i in 1...commits {
@@ -107,7 +109,8 @@ import Testing
         let (segment, original, ends) = try makeStore(dir, commits: commits)
         var readOnly = quietOptions()
         readOnly.readOnly = true
-        var detectedAsCorruption = 0, detectedAsTail = 0
+        var detectedAsCorruption = 0
+        var detectedAsTail = 0
         for offset in stride(from: 0, to: original.count, by: 5) {
             var damaged = original
             damaged[offset] ^= UInt8(1 << (offset % 8))
@@ -132,7 +135,9 @@ import Testing
         var damaged = original
         damaged[ends[29] + 20] ^= 0xFF
         writeFileBytes(segment, damaged)
-        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: { ($0 as? EngineError)?.code == .corruption }
+        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: {
+            ($0 as? EngineError)?.code == .corruption
+        }
         var salvage = quietOptions()
         salvage.salvage = true
         let salvaged = try Store.open(at: dir.store(), options: salvage)
@@ -172,14 +177,17 @@ import Testing
         writeFileBytes(dir.store() + "/journal-0000000000ff.lbj", bytes("an unlisted segment"))
         writeFileBytes(dir.store() + "/checkpoint-0000000000fe.lbc", bytes("an unlisted checkpoint"))
         let store = try Store.open(at: dir.store(), options: quietOptions())
-        #expect(Set(store.recoveryReport.removedFiles) == ["MANIFEST.tmp", "journal-0000000000ff.lbj", "checkpoint-0000000000fe.lbc"])
+        #expect(
+            Set(store.recoveryReport.removedFiles) == [
+                "MANIFEST.tmp", "journal-0000000000ff.lbj", "checkpoint-0000000000fe.lbc"
+            ])
         #expect(!listDirectory(dir.store()).contains("MANIFEST.tmp"))
         try check(store, commits: 5)
     }
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @Suite struct InterruptedCreationTests {
@@ -197,7 +205,9 @@ import Glibc
             writeFileBytes(store + "/MANIFEST.tmp", [1, 2, 3])
             var readOnly = quietOptions()
             readOnly.readOnly = true
-            #expect { _ = try Store.open(at: store, options: readOnly) } throws: { ($0 as? EngineError)?.code == .notAStore }
+            #expect { _ = try Store.open(at: store, options: readOnly) } throws: {
+                ($0 as? EngineError)?.code == .notAStore
+            }
             let s = try Store.open(at: store, options: quietOptions())
             var t = Transaction()
             t.put(1, value: bytes("first"))
@@ -217,7 +227,9 @@ import Glibc
         try s.commit(t)
         try s.close()
         _ = unlink(store + "/MANIFEST")
-        #expect { _ = try Store.open(at: store, options: quietOptions()) } throws: { ($0 as? EngineError)?.code == .corruption }
+        #expect { _ = try Store.open(at: store, options: quietOptions()) } throws: {
+            ($0 as? EngineError)?.code == .corruption
+        }
         #expect(listDirectory(store).contains("journal-000000000001.lbj"))
     }
 }

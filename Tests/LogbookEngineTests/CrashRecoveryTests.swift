@@ -1,5 +1,6 @@
-import Testing
 import Foundation
+import Testing
+
 @testable import LogbookEngine
 
 /// A child process commits and acknowledges each commit over a pipe; it is killed with
@@ -7,10 +8,13 @@ import Foundation
 /// no commit in part. 50 iterations by default; set LOGBOOK_CRASH_ITERATIONS for more.
 @Suite struct CrashRecoveryTests {
     static var helperPath: String {
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let executable =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
         // Inside an .xctest bundle on some platforms.
-        while directory.path != "/" && !FileManager.default.fileExists(atPath: directory.appendingPathComponent("LogbookCrashHelper").path) {
+        while directory.path != "/"
+            && !FileManager.default.fileExists(atPath: directory.appendingPathComponent("LogbookCrashHelper").path)
+        {
             directory = directory.deletingLastPathComponent()
         }
         return directory.appendingPathComponent("LogbookCrashHelper").path
@@ -48,7 +52,9 @@ import Foundation
             let pairs = s.count(inKeyspace: 1)
             #expect(pairs % 2 == 0, "iteration \(iteration): a commit survived in part (\(pairs) keys)")
             let committed = pairs / 2
-            #expect(committed >= lastAcknowledged + 1, "iteration \(iteration): acknowledged \(lastAcknowledged), found \(committed)")
+            #expect(
+                committed >= lastAcknowledged + 1,
+                "iteration \(iteration): acknowledged \(lastAcknowledged), found \(committed)")
             // Every commit present is whole and correct.
             for i in Swift.stride(from: 0, to: committed, by: max(1, committed / 50)) + [committed - 1] where i >= 0 {
                 #expect(string(try s.value(forKey: key(1, 2 * UInt64(i)))) == "a\(i)")

@@ -1,7 +1,9 @@
-@testable import LogbookEngine
 import Synchronization
+
+@testable import LogbookEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An in-memory file system that counts every mutating I/O step (create, write, sync,
@@ -9,7 +11,10 @@ import Glibc
 /// power loss: file contents fall back to what was last synced, and directory entries
 /// (creations, renames, removals) to what the last directory sync made durable.
 final class FaultFileSystem: FileSystem, @unchecked Sendable {
-    enum Fault { case error(Int32), crash }
+    enum Fault {
+        case error(Int32)
+        case crash
+    }
 
     struct FileData {
         var current: [UInt8] = []
@@ -92,7 +97,9 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     func rename(_ from: String, to: String) throws {
         try mutex.withLock { _ in
             try stepLocked("rename", from)
-            guard let id = entries.removeValue(forKey: from) else { throw EngineError.systemCall("rename", path: from, errno: ENOENT) }
+            guard let id = entries.removeValue(forKey: from) else {
+                throw EngineError.systemCall("rename", path: from, errno: ENOENT)
+            }
             entries[to] = id
         }
     }
@@ -109,7 +116,9 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         try mutex.withLock { _ in
             try stepLocked("syncdir", path)
             let prefix = path.hasSuffix("/") ? path : path + "/"
-            durableEntries = durableEntries.filter { !$0.key.hasPrefix(prefix) || $0.key.dropFirst(prefix.count).contains("/") }
+            durableEntries = durableEntries.filter {
+                !$0.key.hasPrefix(prefix) || $0.key.dropFirst(prefix.count).contains("/")
+            }
             for (name, id) in entries where name.hasPrefix(prefix) && !name.dropFirst(prefix.count).contains("/") {
                 durableEntries[name] = id
             }
@@ -124,7 +133,9 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func fileExists(_ path: String) -> Bool { mutex.withLock { _ in entries[path] != nil || directories.contains(path) } }
+    func fileExists(_ path: String) -> Bool {
+        mutex.withLock { _ in entries[path] != nil || directories.contains(path) }
+    }
     func isDirectory(_ path: String) -> Bool { mutex.withLock { _ in directories.contains(path) } }
     func createDirectory(_ path: String) throws { mutex.withLock { _ in _ = directories.insert(path) } }
 
@@ -137,7 +148,9 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    fileprivate func unlock(_ path: String, token: Int) { mutex.withLock { _ in if locks[path] == token { locks[path] = nil } } }
+    fileprivate func unlock(_ path: String, token: Int) {
+        mutex.withLock { _ in if locks[path] == token { locks[path] = nil } }
+    }
 
     // MARK: File access for handles and tests
 
@@ -155,7 +168,8 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
             try stepLocked("write", path)
             guard files[id] != nil else { return }
             if files[id]!.current.count < offset + bytes.count {
-                files[id]!.current.append(contentsOf: repeatElement(0, count: offset + bytes.count - files[id]!.current.count))
+                files[id]!.current.append(
+                    contentsOf: repeatElement(0, count: offset + bytes.count - files[id]!.current.count))
             }
             files[id]!.current.withUnsafeMutableBytes { dst in
                 UnsafeMutableRawBufferPointer(rebasing: dst[offset..<offset + bytes.count]).copyMemory(from: bytes)
@@ -176,8 +190,11 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         try mutex.withLock { _ in
             try stepLocked("truncate", path)
             guard files[id] != nil else { return }
-            if size < files[id]!.current.count { files[id]!.current.removeSubrange(size...) }
-            else { files[id]!.current.append(contentsOf: repeatElement(0, count: size - files[id]!.current.count)) }
+            if size < files[id]!.current.count {
+                files[id]!.current.removeSubrange(size...)
+            } else {
+                files[id]!.current.append(contentsOf: repeatElement(0, count: size - files[id]!.current.count))
+            }
         }
     }
 
@@ -195,9 +212,17 @@ final class FaultStorageFile: StorageFile, @unchecked Sendable {
     let fs: FaultFileSystem
     let id: Int
     let path: String
-    init(fs: FaultFileSystem, id: Int, path: String) { self.fs = fs; self.id = id; self.path = path }
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int { fs.read(id, into: buffer, at: offset) }
-    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws { try fs.write(id, buffer, at: offset, path: path) }
+    init(fs: FaultFileSystem, id: Int, path: String) {
+        self.fs = fs
+        self.id = id
+        self.path = path
+    }
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+        fs.read(id, into: buffer, at: offset)
+    }
+    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
+        try fs.write(id, buffer, at: offset, path: path)
+    }
     func sync() throws { try fs.sync(id, path: path) }
     func size() throws -> Int { fs.size(id) }
     func truncate(to size: Int) throws { try fs.truncate(id, to: size, path: path) }
@@ -209,9 +234,16 @@ final class FaultLock: FileLock, @unchecked Sendable {
     let path: String
     let token: Int
     private let released = Mutex(false)
-    init(fs: FaultFileSystem, path: String, token: Int) { self.fs = fs; self.path = path; self.token = token }
+    init(fs: FaultFileSystem, path: String, token: Int) {
+        self.fs = fs
+        self.path = path
+        self.token = token
+    }
     func unlock() {
-        let first = released.withLock { r -> Bool in defer { r = true }; return !r }
+        let first = released.withLock { r -> Bool in
+            defer { r = true }
+            return !r
+        }
         if first { fs.unlock(path, token: token) }
     }
 }

@@ -1,7 +1,9 @@
 import Testing
+
 @testable import LogbookEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Every I/O step of commits, rollovers, checkpoints and compactions, failed or cut by a
@@ -36,8 +38,9 @@ import Glibc
                 try commit(i) { t, m in
                     for j in 0..<8 {
                         let k = UInt64(i * 8 + j)
-                        t.put(key(1, k), value: bytes("v\(k) " + String(repeating: "p", count: 40)),
-                              indexKeys: [IndexKey(index: 1, orderedUInt64: k % 5)])
+                        t.put(
+                            key(1, k), value: bytes("v\(k) " + String(repeating: "p", count: 40)),
+                            indexKeys: [IndexKey(index: 1, orderedUInt64: k % 5)])
                         m[k] = "v\(k) " + String(repeating: "p", count: 40)
                     }
                 }
@@ -75,8 +78,9 @@ import Glibc
         #expect(found == model, "after a fault at step \(step): \(fs.stepNames.last ?? "")")
         #expect(s.members(ofSet: key(2, 1)) == members, "sets after a fault at step \(step)")
         // Indexes agree with the values.
-        #expect(s.indexCount(index: 1) == model.keys.filter { $0 < 96 && model[$0]!.hasPrefix("v") }.count,
-                "index after a fault at step \(step)")
+        #expect(
+            s.indexCount(index: 1) == model.keys.filter { $0 < 96 && model[$0]!.hasPrefix("v") }.count,
+            "index after a fault at step \(step)")
         // And the store takes writes again.
         var t = Transaction()
         t.put(key(3, 1), value: bytes("after recovery"))

@@ -1,6 +1,7 @@
+import CLogbookSupport
 import Foundation
 import Testing
-import CLogbookSupport
+
 @testable import LogbookEngine
 
 @Suite struct FormatTests {
@@ -49,15 +50,27 @@ import CLogbookSupport
         Frame.append(type: .commit, payload: large, compress: true, salt: salt, to: &out)
         #expect(out.count < secondAt + 2000, "50 KB of one byte should compress")
         out.withUnsafeBytes { raw in
-            guard case .frame(let f1) = Frame.parse(raw, at: 0, salt: salt) else { Issue.record("first frame"); return }
+            guard case .frame(let f1) = Frame.parse(raw, at: 0, salt: salt) else {
+                Issue.record("first frame")
+                return
+            }
             #expect(f1.type == .operations && f1.codec == .raw)
             #expect(Frame.decode(raw, f1) == small)
-            guard case .frame(let f2) = Frame.parse(raw, at: f1.end, salt: salt) else { Issue.record("second frame"); return }
+            guard case .frame(let f2) = Frame.parse(raw, at: f1.end, salt: salt) else {
+                Issue.record("second frame")
+                return
+            }
             #expect(f2.codec == .lz4)
             #expect(Frame.decode(raw, f2) == large)
-            guard case .end = Frame.parse(raw, at: f2.end, salt: salt) else { Issue.record("end"); return }
+            guard case .end = Frame.parse(raw, at: f2.end, salt: salt) else {
+                Issue.record("end")
+                return
+            }
             // Another file's salt never validates these bytes.
-            guard case .invalid(let reason) = Frame.parse(raw, at: 0, salt: salt ^ 1) else { Issue.record("salt"); return }
+            guard case .invalid(let reason) = Frame.parse(raw, at: 0, salt: salt ^ 1) else {
+                Issue.record("salt")
+                return
+            }
             #expect(reason == "checksum mismatch")
         }
     }
@@ -65,13 +78,23 @@ import CLogbookSupport
     @Test func zeroFillAndHugeLengthsAreInvalidWithoutAllocating() {
         let zeros = [UInt8](repeating: 0, count: 64)
         zeros.withUnsafeBytes { raw in
-            guard case .invalid(let reason) = Frame.parse(raw, at: 0, salt: 1) else { Issue.record("zero"); return }
+            guard case .invalid(let reason) = Frame.parse(raw, at: 0, salt: 1) else {
+                Issue.record("zero")
+                return
+            }
             #expect(reason == "zero fill")
         }
         var huge = [UInt8](repeating: 0, count: 64)
-        huge[4] = 0xFF; huge[5] = 0xFF; huge[6] = 0xFF; huge[7] = 0x7F; huge[8] = 1
+        huge[4] = 0xFF
+        huge[5] = 0xFF
+        huge[6] = 0xFF
+        huge[7] = 0x7F
+        huge[8] = 1
         huge.withUnsafeBytes { raw in
-            guard case .invalid(let reason) = Frame.parse(raw, at: 0, salt: 1) else { Issue.record("huge"); return }
+            guard case .invalid(let reason) = Frame.parse(raw, at: 0, salt: 1) else {
+                Issue.record("huge")
+                return
+            }
             #expect(reason.contains("exceeds the cap"))
         }
     }
@@ -99,7 +122,9 @@ import CLogbookSupport
         #expect(decoded == header)
         var bad = encoded
         bad[20] ^= 1
-        #expect(throws: FileHeader.DecodeError.self) { try FileHeader.decode(bad, magic: JournalFormat.segmentMagic).get() }
+        #expect(throws: FileHeader.DecodeError.self) {
+            try FileHeader.decode(bad, magic: JournalFormat.segmentMagic).get()
+        }
         let manifest = Manifest(generation: 3, nextFileNumber: 9, checkpoint: 8, segments: [5, 7])
         #expect(try Manifest.decode(manifest.encoded(), path: "m") == manifest)
         var damaged = manifest.encoded()
@@ -144,7 +169,8 @@ import CLogbookSupport
         var frames: [UInt8] = []
         let salt: UInt32 = 0x0102_0304
         Frame.append(type: .operations, payload: block, compress: true, salt: salt, to: &frames)
-        let commit = CommitRecord(version: 1, operationFrames: 1, operations: 2, firstFrameOffset: 32, timestampMillis: 1_700_000_000_000)
+        let commit = CommitRecord(
+            version: 1, operationFrames: 1, operations: 2, firstFrameOffset: 32, timestampMillis: 1_700_000_000_000)
         Frame.append(type: .commit, payload: commit.encoded(), compress: false, salt: salt, to: &frames)
         #expect(Self.hex(frames) == Self.documentedFrames, "\(Self.hex(frames))")
         let header = FileHeader(magic: JournalFormat.segmentMagic, number: 1, salt: salt).encoded()
@@ -152,14 +178,18 @@ import CLogbookSupport
     }
 
     static let documentedBlock = "01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02"
-    static let documentedFrames = "71 1d 44 ef 18 00 00 00 01 00 00 00 01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02 13 a6 98 f5 20 00 00 00 02 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 20 00 00 00 00 00 00 00 00 68 e5 cf 8b 01 00 00"
-    static let documentedHeader = "4c 42 4b 4a 52 4e 4c 00 01 00 20 00 00 00 00 00 01 00 00 00 00 00 00 00 04 03 02 01 88 cf 56 d4"
+    static let documentedFrames =
+        "71 1d 44 ef 18 00 00 00 01 00 00 00 01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02 13 a6 98 f5 20 00 00 00 02 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 20 00 00 00 00 00 00 00 00 68 e5 cf 8b 01 00 00"
+    static let documentedHeader =
+        "4c 42 4b 4a 52 4e 4c 00 01 00 20 00 00 00 00 00 01 00 00 00 00 00 00 00 04 03 02 01 88 cf 56 d4"
 }
 
 @Suite struct TaggedIndexKeyTests {
     @Test func taggedKeysAreTheTagThenTheOrderedBytes() {
         #expect(IndexKey(index: 2, tag: 1, orderedUInt64: 0x0102_0304_0506_0708).bytes == [1, 1, 2, 3, 4, 5, 6, 7, 8])
-        #expect(IndexKey(index: 2, tag: 1, orderedDouble: -2.5).bytes == [1] + IndexKey(index: 0, orderedDouble: -2.5).bytes)
+        #expect(
+            IndexKey(index: 2, tag: 1, orderedDouble: -2.5).bytes == [1] + IndexKey(index: 0, orderedDouble: -2.5).bytes
+        )
         #expect(IndexKey(index: 2, tag: 7, orderedInt64: -9).bytes == [7] + IndexKey(index: 0, orderedInt64: -9).bytes)
     }
 }

@@ -1,6 +1,7 @@
-import Testing
-import Synchronization
 import Dispatch
+import Synchronization
+import Testing
+
 @testable import LogbookEngine
 
 @Suite struct SnapshotTests {
@@ -32,7 +33,10 @@ import Dispatch
                         continue
                     }
                     let r = IndexKey(index: 1, orderedInt64: Int64(round)).bytes
-                    if s.indexCount(index: 1) != 50 || s.indexCount(index: 1, from: IndexBound(r, inclusive: true), to: IndexBound(r, inclusive: true)) != 50 {
+                    if s.indexCount(index: 1) != 50
+                        || s.indexCount(
+                            index: 1, from: IndexBound(r, inclusive: true), to: IndexBound(r, inclusive: true)) != 50
+                    {
                         violations.add(1, ordering: .relaxed)
                     }
                     if s.version != UInt64(round + 1) { violations.add(1, ordering: .relaxed) }
@@ -61,7 +65,9 @@ import Dispatch
         for round in 0..<5 {
             var t = Transaction()
             for i in UInt64(0)..<500 {
-                t.put(key(1, i), value: bytes("round \(round) item \(i)"), indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
+                t.put(
+                    key(1, i), value: bytes("round \(round) item \(i)"),
+                    indexKeys: [IndexKey(index: 1, orderedUInt64: i)])
             }
             t.addMembers([UInt64(round)], toSet: key(5, 1))
             try store.commit(t)
@@ -168,14 +174,17 @@ import Dispatch
         let store = try Store.open(at: dir.store(), options: options)
         for round in 0..<40 {
             var t = Transaction()
-            for i in UInt64(0)..<200 { t.put(key(1, i), value: bytes("round \(round) item \(i) " + String(repeating: "x", count: 20))) }
+            for i in UInt64(0)..<200 {
+                t.put(key(1, i), value: bytes("round \(round) item \(i) " + String(repeating: "x", count: 20)))
+            }
             try store.commit(t)
         }
         try store.close()  // waits for background work
         let stats = store.statistics()
         #expect(stats.checkpoint != nil, "a checkpoint was written without being asked for")
-        #expect(Double(stats.deadBytes) <= 0.5 * Double(stats.totalBytes) + Double(64 << 10),
-                "compaction kept dead bytes near the policy's ratio: \(stats.deadBytes) of \(stats.totalBytes)")
+        #expect(
+            Double(stats.deadBytes) <= 0.5 * Double(stats.totalBytes) + Double(64 << 10),
+            "compaction kept dead bytes near the policy's ratio: \(stats.deadBytes) of \(stats.totalBytes)")
         let reopened = try Store.open(at: dir.store(), options: quietOptions())
         #expect(try contents(reopened.snapshot()).values.allSatisfy { $0.hasPrefix("round 39 ") })
         #expect(reopened.snapshot().count(inKeyspace: 1) == 200)

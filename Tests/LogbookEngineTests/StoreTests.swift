@@ -1,7 +1,9 @@
 import Testing
+
 @testable import LogbookEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @Suite struct StoreTests {
@@ -10,8 +12,12 @@ import Glibc
     func writeEveryKind(_ store: Store) throws {
         var t = Transaction()
         for i in UInt64(1)...100 {
-            t.put(key(1, i), value: bytes("value \(i)"), indexKeys: [IndexKey(index: 1, orderedInt64: Int64(i % 10)),
-                                                                     IndexKey(index: 2, bytes: bytes("name \(i)"))])
+            t.put(
+                key(1, i), value: bytes("value \(i)"),
+                indexKeys: [
+                    IndexKey(index: 1, orderedInt64: Int64(i % 10)),
+                    IndexKey(index: 2, bytes: bytes("name \(i)"))
+                ])
         }
         t.put(key(2, 1), value: [])
         t.put(key(2, 2), value: [UInt8](repeating: 7, count: 200_000))
@@ -42,7 +48,8 @@ import Glibc
         #expect(s.indexCount(index: 2) == 98)
         let three = IndexKey(index: 1, orderedInt64: 3).bytes
         var withThree: [UInt64] = []
-        s.forEachIndexEntry(index: 1, from: IndexBound(three, inclusive: true), to: IndexBound(three, inclusive: true)) { _, pk in
+        s.forEachIndexEntry(index: 1, from: IndexBound(three, inclusive: true), to: IndexBound(three, inclusive: true))
+        { _, pk in
             withThree.append(pk & 0xFFFF)
             return true
         }
@@ -186,7 +193,9 @@ import Glibc
         // Nothing there, read-only.
         var readOnly = StoreOptions()
         readOnly.readOnly = true
-        #expect { _ = try Store.open(at: dir.store("missing"), options: readOnly) } throws: { ($0 as? EngineError)?.code == .notAStore }
+        #expect { _ = try Store.open(at: dir.store("missing"), options: readOnly) } throws: {
+            ($0 as? EngineError)?.code == .notAStore
+        }
         // A segment of a future format version.
         let future = dir.store("future")
         let s = try Store.open(at: future, options: quietOptions())

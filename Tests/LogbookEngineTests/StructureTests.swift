@@ -1,4 +1,5 @@
 import Testing
+
 @testable import LogbookEngine
 
 /// The persistent structures against plain Swift collections, with random operations.
@@ -21,7 +22,9 @@ import Testing
         var snapshots: [(RadixMap<UInt64>, [UInt64: UInt64])] = []
         for step in 0..<20_000 {
             let ks = UInt16.random(in: 0...3, using: &rng)
-            let id = Bool.random(using: &rng) ? UInt64.random(in: 0..<5000, using: &rng) : UInt64.random(in: 0..<(1 << 48), using: &rng)
+            let id =
+                Bool.random(using: &rng)
+                ? UInt64.random(in: 0..<5000, using: &rng) : UInt64.random(in: 0..<(1 << 48), using: &rng)
             let k = UInt64(ks) << 48 | id
             if Int.random(in: 0..<4, using: &rng) == 0 {
                 #expect(map.remove(k) == model.removeValue(forKey: k))
@@ -46,7 +49,10 @@ import Testing
             // Starting in the middle.
             if expected.count > 10 {
                 var tail: [UInt64] = []
-                map.forEach(inKeyspace: ks, from: expected[10]) { k, _ in tail.append(k); return true }
+                map.forEach(inKeyspace: ks, from: expected[10]) { k, _ in
+                    tail.append(k)
+                    return true
+                }
                 #expect(tail == Array(expected[10...]))
             }
         }
@@ -85,35 +91,52 @@ import Testing
         index.checkInvariants()
         #expect(index.count == model.count)
         var all: [([UInt8], UInt64)] = []
-        index.forEach(from: nil, to: nil) { k, pk in all.append((Array(k), pk)); return true }
+        index.forEach(from: nil, to: nil) { k, pk in
+            all.append((Array(k), pk))
+            return true
+        }
         #expect(all.map(\.0) == model.map(\.0) && all.map(\.1) == model.map(\.1))
         var reversed: [UInt64] = []
-        index.forEach(from: nil, to: nil, reverse: true) { _, pk in reversed.append(pk); return true }
+        index.forEach(from: nil, to: nil, reverse: true) { _, pk in
+            reversed.append(pk)
+            return true
+        }
         #expect(reversed == model.map(\.1).reversed())
         // Ranges and counts, every combination of bounds.
         for _ in 0..<300 {
             let lo = (0..<Int.random(in: 0...3, using: &rng)).map { _ in UInt8.random(in: 0...3, using: &rng) }
             let hi = (0..<Int.random(in: 0...3, using: &rng)).map { _ in UInt8.random(in: 0...3, using: &rng) }
-            let loInc = Bool.random(using: &rng), hiInc = Bool.random(using: &rng)
+            let loInc = Bool.random(using: &rng)
+            let hiInc = Bool.random(using: &rng)
             func inRange(_ k: [UInt8]) -> Bool {
                 let a = k.withUnsafeBytes { x in lo.withUnsafeBytes { compareBytes(x, $0) } }
                 let b = k.withUnsafeBytes { x in hi.withUnsafeBytes { compareBytes(x, $0) } }
                 return (loInc ? a >= 0 : a > 0) && (hiInc ? b <= 0 : b < 0)
             }
             let expected = model.filter { inRange($0.0) }
-            let lower = IndexBound(lo, inclusive: loInc), upper = IndexBound(hi, inclusive: hiInc)
+            let lower = IndexBound(lo, inclusive: loInc)
+            let upper = IndexBound(hi, inclusive: hiInc)
             #expect(index.count(from: lower, to: upper) == expected.count)
             var got: [UInt64] = []
-            index.forEach(from: lower, to: upper) { _, pk in got.append(pk); return true }
+            index.forEach(from: lower, to: upper) { _, pk in
+                got.append(pk)
+                return true
+            }
             #expect(got == expected.map(\.1))
             var back: [UInt64] = []
-            index.forEach(from: lower, to: upper, reverse: true) { _, pk in back.append(pk); return true }
+            index.forEach(from: lower, to: upper, reverse: true) { _, pk in
+                back.append(pk)
+                return true
+            }
             #expect(back == expected.map(\.1).reversed())
         }
         if let (snap, snapModel) = snapshot {
             snap.checkInvariants()
             var got: [UInt64] = []
-            snap.forEach(from: nil, to: nil) { _, pk in got.append(pk); return true }
+            snap.forEach(from: nil, to: nil) { _, pk in
+                got.append(pk)
+                return true
+            }
             #expect(got == snapModel.map(\.1))
         }
     }
@@ -166,7 +189,10 @@ import Testing
             IndexKey(index: 0, orderedUInt64: UInt64(i * 7)).withBytes { _ = index.insert($0, UInt64(1_000_000 + i)) }
         }
         for i in stride(from: 0, to: count, by: 5) {
-            IndexKey(index: 0, orderedUInt64: UInt64(i / 3)).withBytes { let removed = index.remove($0, UInt64(i)); #expect(removed) }
+            IndexKey(index: 0, orderedUInt64: UInt64(i / 3)).withBytes {
+                let removed = index.remove($0, UInt64(i))
+                #expect(removed)
+            }
         }
         index.checkInvariants()
         #expect(index.count == count + 500 - (count + 4) / 5)

@@ -1,6 +1,7 @@
 @testable import LogbookEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A fresh directory under the system's temporary directory, removed by `cleanUp()`.
@@ -12,7 +13,7 @@ struct TemporaryDirectory {
         var template = Array("\(base)/logbook-test-XXXXXX".utf8CString)
         let result = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         precondition(result != nil, "mkdtemp failed")
-        path = String(cString: template)
+        path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     func store(_ name: String = "store") -> String { path + "/" + name }
@@ -34,7 +35,10 @@ func string(_ b: [UInt8]?) -> String? { b.map { String(decoding: $0, as: UTF8.se
 func contents(_ snapshot: Snapshot, keyspace: UInt16 = 1) throws -> [UInt64: String] {
     var result: [UInt64: String] = [:]
     var keys: [UInt64] = []
-    snapshot.forEachKey(inKeyspace: keyspace) { keys.append($0); return true }
+    snapshot.forEachKey(inKeyspace: keyspace) {
+        keys.append($0)
+        return true
+    }
     for k in keys { result[k & 0xFFFF_FFFF_FFFF] = string(try snapshot.value(forKey: k)) }
     return result
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Logbook
 
 /// The article's to-do item (001), for S16 and the batch insert.
@@ -25,11 +26,12 @@ func todoModel() throws -> ManagedObjectModel {
     func populated(_ store: TemporaryStore, count: Int) throws -> PersistentContainer {
         let container = try makeContainer(store, model: todoModel())
         let context = container.newContext(concurrencyType: .confinement)
-        let result = try context.execute(BatchInsertRequest(entityName: "TodoItem", count: count) { i, row in
-            row.set("Item \(i + 1)", forKey: "name")
-            row.set(base + Double(i), forKey: "createdAt")
-            row.set(i % 2 == 1, forKey: "done")
-        })
+        let result = try context.execute(
+            BatchInsertRequest(entityName: "TodoItem", count: count) { i, row in
+                row.set("Item \(i + 1)", forKey: "name")
+                row.set(base + Double(i), forKey: "createdAt")
+                row.set(i % 2 == 1, forKey: "done")
+            })
         #expect(result.count == count && result.objectIDs.isEmpty)
         return container
     }
@@ -76,7 +78,7 @@ func todoModel() throws -> ManagedObjectModel {
         move.propertiesToUpdate = ["createdAt": base - 10]
         move.resultType = .objectIDs
         let moved = try context.execute(move)
-        #expect(moved.count == 11 && moved.objectIDs.count == 11)     // Item 99, Item 990…999
+        #expect(moved.count == 11 && moved.objectIDs.count == 11)  // Item 99, Item 990…999
         var early = FetchRequest<TodoItem>()
         early.predicate = try FetchPredicate(format: "createdAt < %@", base)
         #expect(try Set(context.fetchObjectIDs(early)) == Set(moved.objectIDs))
@@ -91,7 +93,10 @@ func todoModel() throws -> ManagedObjectModel {
         func attempt(_ properties: [String: Any?]) -> LogbookError.Code? {
             var u = BatchUpdateRequest(entityName: "TodoItem")
             u.propertiesToUpdate = properties
-            do { _ = try context.execute(u); return nil } catch let e as LogbookError { return e.code } catch { return nil }
+            do {
+                _ = try context.execute(u)
+                return nil
+            } catch let e as LogbookError { return e.code } catch { return nil }
         }
         #expect(attempt(["colour": "red"]) == .unknownKey)
         #expect(attempt(["done": "yes"]) == .typeMismatch)
@@ -107,16 +112,19 @@ func todoModel() throws -> ManagedObjectModel {
         let container = try populated(store, count: 100)
         let context = container.newContext(concurrencyType: .confinement)
         // From dictionaries, with the IDs back.
-        var fromDictionaries = BatchInsertRequest(entityName: "TodoItem", objects: [
-            ["name": "Dict 1", "createdAt": base + 1000],
-            ["name": "Dict 2", "createdAt": base + 1001, "done": true],
-        ])
+        var fromDictionaries = BatchInsertRequest(
+            entityName: "TodoItem",
+            objects: [
+                ["name": "Dict 1", "createdAt": base + 1000],
+                ["name": "Dict 2", "createdAt": base + 1001, "done": true]
+            ])
         fromDictionaries.resultType = .objectIDs
         let result = try context.execute(fromDictionaries)
         #expect(result.count == 2)
         let second = try context.existingObject(with: result.objectIDs[1]) as! TodoItem
         #expect(second.name == "Dict 2" && second.done)
-        #expect((try context.existingObject(with: result.objectIDs[0]) as! TodoItem).done == false, "the default applies")
+        #expect(
+            (try context.existingObject(with: result.objectIDs[0]) as! TodoItem).done == false, "the default applies")
         // Objects inserted afterwards get IDs of their own, also after reopening.
         let later = try context.insert(TodoItem.self)
         later.name = "Later"
@@ -127,10 +135,11 @@ func todoModel() throws -> ManagedObjectModel {
         try container.close()
         let reopened = try makeContainer(store, model: todoModel())
         let again = reopened.newContext(concurrencyType: .confinement)
-        let ids = try again.execute(BatchInsertRequest(entityName: "TodoItem", count: 1) { _, row in
-            row["name"] = "After reopen"
-            row["createdAt"] = base
-        })
+        let ids = try again.execute(
+            BatchInsertRequest(entityName: "TodoItem", count: 1) { _, row in
+                row["name"] = "After reopen"
+                row["createdAt"] = base
+            })
         #expect(ids.count == 1)
         let all = try again.fetchObjectIDs(FetchRequest<TodoItem>())
         #expect(Set(all).count == 104)
@@ -144,10 +153,11 @@ func todoModel() throws -> ManagedObjectModel {
         let before = container.store.version
         // Missing required values and broken rules: every failure listed.
         do {
-            _ = try context.execute(BatchInsertRequest(entityName: "TodoItem", count: 4) { i, row in
-                if i != 1 { row.set(i == 2 ? "" : "ok", forKey: "name") }
-                row.set(base, forKey: "createdAt")
-            })
+            _ = try context.execute(
+                BatchInsertRequest(entityName: "TodoItem", count: 4) { i, row in
+                    if i != 1 { row.set(i == 2 ? "" : "ok", forKey: "name") }
+                    row.set(base, forKey: "createdAt")
+                })
             Issue.record("a validation error was expected")
         } catch let e as LogbookError {
             #expect(e.code == .validation)
@@ -155,7 +165,8 @@ func todoModel() throws -> ManagedObjectModel {
             #expect(e.validationFailures.map(\.reason).contains("a value is required"))
         }
         #expect(throws: LogbookError.self) {
-            try context.execute(BatchInsertRequest(entityName: "TodoItem", count: 1) { _, row in row.set(3, forKey: "name") })
+            try context.execute(
+                BatchInsertRequest(entityName: "TodoItem", count: 1) { _, row in row.set(3, forKey: "name") })
         }
         #expect(throws: LogbookError.self) {
             try context.execute(BatchInsertRequest(entityName: "TodoItem", count: 1) { _, row in row["priority"] = 1 })

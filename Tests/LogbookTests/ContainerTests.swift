@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import Logbook
 import LogbookEngine
+import Testing
+
+@testable import Logbook
 
 @Suite struct ContainerTests {
     func v1() throws -> ManagedObjectModel {
@@ -111,7 +112,9 @@ import LogbookEngine
         #expect { try makeContainer(store, model: requiredWithoutDefault) } throws: { "\($0)".contains("author") }
         // The refused opens changed nothing.
         let c = try makeContainer(store, model: try v1())
-        #expect(try c.newContext(concurrencyType: .confinement).count(for: FetchRequest<ManagedObject>(entityName: "Note")) == 20)
+        #expect(
+            try c.newContext(concurrencyType: .confinement).count(for: FetchRequest<ManagedObject>(entityName: "Note"))
+                == 20)
         try c.close()
     }
 

@@ -1,10 +1,13 @@
 import Foundation
-import Testing
-@testable import Logbook
 import LogbookEngine
+import Testing
+
+@testable import Logbook
 
 @Suite struct ContextTests {
-    func person(_ context: ManagedObjectContext, _ first: String, _ last: String = "L", age: Int32? = nil) throws -> Person {
+    func person(_ context: ManagedObjectContext, _ first: String, _ last: String = "L", age: Int32? = nil) throws
+        -> Person
+    {
         let p = try context.insert(Person.self)
         p.firstName = first
         p.lastName = last
@@ -69,7 +72,9 @@ import LogbookEngine
             let e = e as? LogbookError
             return e?.code == .objectInvalidated && e?.entity == "Person" && e?.key == "firstName"
         }
-        #expect { try p.setValue("x", forKey: "firstName") } throws: { ($0 as? LogbookError)?.code == .objectInvalidated }
+        #expect { try p.setValue("x", forKey: "firstName") } throws: {
+            ($0 as? LogbookError)?.code == .objectInvalidated
+        }
         // The store still has it, and a fetch brings a new, usable object.
         let again = try context.fetch(FetchRequest<Person>())
         #expect(again.count == 1 && again[0] !== p && again[0].firstName == "Gone")
@@ -119,7 +124,8 @@ import LogbookEngine
     }
 
     @Test func relationshipsToTheWrongEntityContextOrStoreAreErrors() throws {
-        let store = TemporaryStore(), otherStore = TemporaryStore()
+        let store = TemporaryStore()
+        let otherStore = TemporaryStore()
         let container = try makeContainer(store)
         let other = try makeContainer(otherStore)
         let context = container.newContext(concurrencyType: .confinement)
@@ -135,7 +141,9 @@ import LogbookEngine
         #expect { try e.setValue(m2, forKey: "manager") } throws: { "\($0)".contains("another context") }
         let m3 = try foreign.insert(Manager.self)
         #expect { try e.setValue(m3, forKey: "manager") } throws: { "\($0)".contains("another store") }
-        #expect { try context.existingObject(with: m3.objectID) } throws: { ($0 as? LogbookError)?.code == .invalidRelationship }
+        #expect { try context.existingObject(with: m3.objectID) } throws: {
+            ($0 as? LogbookError)?.code == .invalidRelationship
+        }
         // Through a typed setter the error waits for save.
         e.manager = m2
         #expect { try context.save() } throws: { ($0 as? LogbookError)?.code == .invalidRelationship }
@@ -151,7 +159,9 @@ import LogbookEngine
         }
         AttributeTransformers.register(Picky(), name: "Picky")
         let model = try ManagedObjectModel {
-            EntityDescription("Thing") { AttributeDescription("blob", .transformable(transformer: "Picky"), optional: true) }
+            EntityDescription("Thing") {
+                AttributeDescription("blob", .transformable(transformer: "Picky"), optional: true)
+            }
         }
         let store = TemporaryStore()
         let container = try makeContainer(store, model: model)
@@ -181,10 +191,14 @@ import LogbookEngine
             try container.close()
         }
         let container = try makeContainer(store)
-        let back = try #require(container.objectID(forURIRepresentation: uri), "the URI names the object after a relaunch")
+        let back = try #require(
+            container.objectID(forURIRepresentation: uri), "the URI names the object after a relaunch")
         let context = container.newContext(concurrencyType: .confinement)
         #expect((try context.existingObject(with: back) as? Person)?.firstName == "Ann")
-        #expect(container.objectID(forURIRepresentation: URL(string: "x-logbook://00000000-0000-0000-0000-000000000000/Person/p1")!) == nil)
+        #expect(
+            container.objectID(
+                forURIRepresentation: URL(string: "x-logbook://00000000-0000-0000-0000-000000000000/Person/p1")!) == nil
+        )
         // Serial numbers are never reused, even when the last object is deleted.
         context.delete(try context.existingObject(with: back))
         try context.save()
@@ -265,7 +279,8 @@ import LogbookEngine
         let store = TemporaryStore()
         let container = try makeContainer(store)
         let context = container.newContext(concurrencyType: .confinement)
-        let a = try context.insert(Person.self), b = try context.insert(Person.self)
+        let a = try context.insert(Person.self)
+        let b = try context.insert(Person.self)
         var table = RegistryTable()
         let small: UInt64 = 1 << 48 | 5
         let huge: UInt64 = 1 << 48 | (1 << 40)
@@ -275,7 +290,10 @@ import LogbookEngine
         #expect(table[small]?.takeUnretainedValue() === a)
         #expect(table[huge]?.takeUnretainedValue() === b)
         #expect(table[1 << 48 | 6] == nil && table[2 << 48 | 5] == nil)
-        #expect(Set(table.all().map { ObjectIdentifier($0.takeUnretainedValue()) }) == [ObjectIdentifier(a), ObjectIdentifier(b)])
+        #expect(
+            Set(table.all().map { ObjectIdentifier($0.takeUnretainedValue()) }) == [
+                ObjectIdentifier(a), ObjectIdentifier(b)
+            ])
         table.removeValue(forKey: small)
         table[huge] = nil
         #expect(table.isEmpty && table[small] == nil && table[huge] == nil)

@@ -1,8 +1,9 @@
 import Foundation
+import LogbookEngine
 import Synchronization
 import Testing
+
 @testable import Logbook
-import LogbookEngine
 
 /// Records a controller's delegate calls as lines.
 final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendable {
@@ -10,11 +11,16 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
     var lines: [String] = []
 
     func controllerWillChangeContent(_ controller: AnyObject) { lines.append("will") }
-    func controller(_ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int, for type: FetchedResultsChangeType) {
+    func controller(
+        _ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int,
+        for type: FetchedResultsChangeType
+    ) {
         lines.append("section \(type) \(name) \(index)")
     }
-    func controller(_ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
-                    for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?) {
+    func controller(
+        _ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
+        for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?
+    ) {
         let name = (try? object.value(forKey: "firstName")) as? String ?? "?"
         lines.append("\(type) \(name) \(indexPath.map(\.description) ?? "-") \(newIndexPath.map(\.description) ?? "-")")
     }
@@ -41,7 +47,8 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
             try screen.save()
             var request = FetchRequest<Person>()
             request.sortDescriptors = [FetchSortDescriptor(key: "age"), FetchSortDescriptor(key: "firstName")]
-            let controller = FetchedResultsController(fetchRequest: request, managedObjectContext: screen, sectionNameKeyPath: "age")
+            let controller = FetchedResultsController(
+                fetchRequest: request, managedObjectContext: screen, sectionNameKeyPath: "age")
             controller.delegate = box.value.0
             try controller.performFetch()
             box.value.1.add(controller)
@@ -89,8 +96,11 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
             #expect(controller.fetchedObjects!.map(\.firstName) == ["Alice", "Anthony", "Rick", "Zed"])
             return deleted + ["--"] + recorder.lines
         }
-        #expect(afterEdits == ["will", "section delete 30 0", "delete Bob [0, 0] -", "did", "--",
-                               "will", "update Rick [1, 0] [1, 0]", "move Zed [0, 2] [1, 1]", "did"])
+        #expect(
+            afterEdits == [
+                "will", "section delete 30 0", "delete Bob [0, 0] -", "did", "--",
+                "will", "update Rick [1, 0] [1, 0]", "move Zed [0, 2] [1, 1]", "did"
+            ])
         try container.close()
     }
 }
@@ -108,15 +118,18 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
         try context.save()
     }
 
-    func run(_ context: ManagedObjectContext, _ fetch: FetchRequest<TodoItem>,
-             during: (@Sendable (AsynchronousFetchResult<TodoItem>) -> Void)? = nil) async throws -> (AsynchronousFetchResult<TodoItem>, [String]) {
+    func run(
+        _ context: ManagedObjectContext, _ fetch: FetchRequest<TodoItem>,
+        during: (@Sendable (AsynchronousFetchResult<TodoItem>) -> Void)? = nil
+    ) async throws -> (AsynchronousFetchResult<TodoItem>, [String]) {
         try await withCheckedThrowingContinuation { continuation in
             context.perform {
                 do {
-                    let running = try context.execute(AsynchronousFetchRequest(fetchRequest: fetch) { result in
-                        let names = result.finalResult.map { $0.prefix(3).map(\.name) } ?? []
-                        continuation.resume(returning: (result, names))
-                    })
+                    let running = try context.execute(
+                        AsynchronousFetchRequest(fetchRequest: fetch) { result in
+                            let names = result.finalResult.map { $0.prefix(3).map(\.name) } ?? []
+                            continuation.resume(returning: (result, names))
+                        })
                     during?(running)
                 } catch {
                     continuation.resume(throwing: error)

@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import Logbook
 import LogbookEngine
+import Testing
+
+@testable import Logbook
 
 /// The scenarios of docs/scenarios.md that the object graph owns: S1–S6, S9, S11.
 @Suite struct DocumentScenarioTests {
@@ -27,7 +28,7 @@ import LogbookEngine
         #expect(!context.hasChanges)
         try container.close()
         let reopened = try makeContainer(store)
-        let c2 = reopened.newContext(concurrencyType: .confinement)   // objects need their context alive
+        let c2 = reopened.newContext(concurrencyType: .confinement)  // objects need their context alive
         let people = try c2.fetch(FetchRequest<Person>())
         #expect(people.map(\.firstName) == ["Tony"])
         try reopened.close()
@@ -53,7 +54,7 @@ import LogbookEngine
             #expect(error.validationFailures.first?.entity == "Person")
         }
         try person.setValue("Branson", forKey: "lastName")
-        try context.save()   // age may stay empty
+        try context.save()  // age may stay empty
         #expect(try person.value(forKey: "age") == nil)
         try container.close()
     }
@@ -89,7 +90,9 @@ import LogbookEngine
         try person.setValue("Robbins", forKey: "lastName")
         try person.setValue(51, forKey: "age")
         try context.save()
-        #expect { try context.insertNewObject(forEntityName: "Persno") } throws: { ($0 as? LogbookError)?.code == .unknownEntity }
+        #expect { try context.insertNewObject(forEntityName: "Persno") } throws: {
+            ($0 as? LogbookError)?.code == .unknownEntity
+        }
         // A save that fails says why, and the store is unchanged.
         let broken = try context.insertNewObject(forEntityName: "Person")
         try broken.setValue("", forKey: "lastName")
@@ -123,7 +126,9 @@ import LogbookEngine
         let persons = try context.fetch(FetchRequest<Person>())
         let lines = persons.enumerated().map { i, p in "Person \(i + 1) \(p.firstName) \(p.lastName) \(p.age ?? 0)" }
         #expect(lines == ["Person 1 Anthony Robbins 51", "Person 2 Richard Branson 61"])
-        #expect { try context.fetch(FetchRequest<ManagedObject>(entityName: "Nobody")) } throws: { ($0 as? LogbookError)?.code == .unknownEntity }
+        #expect { try context.fetch(FetchRequest<ManagedObject>(entityName: "Nobody")) } throws: {
+            ($0 as? LogbookError)?.code == .unknownEntity
+        }
         try container.close()
     }
 
@@ -170,8 +175,11 @@ import LogbookEngine
             m.lastName = "M"
             return m
         }
-        let anna = try employee("Anna"), bob = try employee("Bob"), carl = try employee("Carl")
-        let mia = try manager("Mia"), ned = try manager("Ned")
+        let anna = try employee("Anna")
+        let bob = try employee("Bob")
+        let carl = try employee("Carl")
+        let mia = try manager("Mia")
+        let ned = try manager("Ned")
         // To-one side sets the to-many side.
         anna.manager = mia
         bob.manager = mia

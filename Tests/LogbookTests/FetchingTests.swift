@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Logbook
 
 /// S7 and S10 of the scenarios, and planning on indexes.
@@ -17,9 +18,13 @@ import Testing
         }
         try context.save()
         var request = FetchRequest<Person>()
-        request.sortDescriptors = [FetchSortDescriptor(key: "age", ascending: true), FetchSortDescriptor(key: "firstName", ascending: true)]
+        request.sortDescriptors = [
+            FetchSortDescriptor(key: "age", ascending: true), FetchSortDescriptor(key: "firstName", ascending: true)
+        ]
         #expect(try context.fetch(request).map(\.firstName) == ["Bob", "Anthony", "Zed", "Al", "Richard"])
-        request.sortDescriptors = [FetchSortDescriptor(key: "age", ascending: false), FetchSortDescriptor(key: "firstName", ascending: false)]
+        request.sortDescriptors = [
+            FetchSortDescriptor(key: "age", ascending: false), FetchSortDescriptor(key: "firstName", ascending: false)
+        ]
         #expect(try context.fetch(request).map(\.firstName) == ["Richard", "Al", "Zed", "Anthony", "Bob"])
         try container.close()
     }

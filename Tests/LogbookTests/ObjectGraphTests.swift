@@ -1,12 +1,18 @@
 import Foundation
-import Testing
-@testable import Logbook
 import LogbookEngine
+import Testing
+
+@testable import Logbook
 
 /// Every item of the object-graph issue, beyond the document scenarios.
 @Suite struct ModelTests {
     @Test func invalidModelsAreRefusedWithTheReason() {
-        #expect { try ManagedObjectModel { EntityDescription("A"); EntityDescription("A") } } throws: {
+        #expect {
+            try ManagedObjectModel {
+                EntityDescription("A")
+                EntityDescription("A")
+            }
+        } throws: {
             ($0 as? LogbookError)?.code == .invalidModel && "\($0)".contains("two entities")
         }
         #expect {
@@ -26,25 +32,25 @@ import LogbookEngine
     }
 
     static let xml = """
-    <?xml version="1.0" encoding="UTF-8" standalone="yes"?>
-    <model type="com.apple.IDECoreDataModeler.DataModel" documentVersion="1.0" lastSavedToolsVersion="21754" systemVersion="22F82" minimumToolsVersion="Automatic" sourceLanguage="Objective-C" userDefinedModelVersionIdentifier="">
-        <entity name="Person" representedClassName="Person" syncable="YES">
-            <attribute name="age" optional="YES" attributeType="Integer 32" minValueString="0" maxValueString="150" defaultValueString="0" usesScalarValueType="NO"/>
-            <attribute name="firstName" attributeType="String" regularExpressionString="[A-Z].*"/>
-            <attribute name="lastName" attributeType="String"/>
-            <attribute name="photo" optional="YES" attributeType="Binary"/>
-            <relationship name="laptops" optional="YES" toMany="YES" deletionRule="Cascade" destinationEntity="Laptop" inverseName="owner" inverseEntity="Laptop"/>
-            <fetchIndex name="byLastName">
-                <fetchIndexElement property="lastName" type="Binary" order="ascending"/>
-            </fetchIndex>
-        </entity>
-        <entity name="Laptop" representedClassName="Laptop" syncable="YES">
-            <attribute name="color" optional="YES" attributeType="Transformable" valueTransformerName="ColorTransformer"/>
-            <attribute name="model" attributeType="String"/>
-            <relationship name="owner" optional="YES" maxCount="1" deletionRule="Nullify" destinationEntity="Person" inverseName="laptops" inverseEntity="Person"/>
-        </entity>
-    </model>
-    """
+        <?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+        <model type="com.apple.IDECoreDataModeler.DataModel" documentVersion="1.0" lastSavedToolsVersion="21754" systemVersion="22F82" minimumToolsVersion="Automatic" sourceLanguage="Objective-C" userDefinedModelVersionIdentifier="">
+            <entity name="Person" representedClassName="Person" syncable="YES">
+                <attribute name="age" optional="YES" attributeType="Integer 32" minValueString="0" maxValueString="150" defaultValueString="0" usesScalarValueType="NO"/>
+                <attribute name="firstName" attributeType="String" regularExpressionString="[A-Z].*"/>
+                <attribute name="lastName" attributeType="String"/>
+                <attribute name="photo" optional="YES" attributeType="Binary"/>
+                <relationship name="laptops" optional="YES" toMany="YES" deletionRule="Cascade" destinationEntity="Laptop" inverseName="owner" inverseEntity="Laptop"/>
+                <fetchIndex name="byLastName">
+                    <fetchIndexElement property="lastName" type="Binary" order="ascending"/>
+                </fetchIndex>
+            </entity>
+            <entity name="Laptop" representedClassName="Laptop" syncable="YES">
+                <attribute name="color" optional="YES" attributeType="Transformable" valueTransformerName="ColorTransformer"/>
+                <attribute name="model" attributeType="String"/>
+                <relationship name="owner" optional="YES" maxCount="1" deletionRule="Nullify" destinationEntity="Person" inverseName="laptops" inverseEntity="Person"/>
+            </entity>
+        </model>
+        """
 
     @Test func anXcodeModelLoads() throws {
         let model = try ManagedObjectModel(xml: Data(Self.xml.utf8), classes: ["Person": Person.self])
@@ -77,8 +83,15 @@ import LogbookEngine
         try Data(Self.xml.utf8).write(to: dir.appendingPathComponent("contents"))
         let fromDisk = try ManagedObjectModel(contentsOf: dir.deletingLastPathComponent())
         #expect(fromDisk.entities.map(\.name) == ["Person", "Laptop"])
-        #expect { try ManagedObjectModel(xml: Data("<nothing/>".utf8)) } throws: { ($0 as? LogbookError)?.code == .invalidModel }
-        #expect { try ManagedObjectModel(xml: Data("<model><entity name=\"A\"><attribute name=\"x\" attributeType=\"Integer 8\"/></entity></model>".utf8)) } throws: {
+        #expect { try ManagedObjectModel(xml: Data("<nothing/>".utf8)) } throws: {
+            ($0 as? LogbookError)?.code == .invalidModel
+        }
+        #expect {
+            try ManagedObjectModel(
+                xml: Data(
+                    "<model><entity name=\"A\"><attribute name=\"x\" attributeType=\"Integer 8\"/></entity></model>"
+                        .utf8))
+        } throws: {
             "\($0)".contains("Integer 8")
         }
     }
@@ -109,9 +122,10 @@ import LogbookEngine
         let uuid = UUID()
         let date = Date(timeIntervalSince1970: 1_700_000_000.25)
         let values: [String: Any] = [
-            "s": "héllo ✓", "i16": Int16(-300), "i32": Int32(70_000), "i64": Int64.max, "d": 3.25, "f": Float(1.5), "b": true,
+            "s": "héllo ✓", "i16": Int16(-300), "i32": Int32(70_000), "i64": Int64.max, "d": 3.25, "f": Float(1.5),
+            "b": true,
             "date": date, "data": Data([0, 1, 255]), "uuid": uuid, "url": URL(string: "https://example.com/a?b=c")!,
-            "dec": Decimal(string: "12345.6789")!,
+            "dec": Decimal(string: "12345.6789")!
         ]
         let id: ObjectID
         do {
@@ -169,7 +183,9 @@ import LogbookEngine
                 AttributeDescription("name", .string, rules: [.length(2...10)])
                 AttributeDescription("balance", .int64, rules: [.range(0...1000)])
                 AttributeDescription("code", .string, optional: true, rules: [.pattern("[A-Z]{3}")])
-                AttributeDescription("even", .int32, optional: true, rules: [.custom { v in ((v as? Int32) ?? 0) % 2 == 0 ? nil : "must be even" }])
+                AttributeDescription(
+                    "even", .int32, optional: true,
+                    rules: [.custom { v in ((v as? Int32) ?? 0) % 2 == 0 ? nil : "must be even" }])
             }
         }
         let store = TemporaryStore()
@@ -221,7 +237,9 @@ import LogbookEngine
         }
     }
 
-    func setUp(_ rule: DeleteRule) throws -> (TemporaryStore, PersistentContainer, ManagedObjectContext, ManagedObject, [ManagedObject]) {
+    func setUp(_ rule: DeleteRule) throws -> (
+        TemporaryStore, PersistentContainer, ManagedObjectContext, ManagedObject, [ManagedObject]
+    ) {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: try Self.model(rule))
         let context = container.newContext(concurrencyType: .confinement)

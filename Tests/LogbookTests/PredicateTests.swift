@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Logbook
 
 /// The predicate language, checked against plain Swift filtering of the same objects.
@@ -16,8 +17,10 @@ import Testing
         init() throws {
             container = try makeContainer(store)
             context = container.newContext(concurrencyType: .confinement)
-            let names = [("Anthony", "Robbins"), ("Richard", "Branson"), ("Élodie", "Rousseau"), ("anna", "Ödegaard"),
-                         ("Bob", "Marley"), ("Chloé", "Robert"), ("Dan", "Brown"), ("Eve", "Online")]
+            let names = [
+                ("Anthony", "Robbins"), ("Richard", "Branson"), ("Élodie", "Rousseau"), ("anna", "Ödegaard"),
+                ("Bob", "Marley"), ("Chloé", "Robert"), ("Dan", "Brown"), ("Eve", "Online")
+            ]
             for (i, (f, l)) in names.enumerated() {
                 let p = try context.insert(Person.self)
                 p.firstName = f
@@ -51,14 +54,17 @@ import Testing
             try context.save()
         }
 
-        func check<T: ManagedObject>(_ format: String, _ args: Any?..., among objects: [T], _ expected: (T) -> Bool,
-                                     sourceLocation: SourceLocation = #_sourceLocation) throws {
+        func check<T: ManagedObject>(
+            _ format: String, _ args: Any?..., among objects: [T], _ expected: (T) -> Bool,
+            sourceLocation: SourceLocation = #_sourceLocation
+        ) throws {
             let p = try FetchPredicate(format: format, argumentArray: args)
             let got = try objects.filter { try p.evaluate(with: $0) }
             let want = objects.filter(expected)
             #expect(got.map(\.objectID) == want.map(\.objectID), "\(format)", sourceLocation: sourceLocation)
-            #expect(!want.isEmpty || format.contains("FALSE") || format.contains("NONE") || format.contains("nil"),
-                    "a check should select something: \(format)", sourceLocation: sourceLocation)
+            #expect(
+                !want.isEmpty || format.contains("FALSE") || format.contains("NONE") || format.contains("nil"),
+                "a check should select something: \(format)", sourceLocation: sourceLocation)
         }
     }
 
@@ -79,8 +85,12 @@ import Testing
         try f.check("age IN {20, 34, 69}", among: p) { [20, 34, 69].contains($0.age ?? -1) }
         try f.check("age == nil", among: p) { $0.age == nil }
         try f.check("age != NULL", among: p) { $0.age != nil }
-        try f.check("(age > 30 AND age < 60) OR firstName == 'Bob'", among: p) { (($0.age ?? 0) > 30 && ($0.age ?? 0) < 60) || $0.firstName == "Bob" }
-        try f.check("age > 30 && NOT (age > 50) || firstName == \"anna\"", among: p) { (($0.age ?? 0) > 30 && !(($0.age ?? 0) > 50)) || $0.firstName == "anna" }
+        try f.check("(age > 30 AND age < 60) OR firstName == 'Bob'", among: p) {
+            (($0.age ?? 0) > 30 && ($0.age ?? 0) < 60) || $0.firstName == "Bob"
+        }
+        try f.check("age > 30 && NOT (age > 50) || firstName == \"anna\"", among: p) {
+            (($0.age ?? 0) > 30 && !(($0.age ?? 0) > 50)) || $0.firstName == "anna"
+        }
         try f.check("!(age < 40)", among: p) { !(($0.age ?? .max) < 40) }
         try f.check("TRUEPREDICATE", among: p) { _ in true }
         try f.check("FALSEPREDICATE", among: p) { _ in false }
@@ -91,7 +101,9 @@ import Testing
     @Test func stringOperatorsAndOptions() throws {
         let f = try Fixture()
         let p = f.people
-        func folded(_ s: String) -> String { s.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: nil) }
+        func folded(_ s: String) -> String {
+            s.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: nil)
+        }
         try f.check("lastName BEGINSWITH 'Ro'", among: p) { $0.lastName.hasPrefix("Ro") }
         try f.check("lastName BEGINSWITH[c] 'ro'", among: p) { $0.lastName.lowercased().hasPrefix("ro") }
         try f.check("lastName ENDSWITH 'son'", among: p) { $0.lastName.hasSuffix("son") }
@@ -134,10 +146,14 @@ import Testing
         let m = f.managers
         try f.check("employees.@count >= 6", among: m) { $0.employees.count >= 6 }
         try f.check("employees.@sum.age > 200", among: m) { $0.employees.reduce(0) { $0 + Int($1.age ?? 0) } > 200 }
-        try f.check("employees.@avg.age > 40", among: m) { m in Double(m.employees.reduce(0) { $0 + Int($1.age ?? 0) }) / Double(m.employees.count) > 40 }
+        try f.check("employees.@avg.age > 40", among: m) { m in
+            Double(m.employees.reduce(0) { $0 + Int($1.age ?? 0) }) / Double(m.employees.count) > 40
+        }
         try f.check("employees.@min.age == 18", among: m) { $0.employees.map { $0.age ?? 0 }.min() == 18 }
         try f.check("employees.@max.age > 50", among: m) { ($0.employees.map { $0.age ?? 0 }.max() ?? 0) > 50 }
-        try f.check("SUBQUERY(employees, $e, $e.age < 30).@count >= 2", among: m) { $0.employees.filter { ($0.age ?? 0) < 30 }.count >= 2 }
+        try f.check("SUBQUERY(employees, $e, $e.age < 30).@count >= 2", among: m) {
+            $0.employees.filter { ($0.age ?? 0) < 30 }.count >= 2
+        }
         try f.check("SUBQUERY(employees, $e, $e.manager.lastName == 'Smith' AND $e.age > 20).@count > 0", among: m) {
             $0.employees.contains { $0.manager?.lastName == "Smith" && ($0.age ?? 0) > 20 }
         }
@@ -148,7 +164,10 @@ import Testing
 
     @Test func errorsSayWhatAndWhere() throws {
         func message(_ format: String, _ args: Any?...) -> String? {
-            do { _ = try FetchPredicate(format: format, argumentArray: args); return nil } catch let e as LogbookError {
+            do {
+                _ = try FetchPredicate(format: format, argumentArray: args)
+                return nil
+            } catch let e as LogbookError {
                 #expect(e.code == .invalidPredicate)
                 return e.message
             } catch { return "\(error)" }
@@ -171,7 +190,8 @@ import Testing
         let p = try FetchPredicate(format: "age > 3 AND shoeSize > 40")
         #expect { try p.evaluate(with: f.people[0]) } throws: { e in
             let e = e as? LogbookError
-            return e?.key == "shoeSize" && e?.message.contains("column 13") == true && e?.message.contains("Person has no key shoeSize") == true
+            return e?.key == "shoeSize" && e?.message.contains("column 13") == true
+                && e?.message.contains("Person has no key shoeSize") == true
         }
         let q = try FetchPredicate(format: "firstName > 3")
         #expect { try q.evaluate(with: f.people[0]) } throws: { "\($0)".contains("cannot order String and Int") }

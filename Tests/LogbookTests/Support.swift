@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import Logbook
 import LogbookEngine
+import Testing
+
+@testable import Logbook
 
 // MARK: The model of the source documents (004 §16.1–16.10)
 
@@ -46,7 +47,12 @@ struct ColorTransformer: Logbook.AttributeTransformer {
     }
     func reverseTransformedValue(_ data: Data) throws -> Any {
         guard data.count == 32 else { throw NotAColor() }
-        let c = (0..<4).map { i in Double(bitPattern: data[data.startIndex + i * 8 ..< data.startIndex + i * 8 + 8].withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }.littleEndian) }
+        let c = (0..<4).map { i in
+            Double(
+                bitPattern: data[data.startIndex + i * 8..<data.startIndex + i * 8 + 8].withUnsafeBytes {
+                    $0.loadUnaligned(as: UInt64.self)
+                }.littleEndian)
+        }
         return Color(red: c[0], green: c[1], blue: c[2], alpha: c[3])
     }
 }
@@ -93,15 +99,19 @@ func documentModel() throws -> ManagedObjectModel {
 final class TemporaryStore {
     let directory: String
     init() {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-tests-\(UUID().uuidString)").path
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("logbook-tests-\(UUID().uuidString)").path
     }
     var path: String { directory + "/store" }
     deinit { try? FileManager.default.removeItem(atPath: directory) }
 }
 
-func makeContainer(_ store: TemporaryStore, model: ManagedObjectModel? = nil, durability: Durability = .full) throws -> PersistentContainer {
+func makeContainer(_ store: TemporaryStore, model: ManagedObjectModel? = nil, durability: Durability = .full) throws
+    -> PersistentContainer
+{
     try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
     var options = ContainerOptions()
     options.durability = durability
-    return try PersistentContainer(name: "Test", model: model ?? documentModel(), directory: store.path, options: options)
+    return try PersistentContainer(
+        name: "Test", model: model ?? documentModel(), directory: store.path, options: options)
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Logbook
 
 /// A typed class whose properties are not named like their keys.
@@ -14,8 +15,10 @@ final class Chore: ManagedObject {
 @Suite struct SwiftPredicateTests {
     typealias Fixture = PredicateTests.Fixture
 
-    func check<T: ManagedObject>(_ predicate: Predicate<T>, among objects: [T], _ expected: (T) -> Bool,
-                                 sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func check<T: ManagedObject>(
+        _ predicate: Predicate<T>, among objects: [T], _ expected: (T) -> Bool,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let p = try FetchPredicate(predicate)
         let got = try objects.filter { try p.evaluate(with: $0) }
         let want = objects.filter(expected)
@@ -27,9 +30,15 @@ final class Chore: ManagedObject {
         let f = try Fixture()
         let people = f.people
         try check(#Predicate<Person> { $0.firstName == "Bob" }, among: people) { $0.firstName == "Bob" }
-        try check(#Predicate<Person> { $0.firstName != "Bob" && $0.lastName != "Brown" }, among: people) { $0.firstName != "Bob" && $0.lastName != "Brown" }
-        try check(#Predicate<Person> { $0.age! > 40 || $0.firstName == "anna" }, among: people) { ($0.age ?? 0) > 40 || $0.firstName == "anna" }
-        try check(#Predicate<Person> { $0.age! >= 34 && $0.age! < 55 }, among: people) { (34..<55).contains($0.age ?? -1) }
+        try check(#Predicate<Person> { $0.firstName != "Bob" && $0.lastName != "Brown" }, among: people) {
+            $0.firstName != "Bob" && $0.lastName != "Brown"
+        }
+        try check(#Predicate<Person> { $0.age! > 40 || $0.firstName == "anna" }, among: people) {
+            ($0.age ?? 0) > 40 || $0.firstName == "anna"
+        }
+        try check(#Predicate<Person> { $0.age! >= 34 && $0.age! < 55 }, among: people) {
+            (34..<55).contains($0.age ?? -1)
+        }
         try check(#Predicate<Person> { !($0.age! <= 41) }, among: people) { $0.age.map { $0 > 41 } ?? true }
         try check(#Predicate<Person> { $0.age == nil }, among: people) { $0.age == nil }
         try check(#Predicate<Person> { $0.age != nil }, among: people) { $0.age != nil }
@@ -39,20 +48,31 @@ final class Chore: ManagedObject {
         }
         let names = ["Bob", "Dan", "Nobody"]
         try check(#Predicate<Person> { names.contains($0.firstName) }, among: people) { names.contains($0.firstName) }
-        let low: Int32 = 27, high: Int32 = 48
-        try check(#Predicate<Person> { (low...high).contains($0.age!) }, among: people) { (low...high).contains($0.age ?? -1) }
-        try check(#Predicate<Person> { (low..<high).contains($0.age!) }, among: people) { (low..<high).contains($0.age ?? -1) }
+        let low: Int32 = 27
+        let high: Int32 = 48
+        try check(#Predicate<Person> { (low...high).contains($0.age!) }, among: people) {
+            (low...high).contains($0.age ?? -1)
+        }
+        try check(#Predicate<Person> { (low..<high).contains($0.age!) }, among: people) {
+            (low..<high).contains($0.age ?? -1)
+        }
         let captured = low...high
         try check(#Predicate<Person> { captured.contains($0.age!) }, among: people) { captured.contains($0.age ?? -1) }
     }
 
     @Test func relationshipsThroughKeyPaths() throws {
         let f = try Fixture()
-        try check(#Predicate<Employee> { $0.manager?.lastName == "Jones" }, among: f.employees) { $0.manager?.lastName == "Jones" }
+        try check(#Predicate<Employee> { $0.manager?.lastName == "Jones" }, among: f.employees) {
+            $0.manager?.lastName == "Jones"
+        }
         try check(#Predicate<Employee> { $0.manager!.age! >= 50 }, among: f.employees) { ($0.manager?.age ?? 0) >= 50 }
         try check(#Predicate<Employee> { $0.managers.count >= 2 }, among: f.employees) { $0.managers.count >= 2 }
-        try check(#Predicate<Manager> { $0.employees.contains { $0.age! > 50 } }, among: f.managers) { m in m.employees.contains { ($0.age ?? 0) > 50 } }
-        try check(#Predicate<Manager> { $0.employees.allSatisfy { $0.age! > 20 } }, among: f.managers) { m in m.employees.allSatisfy { ($0.age ?? 0) > 20 } }
+        try check(#Predicate<Manager> { $0.employees.contains { $0.age! > 50 } }, among: f.managers) { m in
+            m.employees.contains { ($0.age ?? 0) > 50 }
+        }
+        try check(#Predicate<Manager> { $0.employees.allSatisfy { $0.age! > 20 } }, among: f.managers) { m in
+            m.employees.allSatisfy { ($0.age ?? 0) > 20 }
+        }
         try check(#Predicate<Manager> { !$0.employees.isEmpty }, among: f.managers) { !$0.employees.isEmpty }
     }
 
@@ -75,9 +95,11 @@ final class Chore: ManagedObject {
             t.isDone = i % 2 == 0
         }
         try context.save()
-        let from = base + 10, to = base + 20
-        let request = try FetchRequest<Chore>(predicate: #Predicate { $0.created >= from && $0.created < to && $0.isDone },
-                                             sortBy: [SortDescriptor(\.created, order: .reverse)])
+        let from = base + 10
+        let to = base + 20
+        let request = try FetchRequest<Chore>(
+            predicate: #Predicate { $0.created >= from && $0.created < to && $0.isDone },
+            sortBy: [SortDescriptor(\.created, order: .reverse)])
         let plan = try context.explain(request)
         #expect(plan.description.contains("INDEX createdAt"), "the translated range uses the index: \(plan)")
         #expect(plan.filter?.contains("done") == true, "\(plan)")
@@ -89,15 +111,25 @@ final class Chore: ManagedObject {
 
     @Test func sortDescriptorsWithKeyPathsApplyInOrder() throws {
         let f = try Fixture()
-        let request = try FetchRequest<Person>(sortBy: [SortDescriptor(\.lastName, order: .reverse), SortDescriptor(\.firstName)])
-        #expect(request.sortDescriptors == [FetchSortDescriptor(key: "lastName", ascending: false), FetchSortDescriptor(key: "firstName")])
+        let request = try FetchRequest<Person>(sortBy: [
+            SortDescriptor(\.lastName, order: .reverse), SortDescriptor(\.firstName)
+        ])
+        #expect(
+            request.sortDescriptors == [
+                FetchSortDescriptor(key: "lastName", ascending: false), FetchSortDescriptor(key: "firstName")
+            ])
         let want = f.people.sorted { ($0.lastName, $0.firstName) > ($1.lastName, $1.firstName) }.map(\.lastName)
         #expect(try f.context.fetch(request).map(\.lastName) == want)
     }
 
     @Test func whatCannotBeTranslatedIsAClearError() throws {
         func message(_ body: () throws -> Void) -> String? {
-            do { try body(); return nil } catch let e as LogbookError { return e.code == .invalidPredicate ? e.message : "\(e.code)" } catch { return "\(error)" }
+            do {
+                try body()
+                return nil
+            } catch let e as LogbookError { return e.code == .invalidPredicate ? e.message : "\(e.code)" } catch {
+                return "\(error)"
+            }
         }
         let arithmetic = message { _ = try FetchPredicate(#Predicate<Person> { $0.age! + 1 > 30 }) }
         #expect(arithmetic?.contains("Arithmetic") == true, "\(arithmetic ?? "no error")")
@@ -172,8 +204,10 @@ final class Chore: ManagedObject {
         let anna = rows.first { $0["firstName"] as? String == "anna" }
         #expect(anna != nil && anna?["age"] == nil && anna?.count == 1)
         // Expressions over everything: one dictionary.
-        r.propertiesToFetch = [.count(as: "n"), .count("age", as: "withAge"), .sum("age", as: "total"), .average("age", as: "mean"),
-                               .min("age", as: "youngest"), .max("firstName", as: "last")]
+        r.propertiesToFetch = [
+            .count(as: "n"), .count("age", as: "withAge"), .sum("age", as: "total"), .average("age", as: "mean"),
+            .min("age", as: "youngest"), .max("firstName", as: "last")
+        ]
         r.sortDescriptors = []
         let ages = f.people.compactMap(\.age).map(Int64.init)
         let all = try context.fetchDictionaries(r)

@@ -36,11 +36,12 @@ func freshDirectory() -> String {
 
 /// `itemCount` Items through a batch insert.
 func batchInsertItems(_ context: ManagedObjectContext) throws {
-    _ = try context.execute(BatchInsertRequest(entityName: "Item", count: itemCount) { i, row in
-        row.set("Item \(i + 1)", forKey: "name")
-        row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
-        row.set(i % 2 == 1, forKey: "done")
-    })
+    _ = try context.execute(
+        BatchInsertRequest(entityName: "Item", count: itemCount) { i, row in
+            row.set("Item \(i + 1)", forKey: "name")
+            row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
+            row.set(i % 2 == 1, forKey: "done")
+        })
 }
 
 /// A container on a fresh directory, without syncs (the write benchmarks time the code, not the disk).
@@ -62,18 +63,18 @@ func populatedStore() throws -> String {
 
 func configuration() -> Benchmark.Configuration {
     Benchmark.Configuration(
-    metrics: [.wallClock, .mallocCountTotal, .peakMemoryResident],
-    warmupIterations: 1,
-    scalingFactor: .one,
-    maxDuration: .seconds(3),
-    maxIterations: 50,
-    // Tolerances applied when checking against the static thresholds: the machines this runs
-    // on are shared and noisy, so time gets a wide margin; allocation counts are exact.
-    thresholds: [
-        .wallClock: .init(relative: [.p50: 50.0], absolute: [.p50: 5_000_000]),
-        .mallocCountTotal: .init(relative: [.p90: 10.0]),
-        .peakMemoryResident: .init(relative: [.p90: 25.0]),
-    ]
+        metrics: [.wallClock, .mallocCountTotal, .peakMemoryResident],
+        warmupIterations: 1,
+        scalingFactor: .one,
+        maxDuration: .seconds(3),
+        maxIterations: 50,
+        // Tolerances applied when checking against the static thresholds: the machines this runs
+        // on are shared and noisy, so time gets a wide margin; allocation counts are exact.
+        thresholds: [
+            .wallClock: .init(relative: [.p50: 50.0], absolute: [.p50: 5_000_000]),
+            .mallocCountTotal: .init(relative: [.p90: 10.0]),
+            .peakMemoryResident: .init(relative: [.p90: 25.0])
+        ]
     )
 }
 
@@ -99,7 +100,9 @@ let benchmarks: @Sendable () -> Void = {
         benchmark.startMeasurement()
         var t = Transaction()
         for i in 1...itemCount {
-            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i)))
+            t.put(
+                EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8),
+                indexKey: IndexKey(index: 1, tag: 1, orderedDouble: base + Double(i)))
         }
         try store.commit(t)
         benchmark.stopMeasurement()
@@ -111,7 +114,9 @@ let benchmarks: @Sendable () -> Void = {
         benchmark.startMeasurement()
         var t = Transaction()
         for i in 1...itemCount {
-            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
+            t.put(
+                EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8),
+                indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
         }
         benchmark.stopMeasurement()
         blackHole(t.encodedSize)
@@ -144,7 +149,9 @@ let benchmarks: @Sendable () -> Void = {
         let store = try Store.open(at: dir, options: options)
         var t = Transaction()
         for i in 1...itemCount {
-            t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: [1], indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
+            t.put(
+                EngineKey(keyspace: 1, id: UInt64(i)), value: [1],
+                indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
         }
         try store.commit(t)
         let snapshot = store.snapshot()
@@ -195,8 +202,9 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("fetch-1k-item-range") { benchmark in
         let context = try container().newContext(concurrencyType: .confinement)
         var request = FetchRequest<Item>()
-        request.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@",
-                                               Date(timeIntervalSince1970: base + 4), Date(timeIntervalSince1970: base + 5))
+        request.predicate = try FetchPredicate(
+            format: "createdAt >= %@ AND createdAt < %@",
+            Date(timeIntervalSince1970: base + 4), Date(timeIntervalSince1970: base + 5))
         request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
         benchmark.startMeasurement()
         let items = try context.fetch(request)
@@ -218,7 +226,9 @@ let benchmarks: @Sendable () -> Void = {
         let item = try context.fetch(request)[0]
         benchmark.startMeasurement()
         for _ in benchmark.scaledIterations {
-            let p = try FetchPredicate(format: "name BEGINSWITH[c] %@ AND (done == NO OR createdAt > %@)", "item", Date(timeIntervalSince1970: base))
+            let p = try FetchPredicate(
+                format: "name BEGINSWITH[c] %@ AND (done == NO OR createdAt > %@)", "item",
+                Date(timeIntervalSince1970: base))
             blackHole(try p.evaluate(with: item))
         }
         benchmark.stopMeasurement()

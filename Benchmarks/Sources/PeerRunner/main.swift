@@ -10,7 +10,9 @@ import LogbookEngine
 
 let arguments = CommandLine.arguments
 func option(_ name: String, _ fallback: Int) -> Int {
-    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else { return fallback }
+    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else {
+        return fallback
+    }
     return v
 }
 let count = option("--count", 1_000_000)
@@ -107,7 +109,10 @@ struct ItemRecord: Codable, PersistableRecord, FetchableRecord {
 func grdbPool(_ dir: String) throws -> DatabasePool {
     let pool = try DatabasePool(path: dir + "/db.sqlite")
     try pool.write { db in
-        try db.execute(sql: "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)")
+        try db.execute(
+            sql:
+                "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)"
+        )
         try db.execute(sql: "CREATE INDEX item_createdAt ON item(createdAt)")
     }
     return pool
@@ -138,7 +143,9 @@ func grdbRecords() throws -> (seconds: Double, bytes: Int) {
     let pool = try grdbPool(dir)
     try pool.write { db in
         for i in 1...count {
-            try ItemRecord(name: "Item \(i)", createdAt: Date(timeIntervalSince1970: base + Double(i) / 1000), done: i % 2 == 0).insert(db)
+            try ItemRecord(
+                name: "Item \(i)", createdAt: Date(timeIntervalSince1970: base + Double(i) / 1000), done: i % 2 == 0
+            ).insert(db)
         }
     }
     let seconds = now() - start
@@ -150,7 +157,8 @@ func grdbRecords() throws -> (seconds: Double, bytes: Int) {
 
 /// `PeerRunner --phase NAME --store PATH` runs one phase and prints `seconds=… first=… records=…`.
 func runPhase(_ phase: String, _ path: String) throws {
-    let lo = base + 400.0, hi = base + 500.0   // createdAt ≥ base+400,000 ms and < base+500,000 ms
+    let lo = base + 400.0
+    let hi = base + 500.0  // createdAt ≥ base+400,000 ms and < base+500,000 ms
     // Each timing stops once every name is read; the result is released after it (for both
     // libraries alike), and the releases are timed apart.
     func median10(_ body: () throws -> (Int, Any)) rethrows -> (Double, Double, Int) {
@@ -181,12 +189,15 @@ func runPhase(_ phase: String, _ path: String) throws {
         let fetched = now()
         let n = items!.count
         items = nil
-        print("open=\(opened - t0) fetch=\(fetched - fetchStart) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
+        print(
+            "open=\(opened - t0) fetch=\(fetched - fetchStart) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
     case "logbook-w3":
         let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
         let context = container.newContext(concurrencyType: .confinement)
         var request = FetchRequest<Item>()
-        request.predicate = try FetchPredicate(format: "createdAt >= %@ AND createdAt < %@", Date(timeIntervalSince1970: lo), Date(timeIntervalSince1970: hi))
+        request.predicate = try FetchPredicate(
+            format: "createdAt >= %@ AND createdAt < %@", Date(timeIntervalSince1970: lo),
+            Date(timeIntervalSince1970: hi))
         request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
         let (m, first, n) = try median10 {
             var chars = 0
@@ -220,7 +231,11 @@ func runPhase(_ phase: String, _ path: String) throws {
         let pool = try DatabasePool(path: path + "/db.sqlite")
         let (m, first, n) = try median10 {
             let items = try pool.read { db in
-                try ItemRecord.fetchAll(db, sql: "SELECT name, createdAt, done FROM item WHERE createdAt >= ? AND createdAt < ? ORDER BY createdAt", arguments: [lo, hi])
+                try ItemRecord.fetchAll(
+                    db,
+                    sql:
+                        "SELECT name, createdAt, done FROM item WHERE createdAt >= ? AND createdAt < ? ORDER BY createdAt",
+                    arguments: [lo, hi])
             }
             var chars = 0
             for item in items { chars &+= item.name.utf8.count }
@@ -232,7 +247,9 @@ func runPhase(_ phase: String, _ path: String) throws {
         let pool = try DatabasePool(path: path + "/db.sqlite")
         let firstAnswer = try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }
         let answered = now() - t0
-        let (m, first, n) = try median10 { (try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }, 0) }
+        let (m, first, n) = try median10 {
+            (try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }, 0)
+        }
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
     default:
         throw NSError(domain: "PeerRunner", code: 1, userInfo: [NSLocalizedDescriptionKey: "unknown phase \(phase)"])
@@ -257,7 +274,9 @@ func inNewProcess(_ phase: String, _ path: String) throws -> [String: Double] {
     return result
 }
 
-if let i = arguments.firstIndex(of: "--phase"), i + 1 < arguments.count, let j = arguments.firstIndex(of: "--store"), j + 1 < arguments.count {
+if let i = arguments.firstIndex(of: "--phase"), i + 1 < arguments.count, let j = arguments.firstIndex(of: "--store"),
+    j + 1 < arguments.count
+{
     try runPhase(arguments[i + 1], arguments[j + 1])
     exit(0)
 }
@@ -280,7 +299,6 @@ func keptGRDBStore() throws -> String {
     return dir
 }
 
-
 // MARK: W1 batch, W5, W6, W7
 
 /// W1 through a batch insert (no managed objects).
@@ -290,12 +308,13 @@ func logbookBatchPopulate() throws -> Double {
     let start = now()
     let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
     let context = container.newContext(concurrencyType: .confinement)
-    _ = try context.execute(BatchInsertRequest(entityName: "Item", count: count) { i, row in
-        let n = i + 1
-        row.set("Item \(n)", forKey: "name")
-        row.set(Date(timeIntervalSince1970: base + Double(n) / 1000), forKey: "createdAt")
-        row.set(n % 2 == 0, forKey: "done")
-    })
+    _ = try context.execute(
+        BatchInsertRequest(entityName: "Item", count: count) { i, row in
+            let n = i + 1
+            row.set("Item \(n)", forKey: "name")
+            row.set(Date(timeIntervalSince1970: base + Double(n) / 1000), forKey: "createdAt")
+            row.set(n % 2 == 0, forKey: "done")
+        })
     let seconds = now() - start
     try container.close()
     return seconds
@@ -355,7 +374,8 @@ func grdbW5(_ dir: String) throws -> (update: Double, statement: Double, records
 func logbookW6() throws -> (populate: Double, traverse: Double, links: Int) {
     let dir = freshDirectory("logbook-w6")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let employees = count / 10, managersCount = max(1, count / 1000)
+    let employees = count / 10
+    let managersCount = max(1, count / 1000)
     let start = now()
     let container = try PersistentContainer(name: "Staff", model: logbookModel(), directory: dir + "/store")
     let context = container.newContext(concurrencyType: .confinement)
@@ -381,7 +401,9 @@ func logbookW6() throws -> (populate: Double, traverse: Double, links: Int) {
     let t0 = now()
     let fresh = container.newContext(concurrencyType: .confinement)
     var links = 0
-    for m in try fresh.fetch(FetchRequest<ManagedObject>(entityName: "Manager")) { links += try m.count(forKey: "employees") }
+    for m in try fresh.fetch(FetchRequest<ManagedObject>(entityName: "Manager")) {
+        links += try m.count(forKey: "employees")
+    }
     let traversed = now()
     try container.close()
     return (populated - start, traversed - t0, links)
@@ -410,21 +432,26 @@ struct LinkRow: Codable, FetchableRecord, PersistableRecord {
 func grdbW6(records: Bool) throws -> (populate: Double, traverse: Double, links: Int) {
     let dir = freshDirectory("grdb-w6")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let employees = count / 10, managersCount = max(1, count / 1000)
+    let employees = count / 10
+    let managersCount = max(1, count / 1000)
     let start = now()
     let pool = try DatabasePool(path: dir + "/db.sqlite")
     try pool.write { db in
-        try db.execute(sql: """
-            CREATE TABLE manager (id INTEGER PRIMARY KEY, firstName TEXT NOT NULL, lastName TEXT NOT NULL, age INTEGER);
-            CREATE TABLE employee (id INTEGER PRIMARY KEY, firstName TEXT NOT NULL, lastName TEXT NOT NULL, age INTEGER);
-            CREATE TABLE link (employeeId INTEGER NOT NULL REFERENCES employee(id), managerId INTEGER NOT NULL REFERENCES manager(id),
-                               PRIMARY KEY (employeeId, managerId)) WITHOUT ROWID;
-            CREATE INDEX link_manager ON link(managerId);
-            """)
+        try db.execute(
+            sql: """
+                CREATE TABLE manager (id INTEGER PRIMARY KEY, firstName TEXT NOT NULL, lastName TEXT NOT NULL, age INTEGER);
+                CREATE TABLE employee (id INTEGER PRIMARY KEY, firstName TEXT NOT NULL, lastName TEXT NOT NULL, age INTEGER);
+                CREATE TABLE link (employeeId INTEGER NOT NULL REFERENCES employee(id), managerId INTEGER NOT NULL REFERENCES manager(id),
+                                   PRIMARY KEY (employeeId, managerId)) WITHOUT ROWID;
+                CREATE INDEX link_manager ON link(managerId);
+                """)
         if records {
-            for m in 0..<managersCount { try ManagerRow(id: Int64(m + 1), firstName: "M\(m)", lastName: "Manager", age: nil).insert(db) }
+            for m in 0..<managersCount {
+                try ManagerRow(id: Int64(m + 1), firstName: "M\(m)", lastName: "Manager", age: nil).insert(db)
+            }
             for i in 0..<employees {
-                try EmployeeRow(id: Int64(i + 1), firstName: "E\(i)", lastName: "Employee", age: Int32(i % 100)).insert(db)
+                try EmployeeRow(id: Int64(i + 1), firstName: "E\(i)", lastName: "Employee", age: Int32(i % 100)).insert(
+                    db)
                 for m in Set([i % managersCount, (i * 7) % managersCount, (i * 13) % managersCount]) {
                     try LinkRow(employeeId: Int64(i + 1), managerId: Int64(m + 1)).insert(db)
                 }
@@ -432,7 +459,8 @@ func grdbW6(records: Bool) throws -> (populate: Double, traverse: Double, links:
         } else {
             let manager = try db.cachedStatement(sql: "INSERT INTO manager (id, firstName, lastName) VALUES (?, ?, ?)")
             for m in 0..<managersCount { try manager.execute(arguments: [m + 1, "M\(m)", "Manager"]) }
-            let employee = try db.cachedStatement(sql: "INSERT INTO employee (id, firstName, lastName, age) VALUES (?, ?, ?, ?)")
+            let employee = try db.cachedStatement(
+                sql: "INSERT INTO employee (id, firstName, lastName, age) VALUES (?, ?, ?, ?)")
             let link = try db.cachedStatement(sql: "INSERT INTO link (employeeId, managerId) VALUES (?, ?)")
             for i in 0..<employees {
                 try employee.execute(arguments: [i + 1, "E\(i)", "Employee", i % 100])
@@ -494,14 +522,19 @@ func grdbW7(records: Bool, synchronous: String) throws -> Double {
     }
     precondition(mode == (synchronous == "FULL" ? 2 : 1), "synchronous is \(mode)")
     try pool.write { db in
-        try db.execute(sql: "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)")
+        try db.execute(
+            sql:
+                "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)"
+        )
         try db.execute(sql: "CREATE INDEX item_createdAt ON item(createdAt)")
     }
     let t0 = now()
     for i in 1...commitCount {
         try pool.write { db in
             if records {
-                try ItemRecord(name: "Item \(i)", createdAt: Date(timeIntervalSince1970: base + Double(i) / 1000), done: i % 2 == 0).insert(db)
+                try ItemRecord(
+                    name: "Item \(i)", createdAt: Date(timeIntervalSince1970: base + Double(i) / 1000), done: i % 2 == 0
+                ).insert(db)
             } else {
                 try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
                     .execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0])
@@ -515,13 +548,18 @@ func grdbW7(records: Bool, synchronous: String) throws -> Double {
 
 // MARK: Run
 
-var logbook: [Double] = [], statement: [Double] = [], records: [Double] = []
-var logbookBytes = 0, statementBytes = 0
+var logbook: [Double] = []
+var statement: [Double] = []
+var records: [Double] = []
+var logbookBytes = 0
+var statementBytes = 0
 for round in 1...repeats {
     let l = try logbookPopulate()
-    logbook.append(l.seconds); logbookBytes = l.bytes
+    logbook.append(l.seconds)
+    logbookBytes = l.bytes
     let s = try grdbStatement()
-    statement.append(s.seconds); statementBytes = s.bytes
+    statement.append(s.seconds)
+    statementBytes = s.bytes
     if round == 1 || repeats <= 3 { records.append(try grdbRecords().seconds) }
     FileHandle.standardError.write(Data("round \(round): logbook \(l.seconds) s, grdb statement \(s.seconds) s\n".utf8))
 }
@@ -533,7 +571,8 @@ let logbookStore = try keptLogbookStore()
 let grdbStore = try keptGRDBStore()
 /// Each phase in `repeats` new processes, Logbook and GRDB in turn; the median of each figure.
 func medians(_ logbookPhase: String, _ grdbPhase: String) throws -> ([String: Double], [String: Double]) {
-    var l: [[String: Double]] = [], g: [[String: Double]] = []
+    var l: [[String: Double]] = []
+    var g: [[String: Double]] = []
     for _ in 0..<repeats {
         l.append(try inNewProcess(logbookPhase, logbookStore))
         g.append(try inNewProcess(grdbPhase, grdbStore))
@@ -572,15 +611,23 @@ print("|---|---|---|---|")
 print(row("W1 populate vs cached statement", median(logbook), median(statement)))
 print(row("W1 populate vs Codable records", median(logbook), median(records)))
 print(row("W1 batch insert vs cached statement", median(batchTimes), median(statement)))
-print(String(format: "| W1 store size | %.1f MB | %.1f MB | %.2f× |", Double(logbookBytes) / 1e6, Double(statementBytes) / 1e6, Double(statementBytes) / Double(logbookBytes)))
+print(
+    String(
+        format: "| W1 store size | %.1f MB | %.1f MB | %.2f× |", Double(logbookBytes) / 1e6,
+        Double(statementBytes) / 1e6, Double(statementBytes) / Double(logbookBytes)))
 print(row("W2 open (new process)", lw2["open"] ?? .nan, gw2["open"] ?? .nan))
 print(row("W2 fetch all sorted by createdAt, read names", lw2["fetch"] ?? .nan, gw2["fetch"] ?? .nan))
-print(row("W2 then releasing the 1,000,000 results (not in the line above)", lw2["release"] ?? .nan, gw2["release"] ?? .nan))
+print(
+    row(
+        "W2 then releasing the 1,000,000 results (not in the line above)", lw2["release"] ?? .nan,
+        gw2["release"] ?? .nan))
 print(row("W3 100,000-row range, median of 10", lw3["median"] ?? .nan, gw3["median"] ?? .nan))
 print(row("W3 first run", lw3["first"] ?? .nan, gw3["first"] ?? .nan))
 print(row("W4 count, median of 10", lw4["median"] ?? .nan, gw4["median"] ?? .nan))
 print(row("W8 open to first count", lw4["open_to_count"] ?? .nan, gw4["open_to_count"] ?? .nan))
-print("(records: W2 \(Int(lw2["records"] ?? 0))/\(Int(gw2["records"] ?? 0)), W3 \(Int(lw3["records"] ?? 0))/\(Int(gw3["records"] ?? 0)), W4 \(Int(lw4["records"] ?? 0))/\(Int(gw4["records"] ?? 0)))")
+print(
+    "(records: W2 \(Int(lw2["records"] ?? 0))/\(Int(gw2["records"] ?? 0)), W3 \(Int(lw3["records"] ?? 0))/\(Int(gw3["records"] ?? 0)), W4 \(Int(lw4["records"] ?? 0))/\(Int(gw4["records"] ?? 0)))"
+)
 print(row("W5a batch update vs one UPDATE", lw5.batch, gw5.update))
 print(row("W5b context rename+save vs cached statement", lw5.context, gw5.statement))
 print(row("W5b context rename+save vs Codable records", lw5.context, gw5.records))

@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import LogbookEngine
+import Synchronization
 
 /// Options of a container's store.
 public struct ContainerOptions: Sendable {
@@ -57,7 +57,10 @@ public final class PersistentContainer: Sendable {
     /// Opens (or creates) the store for `model`. With no directory, the store is
     /// `<name>.logbook` under the user's application support directory (or `$TMPDIR` when there
     /// is none).
-    public init(name: String, model: ManagedObjectModel, directory: String? = nil, options: ContainerOptions = ContainerOptions()) throws {
+    public init(
+        name: String, model: ManagedObjectModel, directory: String? = nil,
+        options: ContainerOptions = ContainerOptions()
+    ) throws {
         self.name = name
         self.model = model
         self.storeDirectory = directory ?? Self.defaultDirectory(name)
@@ -67,7 +70,9 @@ public final class PersistentContainer: Sendable {
         storeOptions.segmentSize = options.segmentSize
         storeOptions.checkpointInterval = options.checkpointInterval
         storeOptions.readOnly = options.readOnly
-        do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch { throw LogbookError.wrap(error) }
+        do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch {
+            throw LogbookError.wrap(error)
+        }
         do {
             let (layout, counters) = try Migration.prepare(store: store, model: model)
             storeLayout = layout
@@ -79,7 +84,8 @@ public final class PersistentContainer: Sendable {
     }
 
     static func defaultDirectory(_ name: String) -> String {
-        let base = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first?.path
+        let base =
+            FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first?.path
             ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")
         try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         return base + "/" + name + ".logbook"
@@ -118,11 +124,13 @@ public final class PersistentContainer: Sendable {
 
     /// The object ID a URI from `ObjectID.uriRepresentation` names, if it is of this store.
     public func objectID(forURIRepresentation uri: URL) -> ObjectID? {
-        guard uri.scheme == "x-logbook", uri.host?.uppercased() == storeLayout.identity.uuid.uuidString.uppercased() else { return nil }
+        guard uri.scheme == "x-logbook", uri.host?.uppercased() == storeLayout.identity.uuid.uuidString.uppercased()
+        else { return nil }
         let parts = uri.path.split(separator: "/")
         guard parts.count == 2, parts[1].hasPrefix("p"), let serial = UInt64(parts[1].dropFirst()),
-              let entity = String(parts[0]).removingPercentEncoding, let ks = storeLayout.identity.keyspaces[entity],
-              serial <= EngineKey.maxID else { return nil }
+            let entity = String(parts[0]).removingPercentEncoding, let ks = storeLayout.identity.keyspaces[entity],
+            serial <= EngineKey.maxID
+        else { return nil }
         return ObjectID(store: storeLayout.identity, key: EngineKey(keyspace: ks, id: serial).rawValue)
     }
 
@@ -188,7 +196,9 @@ enum Migration {
     static func prepare(store: Store, model: ManagedObjectModel) throws -> (StoreLayout, [UInt64]) {
         let snapshot = store.snapshot()
         let stored: StoredSchema?
-        do { stored = try snapshot.value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode) } catch let e as LogbookError { throw e } catch { throw LogbookError.wrap(error) }
+        do { stored = try snapshot.value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode) } catch let e
+            as LogbookError
+        { throw e } catch { throw LogbookError.wrap(error) }
         let schema = StoredSchema.make(for: model, previous: stored)
         if let stored, stored != schema {
             try check(stored: stored, new: schema, model: model, snapshot: snapshot)
@@ -206,8 +216,15 @@ enum Migration {
             record.withUnsafeBytes { raw in
                 var o = 0
                 func varint() -> UInt64? {
-                    var r: UInt64 = 0, shift: UInt64 = 0
-                    while o < raw.count && shift < 64 { let b = raw[o]; o += 1; r |= UInt64(b & 0x7F) << shift; if b < 0x80 { return r }; shift += 7 }
+                    var r: UInt64 = 0
+                    var shift: UInt64 = 0
+                    while o < raw.count && shift < 64 {
+                        let b = raw[o]
+                        o += 1
+                        r |= UInt64(b & 0x7F) << shift
+                        if b < 0x80 { return r }
+                        shift += 7
+                    }
                     return nil
                 }
                 while let ks = varint(), let n = varint() {
@@ -218,7 +235,10 @@ enum Migration {
         let snap = store.snapshot()
         for (e, ks) in layout.keyspace.enumerated() where snap.count(inKeyspace: ks) > 0 {
             var last: UInt64 = 0
-            snap.forEachKey(inKeyspace: ks) { last = $0; return true }
+            snap.forEachKey(inKeyspace: ks) {
+                last = $0
+                return true
+            }
             next[e] = max(next[e], EngineKey(rawValue: last).id + 1)
         }
         return (layout, next)
@@ -226,7 +246,9 @@ enum Migration {
 
     static func storedType(_ a: StoredSchema.Attribute) -> AttributeType? {
         if a.type == "transformable" { return .transformable(transformer: a.transformer ?? "") }
-        let all: [AttributeType] = [.string, .int16, .int32, .int64, .double, .float, .bool, .date, .data, .uuid, .url, .decimal]
+        let all: [AttributeType] = [
+            .string, .int16, .int32, .int64, .double, .float, .bool, .date, .data, .uuid, .url, .decimal
+        ]
         return all.first { $0.description == a.type }
     }
 
@@ -237,20 +259,33 @@ enum Migration {
             let hasObjects = snapshot.count(inKeyspace: e.keyspace) > 0
             for (j, a) in e.attributes.enumerated() {
                 let description = model.entities[i].attributes[j]
-                if let oldA = old.attributes.first(where: { $0.name == a.name || $0.name == description.renamingIdentifier }) {
+                if let oldA = old.attributes.first(where: {
+                    $0.name == a.name || $0.name == description.renamingIdentifier
+                }) {
                     if oldA.type != a.type || oldA.transformer != a.transformer {
-                        throw LogbookError(.incompatibleModel, "attribute \(a.name) changed type from \(oldA.type) to \(a.type)", entity: e.name, key: a.name)
+                        throw LogbookError(
+                            .incompatibleModel, "attribute \(a.name) changed type from \(oldA.type) to \(a.type)",
+                            entity: e.name, key: a.name)
                     }
                     if oldA.optional && !a.optional && description.defaultValue == nil && hasObjects {
-                        throw LogbookError(.incompatibleModel, "attribute \(a.name) became required without a default value", entity: e.name, key: a.name)
+                        throw LogbookError(
+                            .incompatibleModel, "attribute \(a.name) became required without a default value",
+                            entity: e.name, key: a.name)
                     }
                 } else if !a.optional && description.defaultValue == nil && hasObjects {
-                    throw LogbookError(.incompatibleModel, "new attribute \(a.name) is required but has no default value for the objects already stored", entity: e.name, key: a.name)
+                    throw LogbookError(
+                        .incompatibleModel,
+                        "new attribute \(a.name) is required but has no default value for the objects already stored",
+                        entity: e.name, key: a.name)
                 }
             }
             for r in e.relationships {
-                if let oldR = old.relationships.first(where: { $0.name == r.name }), oldR.toMany != r.toMany || oldR.destination != r.destination {
-                    throw LogbookError(.incompatibleModel, "relationship \(r.name) changed its destination or cardinality", entity: e.name, key: r.name)
+                if let oldR = old.relationships.first(where: { $0.name == r.name }),
+                    oldR.toMany != r.toMany || oldR.destination != r.destination
+                {
+                    throw LogbookError(
+                        .incompatibleModel, "relationship \(r.name) changed its destination or cardinality",
+                        entity: e.name, key: r.name)
                 }
             }
         }
@@ -258,66 +293,109 @@ enum Migration {
 
     /// Rewrites the records of every entity whose layout changed, drops removed entities and
     /// relationships, and records the new schema: one transaction.
-    static func migrate(store: Store, snapshot: Snapshot, stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel) throws {
-        if store.isReadOnly { throw LogbookError(.incompatibleModel, "the store needs a migration but was opened read-only") }
+    static func migrate(
+        store: Store, snapshot: Snapshot, stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel
+    ) throws {
+        if store.isReadOnly {
+            throw LogbookError(.incompatibleModel, "the store needs a migration but was opened read-only")
+        }
         var t = Transaction()
         let newLayout = StoreLayout(schema: new, model: model)
         // A model of the stored schema, to decode the old records.
         var oldEntities: [EntityDescription] = []
         for e in stored.entities {
-            oldEntities.append(EntityDescription(e.name,
-                attributes: e.attributes.map { AttributeDescription($0.name, storedType($0) ?? .data, optional: true) },
-                relationships: e.relationships.map { RelationshipDescription($0.name, to: $0.destination, inverse: nil, toMany: $0.toMany) }))
+            oldEntities.append(
+                EntityDescription(
+                    e.name,
+                    attributes: e.attributes.map {
+                        AttributeDescription($0.name, storedType($0) ?? .data, optional: true)
+                    },
+                    relationships: e.relationships.map {
+                        RelationshipDescription($0.name, to: $0.destination, inverse: nil, toMany: $0.toMany)
+                    }))
         }
-        let oldModel = try ManagedObjectModel(entities: oldEntities.map { e in
-            var e = e
-            e.relationships = e.relationships.filter { r in oldEntities.contains { $0.name == r.destination } }
-            return e
-        })
+        let oldModel = try ManagedObjectModel(
+            entities: oldEntities.map { e in
+                var e = e
+                e.relationships = e.relationships.filter { r in oldEntities.contains { $0.name == r.destination } }
+                return e
+            })
         for (oi, old) in stored.entities.enumerated() {
             guard let ni = new.entities.firstIndex(where: { $0.keyspace == old.keyspace }) else {
                 // Entity removed: its objects and sets go.
-                snapshot.forEachKey(inKeyspace: old.keyspace) { t.delete($0); return true }
-                for r in old.relationships { if let k = r.setKeyspace { snapshot.forEachSet(inKeyspace: k) { key, _ in t.replaceMembers(EmptyCollection(), ofSet: key); return true } } }
+                snapshot.forEachKey(inKeyspace: old.keyspace) {
+                    t.delete($0)
+                    return true
+                }
+                for r in old.relationships {
+                    if let k = r.setKeyspace {
+                        snapshot.forEachSet(inKeyspace: k) { key, _ in
+                            t.replaceMembers(EmptyCollection(), ofSet: key)
+                            return true
+                        }
+                    }
+                }
                 continue
             }
             let newEntity = new.entities[ni]
-            for r in old.relationships where !newEntity.relationships.contains(where: { $0.setKeyspace == r.setKeyspace && r.setKeyspace != nil }) {
-                if let k = r.setKeyspace { snapshot.forEachSet(inKeyspace: k) { key, _ in t.replaceMembers(EmptyCollection(), ofSet: key); return true } }
+            for r in old.relationships
+            where !newEntity.relationships.contains(where: { $0.setKeyspace == r.setKeyspace && r.setKeyspace != nil })
+            {
+                if let k = r.setKeyspace {
+                    snapshot.forEachSet(inKeyspace: k) { key, _ in
+                        t.replaceMembers(EmptyCollection(), ofSet: key)
+                        return true
+                    }
+                }
             }
-            guard old.attributes != newEntity.attributes || old.relationships.map(\.name) != newEntity.relationships.map(\.name) else { continue }
+            guard
+                old.attributes != newEntity.attributes
+                    || old.relationships.map(\.name) != newEntity.relationships.map(\.name)
+            else { continue }
             let oldLayout = oldModel.layouts[oi]
             let layout = model.layouts[ni]
             let description = model.entities[ni]
             var keys: [UInt64] = []
-            snapshot.forEachKey(inKeyspace: old.keyspace) { keys.append($0); return true }
+            snapshot.forEachKey(inKeyspace: old.keyspace) {
+                keys.append($0)
+                return true
+            }
             var buffer: [UInt8] = []
             for key in keys {
-                let oldSlots: [Slot]? = try snapshot.withValue(forKey: key) { raw -> [Slot]? in
-                    try? RecordCodec.decode(raw, layout: oldLayout) { slot in
-                        let r = oldLayout.toOne[slot - oldLayout.attributeCount]
-                        let dest = old.relationships[r].destination
-                        return stored.entity(dest)?.keyspace ?? 0
-                    }
-                } ?? nil
+                let oldSlots: [Slot]? =
+                    try snapshot.withValue(forKey: key) { raw -> [Slot]? in
+                        try? RecordCodec.decode(raw, layout: oldLayout) { slot in
+                            let r = oldLayout.toOne[slot - oldLayout.attributeCount]
+                            let dest = old.relationships[r].destination
+                            return stored.entity(dest)?.keyspace ?? 0
+                        }
+                    } ?? nil
                 guard let oldSlots else { continue }
                 var slots = [Slot](repeating: .null, count: layout.slotCount)
                 for (j, a) in description.attributes.enumerated() {
-                    if let k = old.attributes.firstIndex(where: { $0.name == a.name || $0.name == a.renamingIdentifier }) {
+                    if let k = old.attributes.firstIndex(where: { $0.name == a.name || $0.name == a.renamingIdentifier }
+                    ) {
                         slots[j] = oldSlots[k]
                     }
-                    if slots[j].isNull, let d = a.defaultValue { slots[j] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null }
+                    if slots[j].isNull, let d = a.defaultValue {
+                        slots[j] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null
+                    }
                 }
                 for (n, r) in layout.toOne.enumerated() {
                     let rel = description.relationships[r]
-                    if let k = oldLayout.slotByName[rel.name] ?? rel.renamingIdentifier.flatMap({ oldLayout.slotByName[$0] }), k >= oldLayout.attributeCount {
+                    if let k = oldLayout.slotByName[rel.name]
+                        ?? rel.renamingIdentifier.flatMap({ oldLayout.slotByName[$0] }), k >= oldLayout.attributeCount
+                    {
                         slots[layout.attributeCount + n] = oldSlots[k]
                     }
                 }
                 RecordCodec.encode(slots, layout: layout, into: &buffer)
                 var indexKeys: [IndexKey] = []
                 for (j, index) in newLayout.attributeIndex[ni].enumerated() {
-                    if let index { indexKeys.append(RecordCodec.indexKey(slots[j], type: description.attributes[j].type, index: index)) }
+                    if let index {
+                        indexKeys.append(
+                            RecordCodec.indexKey(slots[j], type: description.attributes[j].type, index: index))
+                    }
                 }
                 t.put(key, value: buffer, indexKeys: indexKeys)
             }

@@ -38,7 +38,10 @@ struct InsertedObjects {
             let unique = isKnownUniquelyReferenced(&list[i])
             body(list[i], unique)
         }
-        defer { list = []; count = 0 }
+        defer {
+            list = []
+            count = 0
+        }
         return list
     }
 

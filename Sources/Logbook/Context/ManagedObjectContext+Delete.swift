@@ -7,7 +7,9 @@ extension ManagedObjectContext {
     /// Marks an object deleted (`isDeleted` becomes true) and applies the delete rules of its
     /// relationships: nullify, cascade, deny (checked at save), no action. `save()` removes it.
     public func delete(_ object: ManagedObject) {
-        guard !object.flags.contains(.deleted), !object.flags.contains(.invalid), object.contextRef === self else { return }
+        guard !object.flags.contains(.deleted), !object.flags.contains(.invalid), object.contextRef === self else {
+            return
+        }
         do {
             try undoable { try deleteWithRules(object) }
         } catch let error as LogbookError {
@@ -61,7 +63,10 @@ extension ManagedObjectContext {
     /// Forgets every unsaved change: inserted objects go away, changed ones get their saved
     /// values back, deleted ones come back.
     public func rollback() {
-        for o in inserted.values { o.flags = [.invalid]; unregister(o.engineKey) }
+        for o in inserted.values {
+            o.flags = [.invalid]
+            unregister(o.engineKey)
+        }
         for o in Array(updated.values) + Array(deleted.values) {
             if let c = o.committed { o.slots = c }
             o.committed = nil

@@ -17,11 +17,13 @@ extension ManagedObjectContext {
             return unsafeDowncast(makeInserted(layout), to: T.self)
         }
         guard let object = try undoable({ makeInserted(layout) }) as? T else {
-            throw LogbookError(.unknownEntity, "entity \(layout.name) is not made of \(T.self); give the entity `class: \(T.self).self`", entity: layout.name)
+            throw LogbookError(
+                .unknownEntity,
+                "entity \(layout.name) is not made of \(T.self); give the entity `class: \(T.self).self`",
+                entity: layout.name)
         }
         return object
     }
-
 
     func makeInserted(_ layout: EntityLayout) -> ManagedObject {
         let key: UInt64
@@ -33,8 +35,9 @@ extension ManagedObjectContext {
             key = range.lowerBound
             reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
         }
-        let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
+        let object = layout.managedClass.init(
+            ManagedObject.Bootstrap(
+                layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
         willChange(object)
         object.flags.insert(.inserted)
         // Inserted objects are found through `inserted` until the save registers the ones that
@@ -65,16 +68,18 @@ extension ManagedObjectContext {
         let layout = model.layouts[entity]
         let snapshot = container.store.snapshot()
         guard let slots = try decode(snapshot, key: key, layout: layout) else {
-            throw LogbookError(.objectNotFound, "no \(layout.name) with serial \(EngineKey(rawValue: key).id) in the store",
-                               entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
+            throw LogbookError(
+                .objectNotFound, "no \(layout.name) with serial \(EngineKey(rawValue: key).id) in the store",
+                entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
         }
         return materialize(key: key, layout: layout, slots: slots)
     }
 
     func materialize(key: UInt64, layout: EntityLayout, slots: [Slot]) -> ManagedObject {
         if let o = registered(key) { return o }
-        let object = layout.managedClass.init(ManagedObject.Bootstrap(
-            layout: layout, key: key, token: token, slots: slots, fault: false))
+        let object = layout.managedClass.init(
+            ManagedObject.Bootstrap(
+                layout: layout, key: key, token: token, slots: slots, fault: false))
         register(object)
         return object
     }
@@ -87,7 +92,8 @@ extension ManagedObjectContext {
                 try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
             }
         } catch is RecordCodec.Malformed {
-            throw LogbookError(.store, "the record of \(layout.name) \(EngineKey(rawValue: key).id) is malformed", entity: layout.name)
+            throw LogbookError(
+                .store, "the record of \(layout.name) \(EngineKey(rawValue: key).id) is malformed", entity: layout.name)
         } catch {
             throw LogbookError.wrap(error)
         }
@@ -102,11 +108,15 @@ extension ManagedObjectContext {
             // The record was read by the fetch that made the object: decode it.
             let layout = object.layout
             do {
-                object.slots = try arena.slots(offset: object.rawOffset, count: object.rawCount, layout: layout) { slot in
-                    self.storeLayout.keyspace[layout.relationshipDestination[layout.toOne[slot - layout.attributeCount]]]
+                object.slots = try arena.slots(offset: object.rawOffset, count: object.rawCount, layout: layout) {
+                    slot in
+                    self.storeLayout.keyspace[
+                        layout.relationshipDestination[layout.toOne[slot - layout.attributeCount]]]
                 }
             } catch {
-                throw LogbookError(.store, "the record of \(layout.name) \(EngineKey(rawValue: object.engineKey).id) is malformed", entity: layout.name)
+                throw LogbookError(
+                    .store, "the record of \(layout.name) \(EngineKey(rawValue: object.engineKey).id) is malformed",
+                    entity: layout.name)
             }
             object.rawArena = nil
             object.flags.remove(.fault)
@@ -127,8 +137,12 @@ extension ManagedObjectContext {
             lastFetchRecordsRead += read
             if !object.flags.contains(.fault) { return }
         }
-        guard let slots = try decode(snapshot ?? container.store.snapshot(), key: object.engineKey, layout: object.layout) else {
-            throw LogbookError(.objectNotFound, "the object was deleted from the store", entity: object.layout.name, objectID: object.objectID)
+        guard
+            let slots = try decode(snapshot ?? container.store.snapshot(), key: object.engineKey, layout: object.layout)
+        else {
+            throw LogbookError(
+                .objectNotFound, "the object was deleted from the store", entity: object.layout.name,
+                objectID: object.objectID)
         }
         object.slots = slots
         object.flags.remove(.fault)

@@ -1,5 +1,5 @@
-import Synchronization
 import LogbookEngine
+import Synchronization
 
 extension ManagedObjectContext {
     /// Registered objects by key, unretained: an object leaves when it deinits. `table` is

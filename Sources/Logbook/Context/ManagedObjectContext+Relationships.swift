@@ -35,14 +35,17 @@ extension ManagedObjectContext {
     func checkRelated(_ owner: ManagedObject, _ r: Int, _ other: ManagedObject) throws {
         let rel = owner.layout.entity.relationships[r]
         guard other.token === token, !other.flags.contains(.invalid) else {
-            throw LogbookError(.invalidRelationship, other.objectID.store != storeLayout.identity
-                ? "\(rel.name) cannot point to an object of another store"
-                : "\(rel.name) cannot point to an object of another context; use existingObject(with:) to get it here",
+            throw LogbookError(
+                .invalidRelationship,
+                other.objectID.store != storeLayout.identity
+                    ? "\(rel.name) cannot point to an object of another store"
+                    : "\(rel.name) cannot point to an object of another context; use existingObject(with:) to get it here",
                 entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
         }
         guard other.layout.index == owner.layout.relationshipDestination[r] else {
-            throw LogbookError(.invalidRelationship, "\(rel.name) points to \(rel.destination) objects, not \(other.layout.name)",
-                               entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
+            throw LogbookError(
+                .invalidRelationship, "\(rel.name) points to \(rel.destination) objects, not \(other.layout.name)",
+                entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
         }
     }
 
@@ -81,8 +84,9 @@ extension ManagedObjectContext {
                 continue
             }
             if batch == nil { batch = FaultBatch(snapshot: container.store.snapshot()) }
-            let o = destination.managedClass.init(ManagedObject.Bootstrap(
-                layout: destination, key: key, token: token, slots: [], fault: true))
+            let o = destination.managedClass.init(
+                ManagedObject.Bootstrap(
+                    layout: destination, key: key, token: token, slots: [], fault: true))
             o.batch = batch
             batch!.append(o)
             register(o)
@@ -110,8 +114,11 @@ extension ManagedObjectContext {
         guard let inv = owner.layout.relationshipInverse[r] else { return }
         let destLayout = model.layouts[owner.layout.relationshipDestination[r]]
         if destLayout.entity.relationships[inv].isToMany {
-            if adding { addMember(owner.engineKey, owner: otherKey, destLayout, inv) }
-            else { removeMember(owner.engineKey, owner: otherKey, destLayout, inv) }
+            if adding {
+                addMember(owner.engineKey, owner: otherKey, destLayout, inv)
+            } else {
+                removeMember(owner.engineKey, owner: otherKey, destLayout, inv)
+            }
         } else {
             let other = try object(forKey: otherKey)
             try fulfill(other)
@@ -130,7 +137,9 @@ extension ManagedObjectContext {
 
     /// `other` (whose to-one `inverse` pointed at `previousOwner`) is being re-linked: remove
     /// `other` from `previousOwner`'s forward relationship.
-    private func unlinkForward(previousOwner: UInt64, destLayout: EntityLayout, inverse: Int, other: ManagedObject) throws {
+    private func unlinkForward(previousOwner: UInt64, destLayout: EntityLayout, inverse: Int, other: ManagedObject)
+        throws
+    {
         guard let forward = destLayout.relationshipInverse[inverse] else { return }
         let ownerLayout = model.layouts[destLayout.relationshipDestination[inverse]]
         if ownerLayout.entity.relationships[forward].isToMany {
@@ -157,7 +166,9 @@ extension ManagedObjectContext {
     func addRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
         for o in objects { try checkRelated(owner, r, o) }
         // A new object has nothing stored: its members are the ones added since.
-        let current = owner.flags.contains(.inserted) ? (setAdds[setKey(owner.engineKey, owner.layout, r)] ?? [])
+        let current =
+            owner.flags.contains(.inserted)
+            ? (setAdds[setKey(owner.engineKey, owner.layout, r)] ?? [])
             : relatedKeys(owner.engineKey, owner.layout, r)
         for o in objects where !current.contains(o.engineKey) {
             addMember(o.engineKey, owner: owner.engineKey, owner.layout, r)

@@ -1,7 +1,7 @@
-import Foundation
 import Dispatch
-import Synchronization
+import Foundation
 import LogbookEngine
+import Synchronization
 
 /// A scratchpad of managed objects: it tracks every insert, change and deletion until `save()`
 /// writes them to the store in one transaction (or `rollback()` forgets them).
@@ -75,7 +75,6 @@ public final class ManagedObjectContext: @unchecked Sendable {
     var storeLayout: StoreLayout { container.storeLayout }
 
     let registry = Registry()
-
 
     // Unchecked exclusivity: touched only on the context's queue, never reentrantly (hot paths).
     @exclusivity(unchecked) var inserted = InsertedObjects()
@@ -162,7 +161,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public var deletedObjects: Set<ManagedObject> { Set(deleted.values) }
 
     /// True when there is anything unsaved.
-    public var hasChanges: Bool { !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty || !setAdds.isEmpty || !setRemoves.isEmpty }
+    public var hasChanges: Bool {
+        !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty || !setAdds.isEmpty || !setRemoves.isEmpty
+    }
 
     func recordError(_ error: LogbookError) { pendingErrors.append(error) }
 

@@ -49,7 +49,8 @@ struct RegistryTable {
             let serial = EngineKey(rawValue: key).id
             guard serial < Self.maxPagedSerial else { return overflow[key] }
             guard let space = space(EngineKey(rawValue: key).keyspace),
-                  let page = space.page(Int(serial >> UInt64(Self.pageBits)), create: false) else { return nil }
+                let page = space.page(Int(serial >> UInt64(Self.pageBits)), create: false)
+            else { return nil }
             return page[Int(serial) & (Self.pageSize - 1)]
         }
         set {
@@ -115,7 +116,10 @@ struct RegistryTable {
                 continue
             }
             if current == nil || current!.page != position.page || current!.keyspace != position.keyspace {
-                current = (position.keyspace, position.page, space(creating: position.keyspace).page(position.page, create: true)!)
+                current = (
+                    position.keyspace, position.page,
+                    space(creating: position.keyspace).page(position.page, create: true)!
+                )
             }
             let slot = current!.entries + position.slot
             if slot.pointee == nil { count += 1 }
@@ -130,7 +134,8 @@ struct RegistryTable {
     private static func unretained(_ objects: [ManagedObject], _ i: Int) -> Unmanaged<ManagedObject> {
         objects.withUnsafeBufferPointer { list in
             let raw = UnsafeRawPointer(list.baseAddress!)
-            return Unmanaged<ManagedObject>.fromOpaque(raw.load(fromByteOffset: i * MemoryLayout<ManagedObject>.stride, as: UnsafeRawPointer.self))
+            return Unmanaged<ManagedObject>.fromOpaque(
+                raw.load(fromByteOffset: i * MemoryLayout<ManagedObject>.stride, as: UnsafeRawPointer.self))
         }
     }
 
@@ -142,7 +147,8 @@ struct RegistryTable {
             return
         }
         guard let space = space(EngineKey(rawValue: key).keyspace),
-              let page = space.page(Int(serial >> UInt64(Self.pageBits)), create: false) else { return }
+            let page = space.page(Int(serial >> UInt64(Self.pageBits)), create: false)
+        else { return }
         let slot = page + (Int(serial) & (Self.pageSize - 1))
         if slot.pointee != nil {
             slot.pointee = nil

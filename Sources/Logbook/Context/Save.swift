@@ -24,12 +24,16 @@ extension ManagedObjectContext {
         guard hasChanges || !pendingErrors.isEmpty else { return }
         if let first = pendingErrors.first {
             var e = first
-            if pendingErrors.count > 1 { e.message += " (and \(pendingErrors.count - 1) more errors from property setters)" }
+            if pendingErrors.count > 1 {
+                e.message += " (and \(pendingErrors.count - 1) more errors from property setters)"
+            }
             throw e
         }
         let failures = validate()
         if !failures.isEmpty {
-            var e = LogbookError(.validation, failures.count == 1 ? "1 object failed validation" : "\(failures.count) validation failures")
+            var e = LogbookError(
+                .validation,
+                failures.count == 1 ? "1 object failed validation" : "\(failures.count) validation failures")
             e.validationFailures = failures
             throw e
         }
@@ -40,17 +44,20 @@ extension ManagedObjectContext {
         for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
         // Changed objects in key order: records read together later (by key) then sit together.
         for key in updated.keys.sorted() {
-            let object = updated[key].unsafelyUnwrapped   // the key comes from `updated.keys`
+            let object = updated[key].unsafelyUnwrapped  // the key comes from `updated.keys`
             if !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
         }
         for object in deleted.values {
             transaction.delete(object.engineKey)
             for r in object.layout.toMany {
-                transaction.replaceMembers(EmptyCollection(), ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
+                transaction.replaceMembers(
+                    EmptyCollection(),
+                    ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
             }
         }
         let deletedKeys = Set(deleted.keys)
-        for (k, members) in setRemoves where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k)) {
+        for (k, members) in setRemoves where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k))
+        {
             transaction.removeMembers(members, fromSet: k)
         }
         for (k, members) in setAdds where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k)) {
@@ -62,9 +69,11 @@ extension ManagedObjectContext {
         let version: UInt64
         do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
         // The change sets, only when someone will read them.
-        let changes: ContextChanges? = container.hasListeners(besides: self) || !changeObservers.isEmpty
-            ? ContextChanges(inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
-                             deleted: Set(deleted.values.map(\.objectID)), version: version)
+        let changes: ContextChanges? =
+            container.hasListeners(besides: self) || !changeObservers.isEmpty
+            ? ContextChanges(
+                inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
+                deleted: Set(deleted.values.map(\.objectID)), version: version)
             : nil
         // Inserted objects that live on (someone holds them) join the registry; the others go.
         let released = inserted.drain { o, unique in
@@ -77,8 +86,14 @@ extension ManagedObjectContext {
             let garbage = UncheckedSendable(released)
             DispatchQueue.global(qos: .utility).async { _ = garbage }
         }
-        for o in updated.values { o.flags.remove(.updated); o.committed = nil }
-        for o in deleted.values { o.flags = [.invalid, .deleted]; unregister(o.engineKey) }
+        for o in updated.values {
+            o.flags.remove(.updated)
+            o.committed = nil
+        }
+        for o in deleted.values {
+            o.flags = [.invalid, .deleted]
+            unregister(o.engineKey)
+        }
         updated = [:]
         deleted = [:]
         setAdds = [:]
@@ -97,22 +112,32 @@ extension ManagedObjectContext {
     }
 
     func encode(_ object: ManagedObject, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
-        Self.encode(object.slots, key: object.engineKey, entity: object.layout, into: &t, buffer: &buffer, layout: layout)
+        Self.encode(
+            object.slots, key: object.engineKey, entity: object.layout, into: &t, buffer: &buffer, layout: layout)
     }
 
     /// Puts a record and its index keys into a transaction.
-    static func encode(_ slots: [Slot], key: UInt64, entity: EntityLayout, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {
+    static func encode(
+        _ slots: [Slot], key: UInt64, entity: EntityLayout, into t: inout Transaction, buffer: inout [UInt8],
+        layout: StoreLayout
+    ) {
         let indexed = layout.indexedAttributes[entity.index]
         if indexed.count <= 1, let size = RecordCodec.encodedSize(slots, layout: entity) {
             // The common case: the record written straight into the transaction.
-            let indexKey = indexed.first.map { RecordCodec.indexKey(slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+            let indexKey = indexed.first.map {
+                RecordCodec.indexKey(
+                    slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index)
+            }
             t.put(key, valueCount: size, indexKey: indexKey) { out in
                 RecordCodec.write(slots, layout: entity, to: out)
             }
             return
         }
         RecordCodec.encode(slots, layout: entity, into: &buffer)
-        let keys = indexed.map { RecordCodec.indexKey(slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index) }
+        let keys = indexed.map {
+            RecordCodec.indexKey(
+                slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index)
+        }
         t.put(key, value: buffer, indexKeys: keys)
     }
 
@@ -137,7 +162,9 @@ extension ManagedObjectContext {
                 if rel.isToMany {
                     if rel.minCount > 0 || rel.maxCount < .max {
                         let n = relatedKeys(object.engineKey, object.layout, r).count
-                        if n < rel.minCount || n > rel.maxCount { fail(object, rel.name, "\(n) related objects; \(rel.minCount)...\(rel.maxCount) allowed") }
+                        if n < rel.minCount || n > rel.maxCount {
+                            fail(object, rel.name, "\(n) related objects; \(rel.minCount)...\(rel.maxCount) allowed")
+                        }
                     }
                 } else if !rel.isOptional, object.slots[object.layout.slot(ofToOne: r)].isNull {
                     fail(object, rel.name, "a related object is required")
@@ -147,9 +174,17 @@ extension ManagedObjectContext {
         for object in deleted.values {
             for (r, rel) in object.layout.entity.relationships.enumerated() where rel.deleteRule == .deny {
                 let related: Int
-                if rel.isToMany { related = relatedKeys(object.engineKey, object.layout, r).count }
-                else { related = object.slots[object.layout.slot(ofToOne: r)].isNull ? 0 : 1 }
-                if related > 0 { fail(object, rel.name, "the delete rule is deny and \(related) related object\(related == 1 ? " is" : "s are") still there") }
+                if rel.isToMany {
+                    related = relatedKeys(object.engineKey, object.layout, r).count
+                } else {
+                    related = object.slots[object.layout.slot(ofToOne: r)].isNull ? 0 : 1
+                }
+                if related > 0 {
+                    fail(
+                        object, rel.name,
+                        "the delete rule is deny and \(related) related object\(related == 1 ? " is" : "s are") still there"
+                    )
+                }
             }
         }
         return failures
@@ -183,7 +218,6 @@ extension ManagedObjectContext {
     }
 }
 
-
 extension EntityLayout {
     /// Calls `fail(key, reason)` for each validation rule an attribute's value breaks.
     func checkRules(_ slots: [Slot], _ fail: (String, String) -> Void) {
@@ -194,16 +228,23 @@ extension EntityLayout {
             for rule in a.rules {
                 switch rule {
                 case .range(let range):
-                    if let n = slot.number, !range.contains(n) { fail(a.name, "\(n) is outside \(range.lowerBound)...\(range.upperBound)") }
-                    if case .double(let d) = slot, a.type == .date, !range.contains(d) { fail(a.name, "the date is outside the allowed range") }
+                    if let n = slot.number, !range.contains(n) {
+                        fail(a.name, "\(n) is outside \(range.lowerBound)...\(range.upperBound)")
+                    }
+                    if case .double(let d) = slot, a.type == .date, !range.contains(d) {
+                        fail(a.name, "the date is outside the allowed range")
+                    }
                 case .length(let range):
                     var n: Int?
                     if case .string(let s) = slot { n = s.count }
                     if case .data(let d) = slot { n = d.count }
-                    if let n, !range.contains(n) { fail(a.name, "length \(n) is outside \(range.lowerBound)...\(range.upperBound)") }
+                    if let n, !range.contains(n) {
+                        fail(a.name, "length \(n) is outside \(range.lowerBound)...\(range.upperBound)")
+                    }
                 case .pattern(let pattern):
                     if case .string(let s) = slot {
-                        let ok = (try? NSRegularExpression(pattern: "^(?:\(pattern))$"))
+                        let ok =
+                            (try? NSRegularExpression(pattern: "^(?:\(pattern))$"))
                             .map { $0.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil } ?? false
                         if !ok { fail(a.name, "\"\(s)\" does not match \(pattern)") }
                     }

@@ -97,19 +97,25 @@ extension ManagedObjectContext {
         let id = ObjectIdentifier(object)
         guard history.open!.objects[id] == nil else { return }
         let isNew = !object.flags.contains(.registered) && !object.flags.contains(.inserted)
-        history.open!.objects[id] = .init(object: object, slots: object.slots, committed: object.committed,
-                                          flags: object.flags, wasNew: isNew)
+        history.open!.objects[id] = .init(
+            object: object, slots: object.slots, committed: object.committed,
+            flags: object.flags, wasNew: isNew)
     }
 
     private func restore(_ step: UndoHistory.Step) -> UndoHistory.Step {
         var inverse = UndoHistory.Step(context: contextState)
         for (id, s) in step.objects {
-            inverse.objects[id] = .init(object: s.object, slots: s.object.slots, committed: s.object.committed,
-                                        flags: s.object.flags, wasNew: false)
+            inverse.objects[id] = .init(
+                object: s.object, slots: s.object.slots, committed: s.object.committed,
+                flags: s.object.flags, wasNew: false)
             s.object.slots = s.slots
             s.object.committed = s.committed
             s.object.flags = s.wasNew ? [.invalid] : s.flags
-            if s.wasNew { unregister(s.object.engineKey) } else if s.object.flags.contains(.registered) { register(s.object) }
+            if s.wasNew {
+                unregister(s.object.engineKey)
+            } else if s.object.flags.contains(.registered) {
+                register(s.object)
+            }
         }
         inserted = step.context.inserted
         updated = step.context.updated
@@ -128,7 +134,9 @@ extension ManagedObjectContext {
         // Objects created by the undone step come back as they were when redone.
         for (id, s) in step.objects where s.wasNew {
             let o = inverse.objects[id]!
-            inverse.objects[id] = .init(object: o.object, slots: o.slots, committed: o.committed, flags: o.flags.union(.registered), wasNew: false)
+            inverse.objects[id] = .init(
+                object: o.object, slots: o.slots, committed: o.committed, flags: o.flags.union(.registered),
+                wasNew: false)
         }
         history.redoStack.append(inverse)
     }
@@ -141,7 +149,8 @@ extension ManagedObjectContext {
         for (id, s) in inverse.objects {
             let before = step.objects[id]
             if before?.flags.contains(.inserted) == true && !s.flags.contains(.inserted) && s.flags.contains(.invalid) {
-                inverse.objects[id] = .init(object: s.object, slots: s.slots, committed: s.committed, flags: s.flags, wasNew: true)
+                inverse.objects[id] = .init(
+                    object: s.object, slots: s.slots, committed: s.committed, flags: s.flags, wasNew: true)
             }
         }
         history.undoStack.append(inverse)

@@ -112,12 +112,16 @@ extension ManagedObjectContext {
     @discardableResult
     public func execute<T: ManagedObject>(_ request: AsynchronousFetchRequest<T>) throws -> AsynchronousFetchResult<T> {
         guard let queue else {
-            throw LogbookError(.wrongConcurrencyType, "an asynchronous fetch needs a context with a queue (.mainQueue or .privateQueue); this context is confined to the thread that made it")
+            throw LogbookError(
+                .wrongConcurrencyType,
+                "an asynchronous fetch needs a context with a queue (.mainQueue or .privateQueue); this context is confined to the thread that made it"
+            )
         }
         let fetch = request.fetchRequest
         let layout = try model.layout(named: fetch.entityName)
         guard layout.managedClass is T.Type else {
-            throw LogbookError(.typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
+            throw LogbookError(
+                .typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
         }
         let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout)
         let plan = try plan(fetch, layout: layout)
@@ -130,8 +134,10 @@ extension ManagedObjectContext {
             let (context, worker, request, result) = job.value
             let outcome: Swift.Result<[(UInt64, [Slot])], LogbookError>
             do {
-                outcome = .success(try worker.readInBatches(fetch, plan: plan, sortKeys: sortKeys, layout: layout,
-                                                            snapshot: snapshot, progress: result.progress))
+                outcome = .success(
+                    try worker.readInBatches(
+                        fetch, plan: plan, sortKeys: sortKeys, layout: layout,
+                        snapshot: snapshot, progress: result.progress))
             } catch let e as LogbookError {
                 outcome = .failure(e)
             } catch {
@@ -141,8 +147,10 @@ extension ManagedObjectContext {
             queue.async {
                 switch rows.value {
                 case .success(let found):
-                    result.finalResult = context.finishAsynchronousFetch(found, request: fetch, sortKeys: sortKeys, layout: layout, snapshot: snapshot)
-                        .map { unsafeDowncast($0, to: T.self) }
+                    result.finalResult = context.finishAsynchronousFetch(
+                        found, request: fetch, sortKeys: sortKeys, layout: layout, snapshot: snapshot
+                    )
+                    .map { unsafeDowncast($0, to: T.self) }
                 case .failure(let e):
                     result.error = e
                 }
@@ -154,8 +162,10 @@ extension ManagedObjectContext {
     }
 
     /// On the worker: the keys that match, with their sort values, read 2,000 at a time.
-    func readInBatches<T>(_ fetch: FetchRequest<T>, plan: FetchPlan, sortKeys: [SortKey], layout: EntityLayout,
-                          snapshot: Snapshot, progress: FetchProgress) throws -> [(UInt64, [Slot])] {
+    func readInBatches<T>(
+        _ fetch: FetchRequest<T>, plan: FetchPlan, sortKeys: [SortKey], layout: EntityLayout,
+        snapshot: Snapshot, progress: FetchProgress
+    ) throws -> [(UInt64, [Slot])] {
         let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
         progress.update(completed: 0, total: Int64(keys.count))
         var found: [(UInt64, [Slot])] = []
@@ -163,7 +173,9 @@ extension ManagedObjectContext {
         var evaluator = PredicateEvaluator(format: fetch.predicate?.format ?? "")
         var done = 0
         while done < keys.count {
-            if progress.isCancelled { throw LogbookError(.cancelled, "the fetch was cancelled after \(done) of \(keys.count) records") }
+            if progress.isCancelled {
+                throw LogbookError(.cancelled, "the fetch was cancelled after \(done) of \(keys.count) records")
+            }
             let chunk = Array(keys[done..<min(done + 2000, keys.count)])
             for o in try materialize(chunk, layout: layout, snapshot: snapshot) {
                 if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
@@ -188,8 +200,10 @@ extension ManagedObjectContext {
     /// On the context's queue: the result as batched faults (objects the context holds as they
     /// are), with the context's own unsaved inserts that match placed in order and its
     /// deletions left out.
-    func finishAsynchronousFetch<T>(_ found: [(UInt64, [Slot])], request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout,
-                                    snapshot: Snapshot) -> [ManagedObject] {
+    func finishAsynchronousFetch<T>(
+        _ found: [(UInt64, [Slot])], request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout,
+        snapshot: Snapshot
+    ) -> [ManagedObject] {
         var rows = found
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
         for o in inserted.values where o.layout === layout {
@@ -215,7 +229,8 @@ extension ManagedObjectContext {
 extension Array {
     /// The first index whose element satisfies `belongsAfter` (which must be false, then true).
     func partitioningIndex(where belongsAfter: (Element) -> Bool) -> Int {
-        var low = 0, high = count
+        var low = 0
+        var high = count
         while low < high {
             let mid = (low + high) / 2
             if belongsAfter(self[mid]) { high = mid } else { low = mid + 1 }

@@ -33,15 +33,25 @@ public struct FetchProperty: Sendable, Hashable {
     /// The value of an attribute (a to-one relationship gives the related object's `ObjectID`).
     public static func attribute(_ key: String) -> FetchProperty { FetchProperty(name: key, key: key, function: nil) }
     /// The number of objects (with `key`: of objects whose `key` has a value).
-    public static func count(_ key: String? = nil, as name: String) -> FetchProperty { FetchProperty(name: name, key: key, function: .count) }
+    public static func count(_ key: String? = nil, as name: String) -> FetchProperty {
+        FetchProperty(name: name, key: key, function: .count)
+    }
     /// The sum of a numeric attribute (an integer for integer attributes, else a Double).
-    public static func sum(_ key: String, as name: String) -> FetchProperty { FetchProperty(name: name, key: key, function: .sum) }
+    public static func sum(_ key: String, as name: String) -> FetchProperty {
+        FetchProperty(name: name, key: key, function: .sum)
+    }
     /// The mean of a numeric attribute, as a Double (absent when no object has a value).
-    public static func average(_ key: String, as name: String) -> FetchProperty { FetchProperty(name: name, key: key, function: .average) }
+    public static func average(_ key: String, as name: String) -> FetchProperty {
+        FetchProperty(name: name, key: key, function: .average)
+    }
     /// The smallest value of an attribute (numbers, strings, dates).
-    public static func min(_ key: String, as name: String) -> FetchProperty { FetchProperty(name: name, key: key, function: .min) }
+    public static func min(_ key: String, as name: String) -> FetchProperty {
+        FetchProperty(name: name, key: key, function: .min)
+    }
     /// The largest value of an attribute.
-    public static func max(_ key: String, as name: String) -> FetchProperty { FetchProperty(name: name, key: key, function: .max) }
+    public static func max(_ key: String, as name: String) -> FetchProperty {
+        FetchProperty(name: name, key: key, function: .max)
+    }
 }
 
 extension ManagedObjectContext {
@@ -56,12 +66,17 @@ extension ManagedObjectContext {
         let layout = try model.layout(named: request.entityName)
         var properties = request.propertiesToFetch
         if properties.isEmpty {
-            properties = layout.entity.attributes.map { .attribute($0.name) } + layout.toOne.map { .attribute(layout.slotNames[$0]) }
+            properties =
+                layout.entity.attributes.map { .attribute($0.name) }
+                + layout.toOne.map { .attribute(layout.slotNames[$0]) }
         }
         let groupBy = request.propertiesToGroupBy
         func slot(_ key: String, _ role: String) throws -> Int {
             guard let slot = layout.slotByName[key] else {
-                throw LogbookError(.unknownKey, "cannot \(role) \(key): \(layout.name) has no attribute or to-one relationship named \(key)", entity: layout.name, key: key)
+                throw LogbookError(
+                    .unknownKey,
+                    "cannot \(role) \(key): \(layout.name) has no attribute or to-one relationship named \(key)",
+                    entity: layout.name, key: key)
             }
             return slot
         }
@@ -71,26 +86,37 @@ extension ManagedObjectContext {
         for p in properties {
             if let f = p.function {
                 let s = try p.key.map { try slot($0, "compute \(f.rawValue) of") }
-                if let s, f != .count, f != .min, f != .max, s < layout.attributeCount, !layout.entity.attributes[s].type.isNumeric {
-                    throw LogbookError(.typeMismatch, "\(f.rawValue) needs a numeric attribute; \(p.key!) is \(layout.entity.attributes[s].type)", entity: layout.name, key: p.key)
+                if let s, f != .count, f != .min, f != .max, s < layout.attributeCount,
+                    !layout.entity.attributes[s].type.isNumeric
+                {
+                    throw LogbookError(
+                        .typeMismatch,
+                        "\(f.rawValue) needs a numeric attribute; \(p.key!) is \(layout.entity.attributes[s].type)",
+                        entity: layout.name, key: p.key)
                 }
                 expressions.append((p, s))
             } else {
                 let s = try slot(p.key ?? p.name, "fetch")
                 if !groupBy.isEmpty && !groupBy.contains(p.key ?? p.name) {
-                    throw LogbookError(.invalidFetch, "\(p.name) is fetched with propertiesToGroupBy but is not one of them; fetch it as an expression or group by it", entity: layout.name, key: p.name)
+                    throw LogbookError(
+                        .invalidFetch,
+                        "\(p.name) is fetched with propertiesToGroupBy but is not one of them; fetch it as an expression or group by it",
+                        entity: layout.name, key: p.name)
                 }
                 plain.append((p.name, s))
             }
         }
         if groupBy.isEmpty && !plain.isEmpty && !expressions.isEmpty {
-            throw LogbookError(.invalidFetch, "attributes and expressions together need propertiesToGroupBy", entity: layout.name)
+            throw LogbookError(
+                .invalidFetch, "attributes and expressions together need propertiesToGroupBy", entity: layout.name)
         }
         var unlimited = request
         unlimited.fetchLimit = 0
         unlimited.fetchOffset = 0
         unlimited.fetchBatchSize = 0
-        unlimited.sortDescriptors = groupBy.isEmpty && expressions.isEmpty ? request.sortDescriptors.filter { layout.slotByName[$0.key] != nil } : []
+        unlimited.sortDescriptors =
+            groupBy.isEmpty && expressions.isEmpty
+            ? request.sortDescriptors.filter { layout.slotByName[$0.key] != nil } : []
         let objects = try fetchObjects(unlimited, layout: layout)
 
         func value(_ o: ManagedObject, _ slot: Int) -> (any Sendable)? {
@@ -114,14 +140,19 @@ extension ManagedObjectContext {
             for o in objects { groups[groupSlots.map { o.slots[$0] }, default: []].append(o) }
             if groupBy.isEmpty && groups.isEmpty { groups[[]] = [] }
             let ordered = groups.keys.sorted { a, b in
-                for (x, y) in zip(a, b) { let c = Slot.compare(x, y); if c != 0 { return c < 0 } }
+                for (x, y) in zip(a, b) {
+                    let c = Slot.compare(x, y)
+                    if c != 0 { return c < 0 }
+                }
                 return false
             }
             for key in ordered {
                 let members = groups[key]!
                 var row: [String: any Sendable] = [:]
                 if let first = members.first { for (name, s) in plain { row[name] = value(first, s) } }
-                for (p, s) in expressions { row[p.name] = Self.aggregate(p.function!, members, slot: s, layout: layout) }
+                for (p, s) in expressions {
+                    row[p.name] = Self.aggregate(p.function!, members, slot: s, layout: layout)
+                }
                 rows.append(row)
             }
         }
@@ -140,7 +171,9 @@ extension ManagedObjectContext {
         return Array(result)
     }
 
-    static func aggregate(_ f: FetchProperty.Function, _ objects: [ManagedObject], slot: Int?, layout: EntityLayout) -> (any Sendable)? {
+    static func aggregate(_ f: FetchProperty.Function, _ objects: [ManagedObject], slot: Int?, layout: EntityLayout)
+        -> (any Sendable)?
+    {
         guard let slot else { return objects.count }
         let present = objects.map { $0.slots[slot] }.filter { !$0.isNull }
         let type: AttributeType? = slot < layout.attributeCount ? layout.entity.attributes[slot].type : nil
@@ -148,7 +181,10 @@ extension ManagedObjectContext {
         case .count: return present.count
         case .sum, .average:
             if case .int = present.first, f == .sum {
-                return present.reduce(Int64(0)) { if case .int(let i) = $1 { return $0 &+ i }; return $0 }
+                return present.reduce(Int64(0)) {
+                    if case .int(let i) = $1 { return $0 &+ i }
+                    return $0
+                }
             }
             let numbers = present.compactMap(\.number)
             if f == .sum { return numbers.reduce(0, +) }
@@ -170,7 +206,9 @@ extension ManagedObjectContext {
         default: break
         }
         if let x = a as? String, let y = b as? String { return SortKey.compare(.string(x), .string(y), comparison) }
-        if let x = PredicateEvaluator.number(a!), let y = PredicateEvaluator.number(b!) { return x == y ? 0 : (x < y ? -1 : 1) }
+        if let x = PredicateEvaluator.number(a!), let y = PredicateEvaluator.number(b!) {
+            return x == y ? 0 : (x < y ? -1 : 1)
+        }
         if let x = a as? Date, let y = b as? Date { return x == y ? 0 : (x < y ? -1 : 1) }
         if let x = a as? Bool, let y = b as? Bool { return x == y ? 0 : (!x ? -1 : 1) }
         return 0

@@ -27,7 +27,7 @@ public struct FetchPlan: Sendable, CustomStringConvertible {
         var s = "FETCH \(entity): "
         switch access {
         case .scan: s += "SCAN all objects"
-        case let .indexRange(attribute, lower, upper, reverse):
+        case .indexRange(let attribute, let lower, let upper, let reverse):
             s += "INDEX \(attribute) range \(lower ?? "-∞") … \(upper ?? "+∞")\(reverse ? " descending" : "")"
         }
         if let filter { s += "; FILTER \(filter)" }
@@ -62,19 +62,26 @@ extension ManagedObjectContext {
         // The index orders strings plainly: a sort comparing them otherwise cannot use it.
         let firstSort = request.sortDescriptors.first.flatMap { s -> (slot: Int, ascending: Bool)? in
             guard let slot = layout.slotByName[s.key] else { return nil }
-            if s.comparison != .plain, slot < layout.attributeCount, layout.entity.attributes[slot].type == .string { return nil }
+            if s.comparison != .plain, slot < layout.attributeCount, layout.entity.attributes[slot].type == .string {
+                return nil
+            }
             return (slot, s.ascending)
         }
         let chosen = Self.chooseIndex(ranges, firstSort: firstSort, layout: layout, indexed: indexed)
 
-        var plan = FetchPlan(entity: layout.name, access: .scan, filter: nil, orderFromIndex: false, limitPushedDown: false,
-                             countFromIndex: false)
+        var plan = FetchPlan(
+            entity: layout.name, access: .scan, filter: nil, orderFromIndex: false, limitPushedDown: false,
+            countFromIndex: false)
         var residualParts = conjuncts
         if let slot = chosen, let index = indexed[slot] {
             let range = ranges[slot] ?? PlannedRange()
             let reverse = firstSort.map { $0.slot == slot && !$0.ascending } ?? false
-            func show(_ b: IndexBound?) -> String? { b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" } }
-            plan.access = .indexRange(attribute: layout.entity.attributes[slot].name, lower: show(range.lower), upper: show(range.upper), reverse: reverse)
+            func show(_ b: IndexBound?) -> String? {
+                b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" }
+            }
+            plan.access = .indexRange(
+                attribute: layout.entity.attributes[slot].name, lower: show(range.lower), upper: show(range.upper),
+                reverse: reverse)
             plan.index = index
             plan.lowerBound = range.lower
             plan.upperBound = range.upper
@@ -82,7 +89,11 @@ extension ManagedObjectContext {
             // Conditions on the chosen attribute are settled by the range; the rest filter.
             residualParts = conjuncts.enumerated().filter { n, c in
                 guard settled.contains(n), case .comparison(let cmp) = c else { return true }
-                let path: [String]? = { if case .keyPath(let p, _) = cmp.lhs { return p }; if case .keyPath(let p, _) = cmp.rhs { return p }; return nil }()
+                let path: [String]? = {
+                    if case .keyPath(let p, _) = cmp.lhs { return p }
+                    if case .keyPath(let p, _) = cmp.rhs { return p }
+                    return nil
+                }()
                 return path != [layout.entity.attributes[slot].name]
             }.map(\.1)
             plan.orderFromIndex = request.sortDescriptors.count == 1 && firstSort?.slot == slot
@@ -102,7 +113,12 @@ extension ManagedObjectContext {
     private static func conjuncts(of predicate: FetchPredicate?) -> [PredicateNode] {
         var conjuncts: [PredicateNode] = []
         func flatten(_ n: PredicateNode) {
-            if case .and(let parts) = n { parts.forEach(flatten) } else if case .constant(true) = n {} else { conjuncts.append(n) }
+            if case .and(let parts) = n {
+                parts.forEach(flatten)
+            } else if case .constant(true) = n {
+            } else {
+                conjuncts.append(n)
+            }
         }
         if let predicate { flatten(predicate.node) }
         return conjuncts
@@ -110,17 +126,24 @@ extension ManagedObjectContext {
 
     /// Step 2: by indexed attribute slot, the index range its comparisons allow, and the
     /// conjuncts (by position) that a range settles exactly.
-    private static func indexRanges(_ conjuncts: [PredicateNode], layout: EntityLayout,
-                                    indexed: [IndexID?]) -> (ranges: [Int: PlannedRange], settled: Set<Int>) {
+    private static func indexRanges(
+        _ conjuncts: [PredicateNode], layout: EntityLayout,
+        indexed: [IndexID?]
+    ) -> (ranges: [Int: PlannedRange], settled: Set<Int>) {
         var ranges: [Int: PlannedRange] = [:]
         var settled = Set<Int>()
         for (n, c) in conjuncts.enumerated() {
             // Only plain comparisons: [c] and [d] compare folded strings, which the index does not hold.
-            guard case .comparison(let cmp) = c, cmp.modifier == .direct, !cmp.caseInsensitive, !cmp.diacriticInsensitive else { continue }
+            guard case .comparison(let cmp) = c, cmp.modifier == .direct, !cmp.caseInsensitive,
+                !cmp.diacriticInsensitive
+            else { continue }
             // `value op attribute` is read as `attribute op' value`.
-            var attributeSide = cmp.lhs, valueSide = cmp.rhs, op = cmp.op
+            var attributeSide = cmp.lhs
+            var valueSide = cmp.rhs
+            var op = cmp.op
             if case .value = cmp.lhs, case .keyPath = cmp.rhs {
-                attributeSide = cmp.rhs; valueSide = cmp.lhs
+                attributeSide = cmp.rhs
+                valueSide = cmp.lhs
                 switch op {
                 case .less: op = .greater
                 case .lessOrEqual: op = .greaterOrEqual
@@ -130,7 +153,8 @@ extension ManagedObjectContext {
                 }
             }
             guard case .keyPath(let path, _) = attributeSide, path.count == 1, let slot = layout.slotByName[path[0]],
-                  slot < layout.attributeCount, indexed[slot] != nil else { continue }
+                slot < layout.attributeCount, indexed[slot] != nil
+            else { continue }
             let type = layout.entity.attributes[slot].type
             func key(_ v: Any?) -> [UInt8]? {
                 guard let v, let s = try? Slot(v, type: type), !s.isNull else { return nil }
@@ -141,8 +165,12 @@ extension ManagedObjectContext {
             }
             var r = ranges[slot] ?? PlannedRange()
             func tighten(lower: IndexBound?, upper: IndexBound?) {
-                if let lower { if r.lower == nil || lower.key.lexicographicallyPrecedes(r.lower!.key) == false { r.lower = lower } }
-                if let upper { if r.upper == nil || upper.key.lexicographicallyPrecedes(r.upper!.key) { r.upper = upper } }
+                if let lower {
+                    if r.lower == nil || lower.key.lexicographicallyPrecedes(r.lower!.key) == false { r.lower = lower }
+                }
+                if let upper {
+                    if r.upper == nil || upper.key.lexicographicallyPrecedes(r.upper!.key) { r.upper = upper }
+                }
             }
             guard case .value(let v) = valueSide else { continue }
             switch op {
@@ -159,7 +187,8 @@ extension ManagedObjectContext {
                 tighten(lower: IndexBound(k, inclusive: op == .greaterOrEqual), upper: nil)
             case .between:
                 guard let bounds = v as? [Any?] ?? (v as? [Any]).map({ $0.map { $0 } }), bounds.count == 2,
-                      let lo = key(bounds[0]), let hi = key(bounds[1]) else { continue }
+                    let lo = key(bounds[0]), let hi = key(bounds[1])
+                else { continue }
                 tighten(lower: IndexBound(lo, inclusive: true), upper: IndexBound(hi, inclusive: true))
             default:
                 continue
@@ -173,8 +202,10 @@ extension ManagedObjectContext {
     /// Step 3: the attribute whose index to walk: an equality, else the first sort key's
     /// range, else any range (the lowest slot, for a stable plan), else the first sort key's
     /// index for its order alone; nil for a scan.
-    private static func chooseIndex(_ ranges: [Int: PlannedRange], firstSort: (slot: Int, ascending: Bool)?,
-                                    layout: EntityLayout, indexed: [IndexID?]) -> Int? {
+    private static func chooseIndex(
+        _ ranges: [Int: PlannedRange], firstSort: (slot: Int, ascending: Bool)?,
+        layout: EntityLayout, indexed: [IndexID?]
+    ) -> Int? {
         if let equality = ranges.first(where: { $0.value.equality })?.key { return equality }
         if let first = firstSort, ranges[first.slot] != nil { return first.slot }
         if let any = ranges.keys.sorted().first { return any }

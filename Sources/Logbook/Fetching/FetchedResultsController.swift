@@ -45,11 +45,14 @@ public protocol FetchedResultsControllerDelegate: AnyObject {
     /// Called before the first change of a batch.
     func controllerWillChangeContent(_ controller: AnyObject)
     /// A section appeared (`.insert`) or went away (`.delete`).
-    func controller(_ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int, for type: FetchedResultsChangeType)
+    func controller(
+        _ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int,
+        for type: FetchedResultsChangeType)
     /// An object was inserted (at `newIndexPath`), deleted (from `indexPath`), moved (from
     /// `indexPath` to `newIndexPath`) or updated in place (at `indexPath`).
-    func controller(_ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
-                    for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?)
+    func controller(
+        _ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
+        for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?)
     /// Called after the last change of a batch: the controller's sections are up to date.
     func controllerDidChangeContent(_ controller: AnyObject)
 }
@@ -58,10 +61,15 @@ extension FetchedResultsControllerDelegate {
     /// Does nothing.
     public func controllerWillChangeContent(_ controller: AnyObject) {}
     /// Does nothing.
-    public func controller(_ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int, for type: FetchedResultsChangeType) {}
+    public func controller(
+        _ controller: AnyObject, didChangeSection name: String, atSectionIndex index: Int,
+        for type: FetchedResultsChangeType
+    ) {}
     /// Does nothing.
-    public func controller(_ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
-                           for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?) {}
+    public func controller(
+        _ controller: AnyObject, didChange object: ManagedObject, at indexPath: FetchedIndexPath?,
+        for type: FetchedResultsChangeType, newIndexPath: FetchedIndexPath?
+    ) {}
     /// Does nothing.
     public func controllerDidChangeContent(_ controller: AnyObject) {}
 }
@@ -101,7 +109,10 @@ public final class FetchedResultsController<Result: ManagedObject> {
     private var observing = false
 
     /// A controller over `fetchRequest` in `managedObjectContext`; call `performFetch()` to fill it.
-    public init(fetchRequest: FetchRequest<Result>, managedObjectContext: ManagedObjectContext, sectionNameKeyPath: String? = nil) {
+    public init(
+        fetchRequest: FetchRequest<Result>, managedObjectContext: ManagedObjectContext,
+        sectionNameKeyPath: String? = nil
+    ) {
         self.fetchRequest = fetchRequest
         self.managedObjectContext = managedObjectContext
         self.sectionNameKeyPath = sectionNameKeyPath
@@ -167,17 +178,24 @@ public final class FetchedResultsController<Result: ManagedObject> {
         let newSections = names.map { FetchedResultsSection(name: $0, objects: grouped[$0]!) }
         var newPositions: [ObjectIdentifier: FetchedIndexPath] = [:]
         for (s, section) in newSections.enumerated() {
-            for (i, o) in section.objects.enumerated() { newPositions[ObjectIdentifier(o)] = FetchedIndexPath(item: i, section: s) }
+            for (i, o) in section.objects.enumerated() {
+                newPositions[ObjectIdentifier(o)] = FetchedIndexPath(item: i, section: s)
+            }
         }
         sections = newSections
         fetchedObjects = newSections.flatMap(\.objects)
         positions = newPositions
         guard notify, let delegate else { return }
 
-        let oldNames = oldSections.map(\.name), newNames = newSections.map(\.name)
+        let oldNames = oldSections.map(\.name)
+        let newNames = newSections.map(\.name)
         var sectionChanges: [(String, Int, FetchedResultsChangeType)] = []
-        for (i, name) in oldNames.enumerated() where !newNames.contains(name) { sectionChanges.append((name, i, .delete)) }
-        for (i, name) in newNames.enumerated() where !oldNames.contains(name) { sectionChanges.append((name, i, .insert)) }
+        for (i, name) in oldNames.enumerated() where !newNames.contains(name) {
+            sectionChanges.append((name, i, .delete))
+        }
+        for (i, name) in newNames.enumerated() where !oldNames.contains(name) {
+            sectionChanges.append((name, i, .insert))
+        }
         var objectChanges: [(ManagedObject, FetchedIndexPath?, FetchedResultsChangeType, FetchedIndexPath?)] = []
         for section in oldSections {
             for o in section.objects where newPositions[ObjectIdentifier(o)] == nil {
@@ -201,7 +219,8 @@ public final class FetchedResultsController<Result: ManagedObject> {
                 }
                 defer { rank += 1 }
                 guard changed.contains(o.objectID) else { continue }
-                if oldSections[old.section].name != newSections[new.section].name || (oldRank[id] != rank && old != new) {
+                if oldSections[old.section].name != newSections[new.section].name || (oldRank[id] != rank && old != new)
+                {
                     objectChanges.append((o, old, .move, new))
                 } else {
                     objectChanges.append((o, old, .update, new))
@@ -210,8 +229,12 @@ public final class FetchedResultsController<Result: ManagedObject> {
         }
         guard !sectionChanges.isEmpty || !objectChanges.isEmpty else { return }
         delegate.controllerWillChangeContent(self)
-        for (name, index, type) in sectionChanges { delegate.controller(self, didChangeSection: name, atSectionIndex: index, for: type) }
-        for (o, old, type, new) in objectChanges { delegate.controller(self, didChange: o, at: old, for: type, newIndexPath: new) }
+        for (name, index, type) in sectionChanges {
+            delegate.controller(self, didChangeSection: name, atSectionIndex: index, for: type)
+        }
+        for (o, old, type, new) in objectChanges {
+            delegate.controller(self, didChange: o, at: old, for: type, newIndexPath: new)
+        }
         delegate.controllerDidChangeContent(self)
     }
 }
@@ -221,8 +244,9 @@ extension ManagedObjectContext {
     /// unsaved changes made since the last save, as Core Data does at the end of each run-loop
     /// turn. Saves and merges tell them on their own.
     public func processPendingChanges() {
-        let changes = ContextChanges(inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
-                                     deleted: Set(deleted.values.map(\.objectID)), version: container.store.version)
+        let changes = ContextChanges(
+            inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
+            deleted: Set(deleted.values.map(\.objectID)), version: container.store.version)
         for observer in changeObservers { observer(changes) }
     }
 }

@@ -10,7 +10,8 @@ extension ManagedObjectContext {
     public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] {
         let layout = try model.layout(named: request.entityName)
         guard layout.managedClass is T.Type else {
-            throw LogbookError(.typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
+            throw LogbookError(
+                .typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
         }
         if let direct = try fetchDirectly(request, layout: layout) { return direct }
         return Self.typed(try fetchObjects(request, layout: layout), as: T.self)
@@ -28,7 +29,9 @@ extension ManagedObjectContext {
         let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
         var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
         if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
-        if request.fetchLimit > 0 && keys.count > request.fetchLimit { keys.removeLast(keys.count - request.fetchLimit) }
+        if request.fetchLimit > 0 && keys.count > request.fetchLimit {
+            keys.removeLast(keys.count - request.fetchLimit)
+        }
         let held = registry.withLock { table in !table.isEmpty && keys.contains { table[$0] != nil } }
         guard !held else { return nil }
         let objects = try faultsWithRecords(keys, layout: layout, snapshot: snapshot)
@@ -50,9 +53,12 @@ extension ManagedObjectContext {
     public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
-        if plan.residual == nil && !hasUnsavedChanges(layout) && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
-            let keys = try candidateKeys(plan, layout: layout, snapshot: container.store.snapshot(),
-                                         stopAfter: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+        if plan.residual == nil && !hasUnsavedChanges(layout)
+            && (plan.orderFromIndex || request.sortDescriptors.isEmpty)
+        {
+            let keys = try candidateKeys(
+                plan, layout: layout, snapshot: container.store.snapshot(),
+                stopAfter: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
             lastFetchRecordsRead = 0
             var slice = keys[...]
             if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
@@ -91,7 +97,9 @@ extension ManagedObjectContext {
     }
 
     /// Faults for `keys` (after offset and limit), grouped in batches that load together.
-    func batchedFaults<T: ManagedObject>(_ keys: [UInt64], request: FetchRequest<T>, layout: EntityLayout, snapshot: Snapshot) -> [ManagedObject] {
+    func batchedFaults<T: ManagedObject>(
+        _ keys: [UInt64], request: FetchRequest<T>, layout: EntityLayout, snapshot: Snapshot
+    ) -> [ManagedObject] {
         var slice = keys[...]
         if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
         if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
@@ -104,8 +112,9 @@ extension ManagedObjectContext {
                 result.append(o)
                 continue
             }
-            let o = layout.managedClass.init(ManagedObject.Bootstrap(
-                layout: layout, key: key, token: token, slots: [], fault: true))
+            let o = layout.managedClass.init(
+                ManagedObject.Bootstrap(
+                    layout: layout, key: key, token: token, slots: [], fault: true))
             o.batch = batch
             batch!.append(o)
             register(o)
@@ -120,10 +129,12 @@ extension ManagedObjectContext {
             || deleted.values.contains { $0.layout === layout }
     }
 
-    func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64] {
+    func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64]
+    {
         var keys: [UInt64] = []
         if let index = plan.index {
-            keys = snapshot.primaryKeys(index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: stopAfter)
+            keys = snapshot.primaryKeys(
+                index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: stopAfter)
         } else {
             keys = snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index], limit: stopAfter)
         }
@@ -143,23 +154,23 @@ extension ManagedObjectContext {
         // Everything the loop needs, taken out of `self` once.
         let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
         let attributeCount = layout.attributeCount
-        let identity = storeLayout.identity
         let token = self.token
         let managedClass = layout.managedClass
         try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
-            try snapshot.forEachValue(forKeys: keys) { i, key, raw in
-                let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
-                let o = managedClass.init(ManagedObject.Bootstrap(
-                    layout: layout, key: key, token: token, slots: slots, fault: false))
-                if inOrder && i == created.count {
-                    created.append(o)
-                } else {
-                    inOrder = false
-                    stray.append(i)
-                    strayObjects.append(o)
+                try snapshot.forEachValue(forKeys: keys) { i, key, raw in
+                    let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
+                    let o = managedClass.init(
+                        ManagedObject.Bootstrap(
+                            layout: layout, key: key, token: token, slots: slots, fault: false))
+                    if inOrder && i == created.count {
+                        created.append(o)
+                    } else {
+                        inOrder = false
+                        stray.append(i)
+                        strayObjects.append(o)
+                    }
                 }
-            }
             }
         }
         if !inOrder {
@@ -191,7 +202,8 @@ extension ManagedObjectContext {
         var created: [ManagedObject] = []
         created.reserveCapacity(keys.count)
         for i in keys.indices where spans[i].offset != .max {
-            let o = managedClass.init(ManagedObject.Bootstrap(layout: layout, key: keys[i], token: token, slots: [], fault: true))
+            let o = managedClass.init(
+                ManagedObject.Bootstrap(layout: layout, key: keys[i], token: token, slots: [], fault: true))
             o.rawArena = arena
             o.rawOffset = spans[i].offset
             o.rawCount = spans[i].count
@@ -211,8 +223,10 @@ extension ManagedObjectContext {
     ///     print(try item.value(forKey: "name") ?? "")
     /// }
     /// ```
-    public func enumerateObjects(ofEntity entityName: String, batchSize: Int = 1000,
-                                 _ body: (ManagedObject) throws -> Void) throws {
+    public func enumerateObjects(
+        ofEntity entityName: String, batchSize: Int = 1000,
+        _ body: (ManagedObject) throws -> Void
+    ) throws {
         let layout = try model.layout(named: entityName)
         let snapshot = container.store.snapshot()
         let keyspace = storeLayout.keyspace[layout.index]
@@ -233,7 +247,12 @@ extension ManagedObjectContext {
                 var c = 0
                 for i in keys.indices {
                     let o: ManagedObject
-                    if let k = known[i] { o = k } else { o = created[c]; c += 1 }
+                    if let k = known[i] {
+                        o = k
+                    } else {
+                        o = created[c]
+                        c += 1
+                    }
                     if o.flags.contains(.deleted) { continue }
                     if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
                     try body(o)
@@ -245,7 +264,9 @@ extension ManagedObjectContext {
 
     /// The objects of a request, all read from one snapshot of the store (`snapshot`, or one
     /// taken now).
-    func fetchObjects<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil) throws -> [ManagedObject] {
+    func fetchObjects<T: ManagedObject>(
+        _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil
+    ) throws -> [ManagedObject] {
         let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let plan = try plan(request, layout: layout)
         let snapshot = given ?? container.store.snapshot()
@@ -304,7 +325,9 @@ extension ManagedObjectContext {
         }
         lastFetchRecordsRead = read
         var added = false
-        let changed = Array(updated.values.filter { $0.layout === layout && !$0.flags.contains(.deleted) }) + Array(inserted.values.filter { $0.layout === layout })
+        let changed =
+            Array(updated.values.filter { $0.layout === layout && !$0.flags.contains(.deleted) })
+            + Array(inserted.values.filter { $0.layout === layout })
         for o in changed {
             if o.flags.contains(.fault) { try fulfill(o) }
             if let p = request.predicate, try !evaluator.test(p.node, object: o) { continue }

@@ -8,18 +8,20 @@ extension Slot {
         case (.null, .null): return 0
         case (.null, _): return -1
         case (_, .null): return 1
-        case let (.string(x), .string(y)): return x == y ? 0 : (x < y ? -1 : 1)
-        case let (.int(x), .int(y)): return x == y ? 0 : (x < y ? -1 : 1)
-        case let (.double(x), .double(y)): return x == y ? 0 : (x < y ? -1 : 1)
-        case let (.bool(x), .bool(y)): return x == y ? 0 : (!x ? -1 : 1)
-        case let (.object(x), .object(y)): return x == y ? 0 : (x < y ? -1 : 1)
-        case let (.data(x), .data(y)):
+        case (.string(let x), .string(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case (.int(let x), .int(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case (.double(let x), .double(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case (.bool(let x), .bool(let y)): return x == y ? 0 : (!x ? -1 : 1)
+        case (.object(let x), .object(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case (.data(let x), .data(let y)):
             return x.lexicographicallyPrecedes(y) ? -1 : (x == y ? 0 : 1)
-        case let (.boxed(x), .boxed(y)):
+        case (.boxed(let x), .boxed(let y)):
             switch (x.value, y.value) {
-            case let (.uuid(p), .uuid(q)): return p.uuidString == q.uuidString ? 0 : (p.uuidString < q.uuidString ? -1 : 1)
-            case let (.url(p), .url(q)): return p.absoluteString == q.absoluteString ? 0 : (p.absoluteString < q.absoluteString ? -1 : 1)
-            case let (.decimal(p), .decimal(q)): return p == q ? 0 : (p < q ? -1 : 1)
+            case (.uuid(let p), .uuid(let q)):
+                return p.uuidString == q.uuidString ? 0 : (p.uuidString < q.uuidString ? -1 : 1)
+            case (.url(let p), .url(let q)):
+                return p.absoluteString == q.absoluteString ? 0 : (p.absoluteString < q.absoluteString ? -1 : 1)
+            case (.decimal(let p), .decimal(let q)): return p == q ? 0 : (p < q ? -1 : 1)
             default: return 0
             }
         default: return 0
@@ -36,7 +38,9 @@ struct SortKey {
     static func resolve(_ descriptors: [FetchSortDescriptor], layout: EntityLayout) throws -> [SortKey] {
         try descriptors.map { s in
             guard let slot = layout.slotByName[s.key] else {
-                throw LogbookError(.unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name, key: s.key)
+                throw LogbookError(
+                    .unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name,
+                    key: s.key)
             }
             return SortKey(slot: slot, ascending: s.ascending, comparison: s.comparison)
         }
@@ -57,7 +61,9 @@ struct SortKey {
         // Folded strings are computed once per object, not once per comparison.
         let folded: [[Slot]] = objects.map { o in
             keys.map { k in
-                guard let options = k.comparison.foldingOptions, case .string(let s) = o.slots[k.slot] else { return o.slots[k.slot] }
+                guard let options = k.comparison.foldingOptions, case .string(let s) = o.slots[k.slot] else {
+                    return o.slots[k.slot]
+                }
                 return .string(s.folding(options: options, locale: nil))
             }
         }

@@ -128,8 +128,10 @@ public struct AttributeDescription: Sendable {
     /// ```swift
     /// AttributeDescription("age", .int32, optional: true, indexed: true, rules: [.range(0...150)])
     /// ```
-    public init(_ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: (any Sendable)? = nil,
-                indexed: Bool = false, rules: [ValidationRule] = [], renamedFrom renamingIdentifier: String? = nil) {
+    public init(
+        _ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: (any Sendable)? = nil,
+        indexed: Bool = false, rules: [ValidationRule] = [], renamedFrom renamingIdentifier: String? = nil
+    ) {
         self.name = name
         self.type = type
         self.isOptional = optional
@@ -166,8 +168,11 @@ public struct RelationshipDescription: Sendable {
     /// ```swift
     /// RelationshipDescription("employees", to: "Employee", inverse: "manager", toMany: true, deleteRule: .cascade)
     /// ```
-    public init(_ name: String, to destination: String, inverse: String?, toMany: Bool = false, deleteRule: DeleteRule = .nullify,
-                optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil) {
+    public init(
+        _ name: String, to destination: String, inverse: String?, toMany: Bool = false,
+        deleteRule: DeleteRule = .nullify,
+        optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil
+    ) {
         self.name = name
         self.destination = destination
         self.inverse = inverse
@@ -194,8 +199,10 @@ public struct EntityDescription: Sendable {
     public var managedClass: ManagedObject.Type?
 
     /// An entity from lists of attributes and relationships.
-    public init(_ name: String, attributes: [AttributeDescription] = [], relationships: [RelationshipDescription] = [],
-                class managedClass: ManagedObject.Type? = nil, renamedFrom renamingIdentifier: String? = nil) {
+    public init(
+        _ name: String, attributes: [AttributeDescription] = [], relationships: [RelationshipDescription] = [],
+        class managedClass: ManagedObject.Type? = nil, renamedFrom renamingIdentifier: String? = nil
+    ) {
         self.name = name
         self.attributes = attributes
         self.relationships = relationships
@@ -211,8 +218,10 @@ public struct EntityDescription: Sendable {
     ///     RelationshipDescription("manager", to: "Manager", inverse: "employees")
     /// }
     /// ```
-    public init(_ name: String, class managedClass: ManagedObject.Type? = nil, renamedFrom: String? = nil,
-                @PropertyListBuilder _ properties: () -> [PropertyDescription]) {
+    public init(
+        _ name: String, class managedClass: ManagedObject.Type? = nil, renamedFrom: String? = nil,
+        @PropertyListBuilder _ properties: () -> [PropertyDescription]
+    ) {
         var attributes: [AttributeDescription] = []
         var relationships: [RelationshipDescription] = []
         for p in properties() {
@@ -221,7 +230,8 @@ public struct EntityDescription: Sendable {
             case .relationship(let r): relationships.append(r)
             }
         }
-        self.init(name, attributes: attributes, relationships: relationships, class: managedClass, renamedFrom: renamedFrom)
+        self.init(
+            name, attributes: attributes, relationships: relationships, class: managedClass, renamedFrom: renamedFrom)
     }
 }
 
@@ -297,7 +307,9 @@ public final class ManagedObjectModel: Sendable {
         self.entities = entities
         self.byName = byName
         var layouts: [EntityLayout] = []
-        for (i, e) in entities.enumerated() { layouts.append(try EntityLayout(entity: e, index: i, entityIndex: byName, entities: entities)) }
+        for (i, e) in entities.enumerated() {
+            layouts.append(try EntityLayout(entity: e, index: i, entityIndex: byName, entities: entities))
+        }
         self.layouts = layouts
         for layout in layouts { try layout.checkInverses(layouts) }
     }
@@ -306,7 +318,9 @@ public final class ManagedObjectModel: Sendable {
     public subscript(entity name: String) -> EntityDescription? { byName[name].map { entities[$0] } }
 
     func layout(named name: String) throws -> EntityLayout {
-        guard let i = byName[name] else { throw LogbookError(.unknownEntity, "no entity named \(name) in the model", entity: name) }
+        guard let i = byName[name] else {
+            throw LogbookError(.unknownEntity, "no entity named \(name) in the model", entity: name)
+        }
         return layouts[i]
     }
 
@@ -353,13 +367,16 @@ final class EntityLayout: Sendable {
         var slots: [String: Int] = [:]
         for (i, a) in entity.attributes.enumerated() {
             guard slots.updateValue(i, forKey: a.name) == nil else {
-                throw LogbookError(.invalidModel, "two properties are named \(a.name)", entity: entity.name, key: a.name)
+                throw LogbookError(
+                    .invalidModel, "two properties are named \(a.name)", entity: entity.name, key: a.name)
             }
             if a.isIndexed && !a.type.isIndexable {
-                throw LogbookError(.invalidModel, "a \(a.type) attribute cannot be indexed", entity: entity.name, key: a.name)
+                throw LogbookError(
+                    .invalidModel, "a \(a.type) attribute cannot be indexed", entity: entity.name, key: a.name)
             }
             if let d = a.defaultValue, (try? Slot(d, type: a.type)) == nil {
-                throw LogbookError(.invalidModel, "the default value \(d) is not a \(a.type)", entity: entity.name, key: a.name)
+                throw LogbookError(
+                    .invalidModel, "the default value \(d) is not a \(a.type)", entity: entity.name, key: a.name)
             }
         }
         var relByName: [String: Int] = [:]
@@ -368,30 +385,42 @@ final class EntityLayout: Sendable {
         var toMany: [Int] = []
         for (i, r) in entity.relationships.enumerated() {
             guard slots[r.name] == nil, relByName.updateValue(i, forKey: r.name) == nil else {
-                throw LogbookError(.invalidModel, "two properties are named \(r.name)", entity: entity.name, key: r.name)
+                throw LogbookError(
+                    .invalidModel, "two properties are named \(r.name)", entity: entity.name, key: r.name)
             }
             guard let d = entityIndex[r.destination] else {
-                throw LogbookError(.invalidModel, "relationship \(r.name) points to unknown entity \(r.destination)", entity: entity.name, key: r.name)
+                throw LogbookError(
+                    .invalidModel, "relationship \(r.name) points to unknown entity \(r.destination)",
+                    entity: entity.name, key: r.name)
             }
             destinations.append(d)
-            if r.isToMany { toMany.append(i) } else {
+            if r.isToMany {
+                toMany.append(i)
+            } else {
                 slots[r.name] = attributeCount + toOne.count
                 toOne.append(i)
             }
         }
         var inverses: [Int?] = []
         for r in entity.relationships {
-            guard let inv = r.inverse else { inverses.append(nil); continue }
+            guard let inv = r.inverse else {
+                inverses.append(nil)
+                continue
+            }
             let dest = entities[entityIndex[r.destination]!]
             guard let j = dest.relationships.firstIndex(where: { $0.name == inv }) else {
-                throw LogbookError(.invalidModel, "the inverse \(inv) of \(r.name) is not a relationship of \(r.destination)", entity: entity.name, key: r.name)
+                throw LogbookError(
+                    .invalidModel, "the inverse \(inv) of \(r.name) is not a relationship of \(r.destination)",
+                    entity: entity.name, key: r.name)
             }
             inverses.append(j)
         }
         self.slotByName = slots
         var defaults = [Slot](repeating: .null, count: entity.attributes.count + toOne.count)
         for (i, a) in entity.attributes.enumerated() {
-            if let d = a.defaultValue { defaults[i] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null }
+            if let d = a.defaultValue {
+                defaults[i] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null
+            }
         }
         self.defaultSlots = defaults
         self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
@@ -435,7 +464,9 @@ final class EntityLayout: Sendable {
             let dest = layouts[relationshipDestination[i]]
             let back = dest.entity.relationships[j]
             guard back.destination == name, back.inverse == r.name else {
-                throw LogbookError(.invalidModel, "\(r.name) and \(dest.name).\(back.name) are not each other's inverse", entity: name, key: r.name)
+                throw LogbookError(
+                    .invalidModel, "\(r.name) and \(dest.name).\(back.name) are not each other's inverse", entity: name,
+                    key: r.name)
             }
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
+
 #if canImport(FoundationXML)
-import FoundationXML
+    import FoundationXML
 #endif
 
 extension ManagedObjectModel {
@@ -32,9 +33,15 @@ extension ManagedObjectModel {
         let parser = XMLParser(data: data)
         parser.delegate = reader
         guard parser.parse(), reader.error == nil else {
-            throw reader.error ?? LogbookError(.invalidModel, "the model XML is malformed: \(parser.parserError.map { "\($0)" } ?? "unknown error") at line \(parser.lineNumber)")
+            throw reader.error
+                ?? LogbookError(
+                    .invalidModel,
+                    "the model XML is malformed: \(parser.parserError.map { "\($0)" } ?? "unknown error") at line \(parser.lineNumber)"
+                )
         }
-        guard reader.sawModel else { throw LogbookError(.invalidModel, "the XML is not a Core Data model (no <model> element)") }
+        guard reader.sawModel else {
+            throw LogbookError(.invalidModel, "the XML is not a Core Data model (no <model> element)")
+        }
         try self.init(entities: reader.entities)
     }
 
@@ -49,11 +56,16 @@ extension ManagedObjectModel {
             var version: String?
             let current = url.appendingPathComponent(".xccurrentversion")
             if let plist = FileManager.default.contents(atPath: current.path),
-               let dict = try? PropertyListSerialization.propertyList(from: plist, format: nil) as? [String: Any] {
+                let dict = try? PropertyListSerialization.propertyList(from: plist, format: nil) as? [String: Any]
+            {
                 version = dict["_XCCurrentVersionName"] as? String
             }
-            let versions = ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []).filter { $0.hasSuffix(".xcdatamodel") }.sorted()
-            guard let chosen = version ?? versions.last else { throw LogbookError(.invalidModel, "\(url.path) holds no .xcdatamodel") }
+            let versions = ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []).filter {
+                $0.hasSuffix(".xcdatamodel")
+            }.sorted()
+            guard let chosen = version ?? versions.last else {
+                throw LogbookError(.invalidModel, "\(url.path) holds no .xcdatamodel")
+            }
             return url.appendingPathComponent(chosen).appendingPathComponent("contents")
         }
         return url.appendingPathComponent("contents")
@@ -71,19 +83,30 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
 
     init(classes: [String: ManagedObject.Type]) { self.classes = classes }
 
-    func parser(_ parser: XMLParser, didStartElement element: String, namespaceURI: String?, qualifiedName: String?,
-                attributes a: [String: String] = [:]) {
+    func parser(
+        _ parser: XMLParser, didStartElement element: String, namespaceURI: String?, qualifiedName: String?,
+        attributes a: [String: String] = [:]
+    ) {
         guard error == nil else { return }
         switch element {
         case "model": sawModel = true
         case "entity":
-            guard let name = a["name"] else { fail(parser, "an entity has no name"); return }
-            if a["parentEntity"] != nil { fail(parser, "entity \(name) inherits from \(a["parentEntity"]!): entity inheritance is not supported"); return }
+            guard let name = a["name"] else {
+                fail(parser, "an entity has no name")
+                return
+            }
+            if a["parentEntity"] != nil {
+                fail(parser, "entity \(name) inherits from \(a["parentEntity"]!): entity inheritance is not supported")
+                return
+            }
             let cls = classes[name] ?? a["representedClassName"].flatMap { classes[$0] }
             current = EntityDescription(name, class: cls, renamedFrom: a["elementID"])
             indexed = []
         case "attribute":
-            guard current != nil, let name = a["name"], let typeName = a["attributeType"] else { fail(parser, "an attribute lacks a name or type"); return }
+            guard current != nil, let name = a["name"], let typeName = a["attributeType"] else {
+                fail(parser, "an attribute lacks a name or type")
+                return
+            }
             let type: AttributeType
             switch typeName {
             case "String": type = .string
@@ -100,10 +123,13 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
             case "Decimal": type = .decimal
             case "Transformable":
                 type = .transformable(transformer: a["valueTransformerName"] ?? "NSSecureUnarchiveFromDataTransformer")
-            default: fail(parser, "attribute \(name) has type \(typeName), which Logbook does not support"); return
+            default:
+                fail(parser, "attribute \(name) has type \(typeName), which Logbook does not support")
+                return
             }
             var rules: [ValidationRule] = []
-            let minV = a["minValueString"].flatMap(Double.init), maxV = a["maxValueString"].flatMap(Double.init)
+            let minV = a["minValueString"].flatMap(Double.init)
+            let maxV = a["maxValueString"].flatMap(Double.init)
             if minV != nil || maxV != nil {
                 if type == .string || type == .data {
                     rules.append(.length(Int(minV ?? 0)...Int(maxV ?? Double(Int.max / 2))))
@@ -125,10 +151,15 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
                 default: defaultValue = nil
                 }
             }
-            current!.attributes.append(AttributeDescription(name, type, optional: a["optional"] == "YES", default: defaultValue,
-                                                            indexed: a["indexed"] == "YES", rules: rules, renamedFrom: a["elementID"]))
+            current!.attributes.append(
+                AttributeDescription(
+                    name, type, optional: a["optional"] == "YES", default: defaultValue,
+                    indexed: a["indexed"] == "YES", rules: rules, renamedFrom: a["elementID"]))
         case "relationship":
-            guard current != nil, let name = a["name"], let destination = a["destinationEntity"] else { fail(parser, "a relationship lacks a name or destination"); return }
+            guard current != nil, let name = a["name"], let destination = a["destinationEntity"] else {
+                fail(parser, "a relationship lacks a name or destination")
+                return
+            }
             let rule: DeleteRule
             switch a["deletionRule"] ?? "Nullify" {
             case "Cascade": rule = .cascade
@@ -136,11 +167,16 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
             case "No Action": rule = .noAction
             default: rule = .nullify
             }
-            if a["ordered"] == "YES" { fail(parser, "relationship \(name) is ordered, which Logbook does not support"); return }
-            current!.relationships.append(RelationshipDescription(
-                name, to: destination, inverse: a["inverseName"], toMany: a["toMany"] == "YES", deleteRule: rule,
-                optional: a["optional"] == "YES", minCount: Int(a["minCount"] ?? "") ?? 0, maxCount: Int(a["maxCount"] ?? "") ?? .max,
-                renamedFrom: a["elementID"]))
+            if a["ordered"] == "YES" {
+                fail(parser, "relationship \(name) is ordered, which Logbook does not support")
+                return
+            }
+            current!.relationships.append(
+                RelationshipDescription(
+                    name, to: destination, inverse: a["inverseName"], toMany: a["toMany"] == "YES", deleteRule: rule,
+                    optional: a["optional"] == "YES", minCount: Int(a["minCount"] ?? "") ?? 0,
+                    maxCount: Int(a["maxCount"] ?? "") ?? .max,
+                    renamedFrom: a["elementID"]))
         case "fetchIndexElement":
             if let property = a["property"] { indexed.insert(property) }
         default: break

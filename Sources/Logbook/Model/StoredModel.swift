@@ -19,16 +19,20 @@ extension ManagedObjectModel {
             throw LogbookError(.incompatibleModel, "the store holds no Logbook schema")
         }
         let schema = try StoredSchema.decode(bytes)
-        try self.init(entities: schema.entities.map { e in
-            EntityDescription(e.name,
-                attributes: e.attributes.map { a in
-                    AttributeDescription(a.name, Migration.storedType(a) ?? .data, optional: a.optional, indexed: a.index != nil)
-                },
-                relationships: e.relationships.map { r in
-                    RelationshipDescription(r.name, to: r.destination, inverse: r.inverse, toMany: r.toMany,
-                                            deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify)
-                })
-        })
+        try self.init(
+            entities: schema.entities.map { e in
+                EntityDescription(
+                    e.name,
+                    attributes: e.attributes.map { a in
+                        AttributeDescription(
+                            a.name, Migration.storedType(a) ?? .data, optional: a.optional, indexed: a.index != nil)
+                    },
+                    relationships: e.relationships.map { r in
+                        RelationshipDescription(
+                            r.name, to: r.destination, inverse: r.inverse, toMany: r.toMany,
+                            deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify)
+                    })
+            })
     }
 }
 
@@ -55,7 +59,8 @@ public struct RecordedNames: Sendable {
         do { store = try Store.open(at: directory, options: options) } catch { throw LogbookError.wrap(error) }
         defer { try? store.close() }
         guard let bytes = try? store.snapshot().value(forKey: StoredSchema.schemaKey),
-              let schema = try? StoredSchema.decode(bytes) else { return }
+            let schema = try? StoredSchema.decode(bytes)
+        else { return }
         for e in schema.entities {
             entities[e.keyspace] = e.name
             for a in e.attributes { if let i = a.index { indexes[IndexID(rawValue: i)] = "\(e.name).\(a.name)" } }

@@ -56,30 +56,51 @@ struct StoredSchema: Codable, Equatable {
         for e in model.entities {
             let old = previous.flatMap { p in p.entity(e.name) ?? e.renamingIdentifier.flatMap { p.entity($0) } }
             let keyspace: UInt16
-            if let old { keyspace = old.keyspace } else { keyspace = nextKeyspace; nextKeyspace += 1 }
+            if let old {
+                keyspace = old.keyspace
+            } else {
+                keyspace = nextKeyspace
+                nextKeyspace += 1
+            }
             var attributes: [Attribute] = []
             for a in e.attributes {
                 let oldA = old?.attributes.first { $0.name == a.name || $0.name == a.renamingIdentifier }
                 var index: UInt32?
                 if a.isIndexed {
-                    if let i = oldA?.index { index = i } else { index = nextIndex; nextIndex += 1 }
+                    if let i = oldA?.index {
+                        index = i
+                    } else {
+                        index = nextIndex
+                        nextIndex += 1
+                    }
                 }
                 let (type, transformer) = typeName(a.type)
-                attributes.append(Attribute(name: a.name, type: type, transformer: transformer, optional: a.isOptional, index: index))
+                attributes.append(
+                    Attribute(name: a.name, type: type, transformer: transformer, optional: a.isOptional, index: index))
             }
             var relationships: [Relationship] = []
             for r in e.relationships {
                 let oldR = old?.relationships.first { $0.name == r.name || $0.name == r.renamingIdentifier }
                 var setKeyspace: UInt16?
                 if r.isToMany {
-                    if let k = oldR?.setKeyspace { setKeyspace = k } else { setKeyspace = nextKeyspace; nextKeyspace += 1 }
+                    if let k = oldR?.setKeyspace {
+                        setKeyspace = k
+                    } else {
+                        setKeyspace = nextKeyspace
+                        nextKeyspace += 1
+                    }
                 }
-                relationships.append(Relationship(name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
-                                                  deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace))
+                relationships.append(
+                    Relationship(
+                        name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
+                        deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace))
             }
-            entities.append(Entity(name: e.name, keyspace: keyspace, attributes: attributes, relationships: relationships))
+            entities.append(
+                Entity(name: e.name, keyspace: keyspace, attributes: attributes, relationships: relationships))
         }
-        return StoredSchema(storeUUID: previous?.storeUUID ?? UUID(), entities: entities, nextKeyspace: nextKeyspace, nextIndex: nextIndex)
+        return StoredSchema(
+            storeUUID: previous?.storeUUID ?? UUID(), entities: entities, nextKeyspace: nextKeyspace,
+            nextIndex: nextIndex)
     }
 
     func encoded() -> [UInt8] {

@@ -38,14 +38,18 @@ final class TransformerRegistry: Sendable {
     func get(_ name: String) -> (any AttributeTransformer)? { table.withLock { $0[name] } }
 
     func forward(_ value: Any, transformer name: String) throws -> Data {
-        guard let t = get(name) else { throw LogbookError(.transformerMissing, "no value transformer is registered as \(name)") }
+        guard let t = get(name) else {
+            throw LogbookError(.transformerMissing, "no value transformer is registered as \(name)")
+        }
         do { return try t.transformedValue(value) } catch {
             throw LogbookError(.transformFailed, "transformer \(name) could not encode \(type(of: value)): \(error)")
         }
     }
 
     func reverse(_ data: Data, transformer name: String) throws -> Any {
-        guard let t = get(name) else { throw LogbookError(.transformerMissing, "no value transformer is registered as \(name)") }
+        guard let t = get(name) else {
+            throw LogbookError(.transformerMissing, "no value transformer is registered as \(name)")
+        }
         do { return try t.reverseTransformedValue(data) } catch {
             throw LogbookError(.transformFailed, "transformer \(name) could not decode \(data.count) bytes: \(error)")
         }

@@ -81,7 +81,10 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     }
 
     deinit {
-        if flags.contains(.registered) { let key = engineKey; _ = token.withContext { $0.unregister(key) } }
+        if flags.contains(.registered) {
+            let key = engineKey
+            _ = token.withContext { $0.unregister(key) }
+        }
         batch?.forget(self)
     }
 
@@ -113,7 +116,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
                 parts.append("\(a.name)=\(v.map { "\($0)" } ?? "nil")")
             }
         }
-        return "<\(layout.name) \(objectID.serial)\(flags.contains(.fault) ? " fault" : "") \(parts.joined(separator: " "))>"
+        return
+            "<\(layout.name) \(objectID.serial)\(flags.contains(.fault) ? " fault" : "") \(parts.joined(separator: " "))>"
     }
 
     // MARK: Access
@@ -121,8 +125,10 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     func checkUsable(_ key: String? = nil) throws -> ManagedObjectContext {
         guard !flags.contains(.invalid), let context = contextRef else {
             if flags.contains(.probe), let key { KeyProbe.record(key, for: self) }
-            throw LogbookError(.objectInvalidated, "the object is no longer usable: its context was reset or deallocated, or its deletion was saved",
-                               entity: layout.name, key: key, objectID: objectID)
+            throw LogbookError(
+                .objectInvalidated,
+                "the object is no longer usable: its context was reset or deallocated, or its deletion was saved",
+                entity: layout.name, key: key, objectID: objectID)
         }
         if flags.contains(.fault) { try context.fulfill(self) }
         return context
@@ -146,7 +152,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         if let r = layout.relationshipByName[key] {
             return Set(try context.relatedObjects(self, relationship: r))
         }
-        throw LogbookError(.unknownKey, "\(layout.name) has no property named \(key)", entity: layout.name, key: key, objectID: objectID)
+        throw LogbookError(
+            .unknownKey, "\(layout.name) has no property named \(key)", entity: layout.name, key: key,
+            objectID: objectID)
     }
 
     /// Sets an attribute or relationship by key. A value of the wrong type, an unknown key or a
@@ -157,9 +165,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             if let slot = layout.slotByName[key], slot < layout.attributeCount {
                 let attribute = layout.entity.attributes[slot]
                 let new: Slot
-                do { new = try Slot(value, type: attribute.type, transformers: AttributeTransformers.registry) } catch let m as Slot.Mismatch {
-                    throw LogbookError(.typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit",
-                                       entity: layout.name, key: key, objectID: objectID)
+                do {
+                    new = try Slot(value, type: attribute.type, transformers: AttributeTransformers.registry)
+                } catch let m as Slot.Mismatch {
+                    throw LogbookError(
+                        .typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit",
+                        entity: layout.name, key: key, objectID: objectID)
                 }
                 context.setSlot(self, slot, new)
                 return
@@ -173,12 +184,16 @@ open class ManagedObject: Hashable, CustomStringConvertible {
                     case let a as [ManagedObject]: objects = a
                     default:
                         guard let seq = value as? any Sequence else {
-                            throw LogbookError(.typeMismatch, "\(key) is a to-many relationship; give it a set of objects", entity: layout.name, key: key, objectID: objectID)
+                            throw LogbookError(
+                                .typeMismatch, "\(key) is a to-many relationship; give it a set of objects",
+                                entity: layout.name, key: key, objectID: objectID)
                         }
                         var found: [ManagedObject] = []
                         for element in seq {
                             guard let o = element as? ManagedObject else {
-                                throw LogbookError(.typeMismatch, "\(key) holds managed objects, not \(type(of: element))", entity: layout.name, key: key, objectID: objectID)
+                                throw LogbookError(
+                                    .typeMismatch, "\(key) holds managed objects, not \(type(of: element))",
+                                    entity: layout.name, key: key, objectID: objectID)
                             }
                             found.append(o)
                         }
@@ -186,14 +201,19 @@ open class ManagedObject: Hashable, CustomStringConvertible {
                     }
                     try context.replaceRelated(self, relationship: r, with: objects)
                 } else {
-                    guard value == nil || value is ManagedObject || (value as? any OptionalProtocol)?.isNil == true else {
-                        throw LogbookError(.typeMismatch, "\(key) is a to-one relationship; give it a managed object or nil", entity: layout.name, key: key, objectID: objectID)
+                    guard value == nil || value is ManagedObject || (value as? any OptionalProtocol)?.isNil == true
+                    else {
+                        throw LogbookError(
+                            .typeMismatch, "\(key) is a to-one relationship; give it a managed object or nil",
+                            entity: layout.name, key: key, objectID: objectID)
                     }
                     try context.setToOne(self, relationship: r, to: value as? ManagedObject)
                 }
                 return
             }
-            throw LogbookError(.unknownKey, "\(layout.name) has no property named \(key)", entity: layout.name, key: key, objectID: objectID)
+            throw LogbookError(
+                .unknownKey, "\(layout.name) has no property named \(key)", entity: layout.name, key: key,
+                objectID: objectID)
         }
     }
 
@@ -206,7 +226,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public func objects(forKey key: String) throws -> Set<ManagedObject> {
         let context = try checkUsable(key)
         guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
-            throw LogbookError(.unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key, objectID: objectID)
+            throw LogbookError(
+                .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
+                objectID: objectID)
         }
         return Set(try context.relatedObjects(self, relationship: r))
     }
@@ -220,7 +242,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public func count(forKey key: String) throws -> Int {
         let context = try checkUsable(key)
         guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
-            throw LogbookError(.unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key, objectID: objectID)
+            throw LogbookError(
+                .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
+                objectID: objectID)
         }
         return context.relatedCount(engineKey, layout, r)
     }
@@ -251,7 +275,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     func toManyIndex(_ key: String) throws -> Int {
         guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
-            throw LogbookError(.unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key, objectID: objectID)
+            throw LogbookError(
+                .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
+                objectID: objectID)
         }
         return r
     }
@@ -283,7 +309,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     }
 
     func name(ofSlot i: Int) -> String {
-        i < layout.attributeCount ? layout.entity.attributes[i].name : layout.entity.relationships[layout.toOne[i - layout.attributeCount]].name
+        i < layout.attributeCount
+            ? layout.entity.attributes[i].name
+            : layout.entity.relationships[layout.toOne[i - layout.attributeCount]].name
     }
 
     func displayValue(_ slot: Slot, _ i: Int) -> Any? {
@@ -300,10 +328,13 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive {
             // A value straight from the record's bytes: the object stays a fault.
             guard let slot = layout.slot(named: key), slot < layout.attributeCount,
-                  let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout) else { return nil }
+                let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout)
+            else { return nil }
             return (value, layout.entity.attributes[slot].type)
         }
-        if flags.contains(.fault) || flags.contains(.invalid) { guard (try? checkUsable(key)) != nil else { return nil } }
+        if flags.contains(.fault) || flags.contains(.invalid) {
+            guard (try? checkUsable(key)) != nil else { return nil }
+        }
         guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return nil }
         return (slots[slot], layout.entity.attributes[slot].type)
     }
@@ -318,15 +349,26 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     @inline(__always)
     private func typedWrite(_ key: String, _ convert: (AttributeType) -> Slot?, _ context: ManagedObjectContext) {
         guard let slot = layout.slot(named: key), slot < layout.attributeCount else {
-            context.recordError(LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key)", entity: layout.name, key: key, objectID: objectID))
+            context.recordError(
+                LogbookError(
+                    .unknownKey, "\(layout.name) has no attribute named \(key)", entity: layout.name, key: key,
+                    objectID: objectID))
             return
         }
         let type = layout.entity.attributes[slot].type
         guard let value = convert(type) else {
-            context.recordError(LogbookError(.typeMismatch, "\(key) is \(type); the property's value does not fit", entity: layout.name, key: key, objectID: objectID))
+            context.recordError(
+                LogbookError(
+                    .typeMismatch, "\(key) is \(type); the property's value does not fit", entity: layout.name,
+                    key: key, objectID: objectID))
             return
         }
-        if flags.contains(.fault) { do { try context.fulfill(self) } catch let e as LogbookError { context.recordError(e); return } catch { return } }
+        if flags.contains(.fault) {
+            do { try context.fulfill(self) } catch let e as LogbookError {
+                context.recordError(e)
+                return
+            } catch { return }
+        }
         if context.undoHistory == nil {
             context.setSlot(self, slot, value)
         } else {

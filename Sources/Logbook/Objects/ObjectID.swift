@@ -46,7 +46,10 @@ public struct ObjectID: Hashable, Sendable, CustomStringConvertible {
 
     /// A URI naming the object, which `PersistentContainer.objectID(forURIRepresentation:)` reads back.
     public var uriRepresentation: URL {
-        URL(string: "x-logbook://\(store.uuid.uuidString)/\(entityName.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? entityName)/p\(serial)")!
+        URL(
+            string:
+                "x-logbook://\(store.uuid.uuidString)/\(entityName.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? entityName)/p\(serial)"
+        )!
     }
 
     public var description: String { "\(entityName)/p\(serial)" }

@@ -42,7 +42,9 @@ extension String {
         self = s
     }
     /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
-    public func storedValue(type: AttributeType) -> StoredValue? { type == .string ? StoredValue(slot: .string(self)) : nil }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        type == .string ? StoredValue(slot: .string(self)) : nil
+    }
 }
 extension Bool {
     /// Reads the value from its stored form, or nil when the stored form is of another kind.
@@ -51,7 +53,9 @@ extension Bool {
         self = b
     }
     /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
-    public func storedValue(type: AttributeType) -> StoredValue? { type == .bool ? StoredValue(slot: .bool(self)) : nil }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        type == .bool ? StoredValue(slot: .bool(self)) : nil
+    }
 }
 extension Date {
     /// Reads the value from its stored form, or nil when the stored form is of another kind.
@@ -60,7 +64,9 @@ extension Date {
         self = Date(timeIntervalSince1970: d)
     }
     /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
-    public func storedValue(type: AttributeType) -> StoredValue? { type == .date ? StoredValue(slot: .double(timeIntervalSince1970)) : nil }
+    public func storedValue(type: AttributeType) -> StoredValue? {
+        type == .date ? StoredValue(slot: .double(timeIntervalSince1970)) : nil
+    }
 }
 extension Double {
     /// Reads the value from its stored form, or nil when the stored form is of another kind.
@@ -99,12 +105,18 @@ extension IntegerAttributeValue {
 
 extension String: AttributeValue {
     public static var absentValue: String { "" }
-    public init?(attributeValue v: Any) { guard let s = v as? String else { return nil }; self = s }
+    public init?(attributeValue v: Any) {
+        guard let s = v as? String else { return nil }
+        self = s
+    }
     public var attributeValue: Any? { self }
 }
 extension Bool: AttributeValue {
     public static var absentValue: Bool { false }
-    public init?(attributeValue v: Any) { guard let b = v as? Bool else { return nil }; self = b }
+    public init?(attributeValue v: Any) {
+        guard let b = v as? Bool else { return nil }
+        self = b
+    }
     public var attributeValue: Any? { self }
 }
 extension Double: AttributeValue {
@@ -123,27 +135,42 @@ extension Float: AttributeValue {
 }
 extension Date: AttributeValue {
     public static var absentValue: Date { Date(timeIntervalSince1970: 0) }
-    public init?(attributeValue v: Any) { guard let d = v as? Date else { return nil }; self = d }
+    public init?(attributeValue v: Any) {
+        guard let d = v as? Date else { return nil }
+        self = d
+    }
     public var attributeValue: Any? { self }
 }
 extension Data: AttributeValue {
     public static var absentValue: Data { Data() }
-    public init?(attributeValue v: Any) { guard let d = v as? Data else { return nil }; self = d }
+    public init?(attributeValue v: Any) {
+        guard let d = v as? Data else { return nil }
+        self = d
+    }
     public var attributeValue: Any? { self }
 }
 extension UUID: AttributeValue {
     public static var absentValue: UUID { UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) }
-    public init?(attributeValue v: Any) { guard let u = v as? UUID else { return nil }; self = u }
+    public init?(attributeValue v: Any) {
+        guard let u = v as? UUID else { return nil }
+        self = u
+    }
     public var attributeValue: Any? { self }
 }
 extension URL: AttributeValue {
     public static var absentValue: URL { URL(string: "about:blank")! }
-    public init?(attributeValue v: Any) { guard let u = v as? URL else { return nil }; self = u }
+    public init?(attributeValue v: Any) {
+        guard let u = v as? URL else { return nil }
+        self = u
+    }
     public var attributeValue: Any? { self }
 }
 extension Decimal: AttributeValue {
     public static var absentValue: Decimal { 0 }
-    public init?(attributeValue v: Any) { guard let d = v as? Decimal else { return nil }; self = d }
+    public init?(attributeValue v: Any) {
+        guard let d = v as? Decimal else { return nil }
+        self = d
+    }
     public var attributeValue: Any? { self }
 }
 
@@ -178,7 +205,10 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
     }
     public var attributeValue: Any? { self?.attributeValue ?? nil }
     public init?(storedValue: StoredValue, type: AttributeType) {
-        if storedValue.slot.isNull { self = .none; return }
+        if storedValue.slot.isNull {
+            self = .none
+            return
+        }
         guard let w = Wrapped(storedValue: storedValue, type: type) else { return nil }
         self = .some(w)
     }
@@ -223,7 +253,9 @@ public struct Managed<Value: AttributeValue> {
     ) -> Value {
         get {
             let key = object[keyPath: storageKeyPath].key
-            guard let (slot, type) = object.typedRead(key), let v = Value(storedValue: StoredValue(slot: slot), type: type) else {
+            guard let (slot, type) = object.typedRead(key),
+                let v = Value(storedValue: StoredValue(slot: slot), type: type)
+            else {
                 return Value.absentValue
             }
             return v
@@ -262,13 +294,17 @@ public struct Transformable<Value> {
         storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
     ) -> Value? {
         get {
-            do { return try object.value(forKey: object[keyPath: storageKeyPath].key) as? Value } catch let e as LogbookError {
+            do { return try object.value(forKey: object[keyPath: storageKeyPath].key) as? Value } catch let e
+                as LogbookError
+            {
                 object.contextRef?.recordError(e)
                 return nil
             } catch { return nil }
         }
         set {
-            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e
+                as LogbookError
+            {
                 object.contextRef?.recordError(e)
             } catch {}
         }
@@ -303,7 +339,9 @@ public struct ToOne<Destination: ManagedObject> {
     ) -> Destination? {
         get { (try? object.value(forKey: object[keyPath: storageKeyPath].key)) as? Destination }
         set {
-            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e
+                as LogbookError
+            {
                 object.contextRef?.recordError(e)
             } catch {}
         }
@@ -342,7 +380,9 @@ public struct ToMany<Destination: ManagedObject> {
             return Set(all.compactMap { $0 as? Destination })
         }
         set {
-            do { try object.setValue(Array(newValue) as [ManagedObject], forKey: object[keyPath: storageKeyPath].key) } catch let e as LogbookError {
+            do {
+                try object.setValue(Array(newValue) as [ManagedObject], forKey: object[keyPath: storageKeyPath].key)
+            } catch let e as LogbookError {
                 object.contextRef?.recordError(e)
             } catch {}
         }

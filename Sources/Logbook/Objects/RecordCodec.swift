@@ -13,16 +13,20 @@ final class RecordArena: @unchecked Sendable {
     func slot(_ index: Int, offset: UInt32, count: UInt32, layout: EntityLayout) -> Slot? {
         bytes.withUnsafeBytes { all in
             layout.slotKinds.withUnsafeBufferPointer { kinds in
-                try? RecordCodec.decodeSlot(UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), index, kinds: kinds)
+                try? RecordCodec.decodeSlot(
+                    UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), index, kinds: kinds)
             }
         }
     }
 
     /// The whole record at `offset`.
-    func slots(offset: UInt32, count: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws -> [Slot] {
+    func slots(offset: UInt32, count: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws
+        -> [Slot]
+    {
         try bytes.withUnsafeBytes { all in
-            try RecordCodec.decode(UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), layout: layout,
-                                   destinationKeyspace: destinationKeyspace)
+            try RecordCodec.decode(
+                UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), layout: layout,
+                destinationKeyspace: destinationKeyspace)
         }
     }
 }
@@ -85,7 +89,9 @@ enum RecordCodec {
         for i in slots.indices {
             switch slots[i] {
             case .null: break
-            case .string(let s): let n = s.utf8.count; size += varintSize(UInt64(n)) + n
+            case .string(let s):
+                let n = s.utf8.count
+                size += varintSize(UInt64(n)) + n
             case .int(let v): size += varintSize(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
             case .double: size += (i < layout.attributeCount && layout.entity.attributes[i].type == .float) ? 4 : 8
             case .bool: size += 1
@@ -106,7 +112,11 @@ enum RecordCodec {
         var o = 1 + bitmapBytes
         func varint(_ value: UInt64) {
             var v = value
-            while v >= 0x80 { p.storeBytes(of: UInt8(truncatingIfNeeded: v) | 0x80, toByteOffset: o, as: UInt8.self); v >>= 7; o += 1 }
+            while v >= 0x80 {
+                p.storeBytes(of: UInt8(truncatingIfNeeded: v) | 0x80, toByteOffset: o, as: UInt8.self)
+                v >>= 7
+                o += 1
+            }
             p.storeBytes(of: UInt8(v), toByteOffset: o, as: UInt8.self)
             o += 1
         }
@@ -132,7 +142,9 @@ enum RecordCodec {
                     p.storeBytes(of: d.bitPattern.littleEndian, toByteOffset: o, as: UInt64.self)
                     o += 8
                 }
-            case .bool(let b): p.storeBytes(of: b ? 1 : 0, toByteOffset: o, as: UInt8.self); o += 1
+            case .bool(let b):
+                p.storeBytes(of: b ? 1 : 0, toByteOffset: o, as: UInt8.self)
+                o += 1
             case .data(let d):
                 varint(UInt64(d.count))
                 d.withUnsafeBytes { if $0.count > 0 { (p + o).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
@@ -166,7 +178,9 @@ enum RecordCodec {
     }
 
     /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
-    static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws -> [Slot] {
+    static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws
+        -> [Slot]
+    {
         try layout.slotKinds.withUnsafeBufferPointer { kinds in
             try decode(raw, kinds: kinds, destinationKeyspace: destinationKeyspace)
         }
@@ -174,8 +188,10 @@ enum RecordCodec {
 
     /// The same with the slot kinds given (a loop over many records takes them once).
     @inline(__always)
-    static func decode(_ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
-                       destinationKeyspace: (Int) -> UInt16) throws -> [Slot] {
+    static func decode(
+        _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
+        destinationKeyspace: (Int) -> UInt16
+    ) throws -> [Slot] {
         let n = kinds.count
         guard raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
         var result = [Slot](repeating: .null, count: n)
@@ -189,7 +205,9 @@ enum RecordCodec {
     }
 
     /// One attribute's value from a record, without decoding the others.
-    static func decodeSlot(_ raw: UnsafeRawBufferPointer, _ target: Int, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>) throws -> Slot {
+    static func decodeSlot(
+        _ raw: UnsafeRawBufferPointer, _ target: Int, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>
+    ) throws -> Slot {
         let n = kinds.count
         guard target < n, raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
         guard raw[1 + target / 8] & UInt8(1 << (target % 8)) != 0 else { return .null }
@@ -228,8 +246,10 @@ enum RecordCodec {
 
     /// The value of one present slot at `o`, which moves past it.
     @inline(__always)
-    static func value(_ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int,
-                      destinationKeyspace: () -> UInt16) throws -> Slot {
+    static func value(
+        _ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int,
+        destinationKeyspace: () -> UInt16
+    ) throws -> Slot {
         func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
             guard count >= 0, count <= raw.count - o else { throw Malformed() }
             defer { o += count }
@@ -286,10 +306,14 @@ enum RecordCodec {
         case .boxed(let b):
             switch b.value {
             case .uuid(let u): return IndexKey(index: index, bytes: [1] + withUnsafeBytes(of: u.uuid) { Array($0) })
-            case .url(let u): return IndexKey(index: index, bytes: [1] + Array(u.absoluteString.utf8.prefix(JournalFormat.maxIndexKeyLength - 1)))
-            case .decimal(let d): return IndexKey(index: index, tag: 1, orderedDouble: NSDecimalNumber(decimal: d).doubleValue)
+            case .url(let u):
+                return IndexKey(
+                    index: index, bytes: [1] + Array(u.absoluteString.utf8.prefix(JournalFormat.maxIndexKeyLength - 1)))
+            case .decimal(let d):
+                return IndexKey(index: index, tag: 1, orderedDouble: NSDecimalNumber(decimal: d).doubleValue)
             }
-        case .data(let d): return IndexKey(index: index, bytes: [1] + Array(d.prefix(JournalFormat.maxIndexKeyLength - 1)))
+        case .data(let d):
+            return IndexKey(index: index, bytes: [1] + Array(d.prefix(JournalFormat.maxIndexKeyLength - 1)))
         case .object(let k): return IndexKey(index: index, tag: 1, orderedUInt64: k)
         }
     }

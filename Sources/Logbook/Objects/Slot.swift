@@ -18,7 +18,11 @@ enum Slot: Sendable, Hashable {
     /// UUID, URL and Decimal live in a box so that a slot stays small.
     @usableFromInline
     final class Boxed: Sendable, Hashable {
-        enum Value: Sendable, Hashable { case uuid(UUID), url(URL), decimal(Decimal) }
+        enum Value: Sendable, Hashable {
+            case uuid(UUID)
+            case url(URL)
+            case decimal(Decimal)
+        }
         let value: Value
         init(_ value: Value) { self.value = value }
         @usableFromInline static func == (a: Boxed, b: Boxed) -> Bool { a.value == b.value }
@@ -41,16 +45,46 @@ enum Slot: Sendable, Hashable {
     init(_ value: Any?, type: AttributeType, transformers: TransformerRegistry? = nil) throws {
         // The common cases first: the attribute's own Swift type, one cast.
         switch type {
-        case .string: if let s = value as? String { self = .string(s); return }
-        case .int32: if let x = value as? Int32 { self = .int(Int64(x)); return }
-        case .int64: if let x = value as? Int64 { self = .int(x); return }
-        case .bool: if let b = value as? Bool { self = .bool(b); return }
-        case .date: if let d = value as? Date { self = .double(d.timeIntervalSince1970); return }
-        case .double: if let d = value as? Double { self = .double(d); return }
+        case .string:
+            if let s = value as? String {
+                self = .string(s)
+                return
+            }
+        case .int32:
+            if let x = value as? Int32 {
+                self = .int(Int64(x))
+                return
+            }
+        case .int64:
+            if let x = value as? Int64 {
+                self = .int(x)
+                return
+            }
+        case .bool:
+            if let b = value as? Bool {
+                self = .bool(b)
+                return
+            }
+        case .date:
+            if let d = value as? Date {
+                self = .double(d.timeIntervalSince1970)
+                return
+            }
+        case .double:
+            if let d = value as? Double {
+                self = .double(d)
+                return
+            }
         default: break
         }
-        guard let value, !(value is NSNull) else { self = .null; return }
-        if let optional = value as? any OptionalProtocol, optional.isNil { self = .null; return }
+        guard let value, !(value is NSNull) else {
+            self = .null
+            return
+        }
+        if let optional = value as? any OptionalProtocol, optional.isNil {
+            self = .null
+            return
+        }
         func int(_ range: ClosedRange<Int64>) throws -> Slot {
             let v: Int64?
             switch value {
@@ -91,7 +125,10 @@ enum Slot: Sendable, Hashable {
             self = .double(d.timeIntervalSince1970)
         case .data:
             guard let d = value as? Data else {
-                if let b = value as? [UInt8] { self = .data(Data(b)); return }
+                if let b = value as? [UInt8] {
+                    self = .data(Data(b))
+                    return
+                }
                 throw Mismatch(expected: type, got: value)
             }
             self = .data(d)

@@ -142,9 +142,14 @@ struct PredicateEvaluator {
                 throw fail("\(object.layout.name) has no key \(key)", column, key: key)
             }
             if let slot = object.layout.slotByName[key], slot < object.layout.attributeCount,
-               case .transformable(let name) = object.layout.entity.attributes[slot].type {
+                case .transformable(let name) = object.layout.entity.attributes[slot].type
+            {
                 _ = try object.checkUsable(key)
-                if case .data(let blob) = object.slots[slot] { current = TransformedValue(blob: blob, transformer: name) } else { current = nil }
+                if case .data(let blob) = object.slots[slot] {
+                    current = TransformedValue(blob: blob, transformer: name)
+                } else {
+                    current = nil
+                }
             } else {
                 current = try object.value(forKey: key)
             }
@@ -213,7 +218,9 @@ struct PredicateEvaluator {
             default: return order >= 0
             }
         case .between:
-            guard let bounds = b as? [Any?], bounds.count == 2, let a, let lo = bounds[0], let hi = bounds[1] else { return false }
+            guard let bounds = b as? [Any?], bounds.count == 2, let a, let lo = bounds[0], let hi = bounds[1] else {
+                return false
+            }
             return try ordering(a, lo, c) >= 0 && ordering(a, hi, c) <= 0
         case .in:
             if let items = asCollection(b) { return try items.contains { try equal(a, $0, c) } }
@@ -287,7 +294,8 @@ struct PredicateEvaluator {
         case (nil, _), (_, nil): return false
         default: break
         }
-        let a = a!, b = b!
+        let a = a!
+        let b = b!
         if let t = a as? TransformedValue { return try transformedEqual(t, b, c) }
         if let t = b as? TransformedValue { return try transformedEqual(t, a, c) }
         if let x = a as? String, let y = b as? String { return fold(x, c) == fold(y, c) }

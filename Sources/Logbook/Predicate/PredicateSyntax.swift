@@ -14,9 +14,19 @@ indirect enum PredicateNode: @unchecked Sendable {
 
 struct Comparison {
     enum Operator: String {
-        case equal = "==", notEqual = "!=", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">="
-        case beginsWith = "BEGINSWITH", endsWith = "ENDSWITH", contains = "CONTAINS", like = "LIKE", matches = "MATCHES"
-        case `in` = "IN", between = "BETWEEN"
+        case equal = "=="
+        case notEqual = "!="
+        case less = "<"
+        case lessOrEqual = "<="
+        case greater = ">"
+        case greaterOrEqual = ">="
+        case beginsWith = "BEGINSWITH"
+        case endsWith = "ENDSWITH"
+        case contains = "CONTAINS"
+        case like = "LIKE"
+        case matches = "MATCHES"
+        case `in` = "IN"
+        case between = "BETWEEN"
     }
     enum Modifier { case direct, any, all, none }
 
@@ -38,19 +48,20 @@ indirect enum PredicateExpression {
     case value(Any?)
     case list([PredicateExpression])
     /// SUBQUERY(collection, $variable, predicate), with optional trailing aggregate (`.@count`).
-    case subquery(collection: PredicateExpression, variable: String, predicate: PredicateNode, aggregate: String?, column: Int)
+    case subquery(
+        collection: PredicateExpression, variable: String, predicate: PredicateNode, aggregate: String?, column: Int)
 }
 
 /// Tokens of the predicate format language.
 struct PredicateToken: Equatable {
     enum Kind: Equatable {
-        case identifier(String)     // keys, keywords (case-insensitive keywords are recognised by the parser)
+        case identifier(String)  // keys, keywords (case-insensitive keywords are recognised by the parser)
         case string(String)
         case number(Double, isInteger: Bool)
-        case op(String)             // == = != <> < <= =< > >= => && || ! ( ) { } , . [ ]
-        case format(String)         // %@ %K %d %i %ld %lld %f %lf %u
-        case variable(String)       // $name
-        case at(String)             // @count @sum @avg @min @max
+        case op(String)  // == = != <> < <= =< > >= => && || ! ( ) { } , . [ ]
+        case format(String)  // %@ %K %d %i %ld %lld %f %lf %u
+        case variable(String)  // $name
+        case at(String)  // @count @sum @avg @min @max
         case end
     }
     var kind: Kind
@@ -68,7 +79,10 @@ enum PredicateLexer {
         while i < chars.count {
             let c = chars[i]
             let start = i
-            if CharacterSet.whitespacesAndNewlines.contains(c) { i += 1; continue }
+            if CharacterSet.whitespacesAndNewlines.contains(c) {
+                i += 1
+                continue
+            }
             if c == "\"" || c == "'" {
                 var s = String.UnicodeScalarView()
                 i += 1
@@ -84,7 +98,11 @@ enum PredicateLexer {
                         i += 2
                         continue
                     }
-                    if chars[i] == c { closed = true; i += 1; break }
+                    if chars[i] == c {
+                        closed = true
+                        i += 1
+                        break
+                    }
                     s.append(chars[i])
                     i += 1
                 }
@@ -92,12 +110,17 @@ enum PredicateLexer {
                 out.append(.init(kind: .string(String(s)), column: start + 1))
                 continue
             }
-            if CharacterSet.decimalDigits.contains(c) || (c == "-" && i + 1 < chars.count && CharacterSet.decimalDigits.contains(chars[i + 1])
-                                                         && (out.last.map { if case .op(let o) = $0.kind { return o != ")" } else { return false } } ?? true)) {
+            if CharacterSet.decimalDigits.contains(c)
+                || (c == "-" && i + 1 < chars.count && CharacterSet.decimalDigits.contains(chars[i + 1])
+                    && (out.last.map { if case .op(let o) = $0.kind { return o != ")" } else { return false } } ?? true))
+            {
                 var j = i + 1
                 var isInteger = true
-                while j < chars.count, CharacterSet.decimalDigits.contains(chars[j]) || chars[j] == "." || chars[j] == "e" || chars[j] == "E"
-                        || ((chars[j] == "-" || chars[j] == "+") && (chars[j - 1] == "e" || chars[j - 1] == "E")) {
+                while j < chars.count,
+                    CharacterSet.decimalDigits.contains(chars[j]) || chars[j] == "." || chars[j] == "e"
+                        || chars[j] == "E"
+                        || ((chars[j] == "-" || chars[j] == "+") && (chars[j - 1] == "e" || chars[j - 1] == "E"))
+                {
                     if chars[j] == "." || chars[j] == "e" || chars[j] == "E" { isInteger = false }
                     j += 1
                 }
@@ -109,7 +132,14 @@ enum PredicateLexer {
             }
             if c == "%" {
                 var j = i + 1
-                while j < chars.count, CharacterSet.letters.contains(chars[j]) || chars[j] == "@" { j += 1; if chars[j - 1] == "@" || chars[j - 1] == "K" || chars[j - 1] == "d" || chars[j - 1] == "i" || chars[j - 1] == "f" || chars[j - 1] == "u" { break } }
+                while j < chars.count, CharacterSet.letters.contains(chars[j]) || chars[j] == "@" {
+                    j += 1
+                    if chars[j - 1] == "@" || chars[j - 1] == "K" || chars[j - 1] == "d" || chars[j - 1] == "i"
+                        || chars[j - 1] == "f" || chars[j - 1] == "u"
+                    {
+                        break
+                    }
+                }
                 let spec = String(String.UnicodeScalarView(chars[i..<j]))
                 guard ["%@", "%K", "%d", "%i", "%ld", "%lld", "%f", "%lf", "%u", "%lu"].contains(spec) else {
                     throw fail("unknown format specifier \(spec)", start)
@@ -192,7 +222,9 @@ struct PredicateParser {
         let node = try parseOr()
         guard case .end = current.kind else { throw fail("unexpected \(describe(current)) after the predicate") }
         guard argumentIndex == arguments.count else {
-            throw LogbookError(.invalidPredicate, "\(arguments.count) arguments given but the format \"\(text)\" uses \(argumentIndex)")
+            throw LogbookError(
+                .invalidPredicate, "\(arguments.count) arguments given but the format \"\(text)\" uses \(argumentIndex)"
+            )
         }
         return node
     }
@@ -237,8 +269,14 @@ struct PredicateParser {
     }
 
     mutating func parsePrimary() throws -> PredicateNode {
-        if isKeyword("TRUEPREDICATE") { position += 1; return .constant(true) }
-        if isKeyword("FALSEPREDICATE") { position += 1; return .constant(false) }
+        if isKeyword("TRUEPREDICATE") {
+            position += 1
+            return .constant(true)
+        }
+        if isKeyword("FALSEPREDICATE") {
+            position += 1
+            return .constant(false)
+        }
         if isOp("(") {
             // A parenthesised predicate (a parenthesised expression is not part of the language).
             position += 1
@@ -251,9 +289,16 @@ struct PredicateParser {
 
     mutating func parseComparison() throws -> Comparison {
         var modifier = Comparison.Modifier.direct
-        if isKeyword("ANY") || isKeyword("SOME") { modifier = .any; position += 1 }
-        else if isKeyword("ALL") { modifier = .all; position += 1 }
-        else if isKeyword("NONE") { modifier = .none; position += 1 }
+        if isKeyword("ANY") || isKeyword("SOME") {
+            modifier = .any
+            position += 1
+        } else if isKeyword("ALL") {
+            modifier = .all
+            position += 1
+        } else if isKeyword("NONE") {
+            modifier = .none
+            position += 1
+        }
         let lhs = try parseExpression()
         let opColumn = current.column
         let op: Comparison.Operator
@@ -287,7 +332,8 @@ struct PredicateParser {
         }
         _ = negate
         negate = false
-        var ci = false, di = false
+        var ci = false
+        var di = false
         if isOp("[") {
             position += 1
             guard case .identifier(let flags) = current.kind else { throw fail("expected options such as c, d or cd") }
@@ -306,19 +352,24 @@ struct PredicateParser {
         if op == .between {
             guard case .list(let items) = rhs, items.count == 2 else {
                 if case .value(let v) = rhs, let a = v as? [Any], a.count == 2 {
-                    return Comparison(modifier: modifier, lhs: lhs, op: op, rhs: .list([.value(a[0]), .value(a[1])]),
-                                      caseInsensitive: ci, diacriticInsensitive: di, column: opColumn)
+                    return Comparison(
+                        modifier: modifier, lhs: lhs, op: op, rhs: .list([.value(a[0]), .value(a[1])]),
+                        caseInsensitive: ci, diacriticInsensitive: di, column: opColumn)
                 }
                 throw fail("BETWEEN needs two bounds, as {low, high}", opColumn)
             }
             _ = items
         }
-        return Comparison(modifier: modifier, lhs: lhs, op: op, rhs: rhs, caseInsensitive: ci, diacriticInsensitive: di, column: opColumn)
+        return Comparison(
+            modifier: modifier, lhs: lhs, op: op, rhs: rhs, caseInsensitive: ci, diacriticInsensitive: di,
+            column: opColumn)
     }
 
     mutating func nextArgument(_ column: Int) throws -> Any? {
         guard argumentIndex < arguments.count else {
-            throw LogbookError(.invalidPredicate, "the format \"\(text)\" needs more arguments than the \(arguments.count) given (column \(column))")
+            throw LogbookError(
+                .invalidPredicate,
+                "the format \"\(text)\" needs more arguments than the \(arguments.count) given (column \(column))")
         }
         defer { argumentIndex += 1 }
         return arguments[argumentIndex]
@@ -344,7 +395,9 @@ struct PredicateParser {
                 guard arg is any BinaryInteger else { throw fail("\(spec) needs an integer argument", t.column) }
                 return .value(arg)
             case "%f", "%lf":
-                guard arg is any BinaryFloatingPoint else { throw fail("\(spec) needs a floating-point argument", t.column) }
+                guard arg is any BinaryFloatingPoint else {
+                    throw fail("\(spec) needs a floating-point argument", t.column)
+                }
                 return .value(arg)
             default:
                 return .value(arg)
@@ -371,9 +424,15 @@ struct PredicateParser {
             return .variable(name, path, column: t.column)
         case .identifier(let w):
             switch w.uppercased() {
-            case "NIL", "NULL": position += 1; return .value(nil)
-            case "TRUE", "YES": position += 1; return .value(true)
-            case "FALSE", "NO": position += 1; return .value(false)
+            case "NIL", "NULL":
+                position += 1
+                return .value(nil)
+            case "TRUE", "YES":
+                position += 1
+                return .value(true)
+            case "FALSE", "NO":
+                position += 1
+                return .value(false)
             case "SUBQUERY":
                 position += 1
                 try expectOp("(")
@@ -391,7 +450,8 @@ struct PredicateParser {
                     aggregate = a
                     position += 1
                 }
-                return .subquery(collection: collection, variable: v, predicate: predicate, aggregate: aggregate, column: t.column)
+                return .subquery(
+                    collection: collection, variable: v, predicate: predicate, aggregate: aggregate, column: t.column)
             default:
                 position += 1
                 return try continueKeyPath([w], column: t.column)
@@ -408,12 +468,18 @@ struct PredicateParser {
 
     mutating func keyComponent() throws -> String {
         switch current.kind {
-        case .identifier(let w): position += 1; return w
-        case .at(let a): position += 1; return "@" + a
+        case .identifier(let w):
+            position += 1
+            return w
+        case .at(let a):
+            position += 1
+            return "@" + a
         case .format("%K"):
             let c = current.column
             position += 1
-            guard let key = try nextArgument(c) as? String else { throw fail("%K needs a key name (a String) argument", c) }
+            guard let key = try nextArgument(c) as? String else {
+                throw fail("%K needs a key name (a String) argument", c)
+            }
             return key
         default: throw fail("expected a key after '.'")
         }

@@ -45,7 +45,10 @@ extension FetchSortDescriptor {
     /// descending).
     public init<T: ManagedObject>(_ descriptor: SortDescriptor<T>) throws {
         guard let keyPath = descriptor.keyPath, let key = KeyProbe.key(of: keyPath, in: T.self) else {
-            throw LogbookError(.invalidPredicate, "the sort descriptor \(descriptor) does not name a property of \(T.self) declared with @Attribute, @ToOne or @Transformable")
+            throw LogbookError(
+                .invalidPredicate,
+                "the sort descriptor \(descriptor) does not name a property of \(T.self) declared with @Attribute, @ToOne or @Transformable"
+            )
         }
         self.init(key: key, ascending: descriptor.order == .forward)
     }
@@ -59,7 +62,8 @@ enum KeyProbe {
         // An entity without properties: every key lookup on the stand-in fails and is recorded.
         try! EntityLayout(entity: EntityDescription("_KeyProbe"), index: 0, entityIndex: [:], entities: [])
     }()
-    private static let identity = StoreIdentity(uuid: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)), keyspaces: [:])
+    private static let identity = StoreIdentity(
+        uuid: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)), keyspaces: [:])
 
     static func record(_ key: String, for object: ManagedObject) {
         recorded.withLock { $0[ObjectIdentifier(object)] = key }
@@ -94,7 +98,10 @@ struct SwiftPredicateTranslator {
     func unsupported(_ part: Any) -> LogbookError {
         var name = String(describing: type(of: part))
         if let angle = name.firstIndex(of: "<") { name = String(name[..<angle]) }
-        return LogbookError(.invalidPredicate, "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties, optional chaining, nil, contains, starts(with:), allSatisfy, ranges, count and isEmpty")
+        return LogbookError(
+            .invalidPredicate,
+            "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties, optional chaining, nil, contains, starts(with:), allSatisfy, ranges, count and isEmpty"
+        )
     }
 
     mutating func part(_ e: Any) throws -> TranslatedPart {
@@ -116,7 +123,8 @@ struct SwiftPredicateTranslator {
         switch try part(e) {
         case .expression(let x): return x
         case .node, .range:
-            throw LogbookError(.invalidPredicate, "a #Predicate uses a condition or a range where Logbook needs a value")
+            throw LogbookError(
+                .invalidPredicate, "a #Predicate uses a condition or a range where Logbook needs a value")
         }
     }
 
@@ -135,14 +143,17 @@ struct SwiftPredicateTranslator {
 
     /// `sequence.contains { test }` (some member passes) or `allSatisfy` (none fails), as a
     /// SUBQUERY count.
-    mutating func subquery(_ sequence: Any, _ variable: PredicateExpressions.VariableID, _ test: Any, all: Bool) throws -> TranslatedPart {
+    mutating func subquery(_ sequence: Any, _ variable: PredicateExpressions.VariableID, _ test: Any, all: Bool) throws
+        -> TranslatedPart
+    {
         let collection = try expression(sequence)
         subqueries += 1
         let name = "item\(subqueries)"
         variables[variable] = .variable(name, [], column: 0)
         let condition = try node(test)
-        let counted = PredicateExpression.subquery(collection: collection, variable: name, predicate: all ? .not(condition) : condition,
-                                                   aggregate: "count", column: 0)
+        let counted = PredicateExpression.subquery(
+            collection: collection, variable: name, predicate: all ? .not(condition) : condition,
+            aggregate: "count", column: 0)
         return all ? compare(counted, .equal, .value(0)) : compare(counted, .greater, .value(0))
     }
 
@@ -195,13 +206,18 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
         let component: String
         if let objectType = Root.Output.self as? ManagedObject.Type {
             guard let key = objectType.probeKey(keyPath) else {
-                throw LogbookError(.invalidPredicate, "\(keyPath) is not a property declared with @Attribute, @ToOne, @ToMany or @Transformable")
+                throw LogbookError(
+                    .invalidPredicate,
+                    "\(keyPath) is not a property declared with @Attribute, @ToOne, @ToMany or @Transformable")
             }
             component = key
-        } else if let collection = Root.Output.self as? any CountedCollectionKeyPaths.Type, let aggregate = collection.aggregate(of: keyPath) {
+        } else if let collection = Root.Output.self as? any CountedCollectionKeyPaths.Type,
+            let aggregate = collection.aggregate(of: keyPath)
+        {
             component = aggregate
         } else {
-            throw LogbookError(.invalidPredicate, "\(keyPath) cannot be translated: only typed properties, count and isEmpty")
+            throw LogbookError(
+                .invalidPredicate, "\(keyPath) cannot be translated: only typed properties, count and isEmpty")
         }
         func extended(_ path: [String]) -> [String] { path + [component == "isEmpty" ? "@count" : component] }
         let expression: PredicateExpression
@@ -264,11 +280,15 @@ extension PredicateExpressions.Comparison: SwiftPredicateTranslatable {
 }
 
 extension PredicateExpressions.Conjunction: SwiftPredicateTranslatable {
-    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .node(try t.joined(lhs, rhs, and: true)) }
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        .node(try t.joined(lhs, rhs, and: true))
+    }
 }
 
 extension PredicateExpressions.Disjunction: SwiftPredicateTranslatable {
-    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .node(try t.joined(lhs, rhs, and: false)) }
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        .node(try t.joined(lhs, rhs, and: false))
+    }
 }
 
 extension PredicateExpressions.Negation: SwiftPredicateTranslatable {
@@ -301,13 +321,14 @@ extension PredicateExpressions.Range: SwiftPredicateTranslatable {
 
 extension PredicateExpressions.RangeExpressionContains: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        guard case let .range(lo, hi, closed) = try t.part(range) else { throw t.unsupported(self) }
+        guard case .range(let lo, let hi, let closed) = try t.part(range) else { throw t.unsupported(self) }
         let element = try t.expression(element)
         if closed, case .value(let l) = lo, case .value(let h) = hi {
             return t.compare(element, .between, .value([l, h] as [Any?]))
         }
         guard case .node(let lower) = t.compare(element, .greaterOrEqual, lo),
-              case .node(let upper) = t.compare(element, closed ? .lessOrEqual : .less, hi) else { throw t.unsupported(self) }
+            case .node(let upper) = t.compare(element, closed ? .lessOrEqual : .less, hi)
+        else { throw t.unsupported(self) }
         return .node(.and([lower, upper]))
     }
 }
@@ -367,7 +388,8 @@ extension PredicateNode {
             var options = ""
             if c.caseInsensitive { options += "c" }
             if c.diacriticInsensitive { options += "d" }
-            s += "\(c.lhs.formatDescription) \(c.op.rawValue)\(options.isEmpty ? "" : "[\(options)]") \(c.rhs.formatDescription)"
+            s +=
+                "\(c.lhs.formatDescription) \(c.op.rawValue)\(options.isEmpty ? "" : "[\(options)]") \(c.rhs.formatDescription)"
             return s
         }
     }
@@ -381,14 +403,17 @@ extension PredicateExpression {
         case .value(let v): return Self.literal(v)
         case .list(let items): return "{" + items.map(\.formatDescription).joined(separator: ", ") + "}"
         case .subquery(let collection, let variable, let predicate, let aggregate, _):
-            return "SUBQUERY(\(collection.formatDescription), $\(variable), \(predicate.formatDescription))" + (aggregate.map { ".@\($0)" } ?? "")
+            return "SUBQUERY(\(collection.formatDescription), $\(variable), \(predicate.formatDescription))"
+                + (aggregate.map { ".@\($0)" } ?? "")
         }
     }
 
     static func literal(_ v: Any?) -> String {
         switch v {
         case nil: return "nil"
-        case let s as String: return "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        case let s as String:
+            return "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+                + "\""
         case let b as Bool: return b ? "YES" : "NO"
         case let list as [Any?]: return "{" + list.map(literal).joined(separator: ", ") + "}"
         case let list as [Any]: return "{" + list.map { literal($0) }.joined(separator: ", ") + "}"

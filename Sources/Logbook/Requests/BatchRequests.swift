@@ -22,7 +22,9 @@ public struct BatchInsertRow {
         guard let slot = layout.slot(named: key), slot < layout.attributeCount else { return unknown(key) }
         let type = layout.entity.attributes[slot].type
         guard let stored = value.storedValue(type: type) else {
-            return fail(LogbookError(.typeMismatch, "\(key) is \(type); \(V.self) \(value) does not fit", entity: layout.name, key: key))
+            return fail(
+                LogbookError(
+                    .typeMismatch, "\(key) is \(type); \(V.self) \(value) does not fit", entity: layout.name, key: key))
         }
         slots[slot] = stored.slot
     }
@@ -40,7 +42,9 @@ public struct BatchInsertRow {
             do {
                 slots[slot] = try Slot(newValue, type: type, transformers: AttributeTransformers.registry)
             } catch let m as Slot.Mismatch {
-                fail(LogbookError(.typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit", entity: layout.name, key: key))
+                fail(
+                    LogbookError(
+                        .typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit", entity: layout.name, key: key))
             } catch let e as LogbookError {
                 fail(e)
             } catch {
@@ -50,7 +54,10 @@ public struct BatchInsertRow {
     }
 
     private mutating func unknown(_ key: String) {
-        fail(LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key) (a batch insert sets attributes only)", entity: layout.name, key: key))
+        fail(
+            LogbookError(
+                .unknownKey, "\(layout.name) has no attribute named \(key) (a batch insert sets attributes only)",
+                entity: layout.name, key: key))
     }
 
     private mutating func fail(_ e: LogbookError) { if error == nil { error = e } }
@@ -154,11 +161,17 @@ extension ManagedObjectContext {
             if let e = row.error { throw e }
             let key = keys.lowerBound + UInt64(i)
             for s in layout.requiredSlots where s < layout.attributeCount && row.slots[s].isNull {
-                failures.append(ValidationFailure(objectID: ObjectID(store: store.identity, key: key), entity: layout.name, key: layout.slotNames[s], reason: "a value is required"))
+                failures.append(
+                    ValidationFailure(
+                        objectID: ObjectID(store: store.identity, key: key), entity: layout.name,
+                        key: layout.slotNames[s], reason: "a value is required"))
             }
             if hasRules {
                 layout.checkRules(row.slots) { k, reason in
-                    failures.append(ValidationFailure(objectID: ObjectID(store: store.identity, key: key), entity: layout.name, key: k, reason: reason))
+                    failures.append(
+                        ValidationFailure(
+                            objectID: ObjectID(store: store.identity, key: key), entity: layout.name, key: k,
+                            reason: reason))
                 }
             }
             if !failures.isEmpty { continue }
@@ -171,7 +184,8 @@ extension ManagedObjectContext {
         let ids = request.resultType == .objectIDs ? keys.map { ObjectID(store: store.identity, key: $0) } : []
         if container.hasListeners(besides: self) || !changeObservers.isEmpty {
             let all = ids.isEmpty ? keys.map { ObjectID(store: store.identity, key: $0) } : ids
-            container.didSave(ContextChanges(inserted: Set(all), updated: [], deleted: [], version: version), from: self)
+            container.didSave(
+                ContextChanges(inserted: Set(all), updated: [], deleted: [], version: version), from: self)
         }
         return BatchResult(count: request.count, objectIDs: ids)
     }
@@ -182,18 +196,28 @@ extension ManagedObjectContext {
         var changes: [(slot: Int, value: Slot)] = []
         for (key, value) in request.propertiesToUpdate.sorted(by: { $0.key < $1.key }) {
             guard let slot = layout.slot(named: key), slot < layout.attributeCount else {
-                throw LogbookError(.unknownKey, "\(layout.name) has no attribute named \(key) (a batch update sets attributes only)", entity: layout.name, key: key)
+                throw LogbookError(
+                    .unknownKey, "\(layout.name) has no attribute named \(key) (a batch update sets attributes only)",
+                    entity: layout.name, key: key)
             }
             let a = layout.entity.attributes[slot]
             let new: Slot
-            do { new = try Slot(value ?? nil, type: a.type, transformers: AttributeTransformers.registry) } catch let m as Slot.Mismatch {
-                throw LogbookError(.typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit", entity: layout.name, key: key)
+            do { new = try Slot(value ?? nil, type: a.type, transformers: AttributeTransformers.registry) } catch let m
+                as Slot.Mismatch
+            {
+                throw LogbookError(
+                    .typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit", entity: layout.name, key: key)
             }
             if new.isNull && !a.isOptional {
-                throw LogbookError(.validation, "\(key) requires a value; a batch update cannot remove it", entity: layout.name, key: key)
+                throw LogbookError(
+                    .validation, "\(key) requires a value; a batch update cannot remove it", entity: layout.name,
+                    key: key)
             }
             var failure: String?
-            layout.checkRules(Array(repeating: .null, count: slot) + [new] + Array(repeating: .null, count: max(0, layout.slotNames.count - slot - 1))) { _, reason in
+            layout.checkRules(
+                Array(repeating: .null, count: slot) + [new]
+                    + Array(repeating: .null, count: max(0, layout.slotNames.count - slot - 1))
+            ) { _, reason in
                 failure = failure ?? reason
             }
             if let failure { throw LogbookError(.validation, "\(key): \(failure)", entity: layout.name, key: key) }
@@ -217,8 +241,10 @@ extension ManagedObjectContext {
                 var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
                 if let residual = plan.residual {
                     // The conditions the index does not settle, checked on a detached object.
-                    let o = layout.managedClass.init(ManagedObject.Bootstrap(layout: layout, key: key,
-                                                                             token: token, slots: slots, fault: false))
+                    let o = layout.managedClass.init(
+                        ManagedObject.Bootstrap(
+                            layout: layout, key: key,
+                            token: token, slots: slots, fault: false))
                     let passes = try evaluator.test(residual, object: o)
                     if !passes { return }
                 }
@@ -233,7 +259,9 @@ extension ManagedObjectContext {
         // Objects that contexts hold reload the new values (their unsaved changes stay).
         let holdsObjects = !registry.withLock { $0.isEmpty }
         let listeners = container.hasListeners(besides: self) || !changeObservers.isEmpty
-        let ids = request.resultType == .objectIDs || holdsObjects || listeners ? updatedKeys.map { ObjectID(store: store.identity, key: $0) } : []
+        let ids =
+            request.resultType == .objectIDs || holdsObjects || listeners
+            ? updatedKeys.map { ObjectID(store: store.identity, key: $0) } : []
         if holdsObjects || listeners {
             let changeSet = ContextChanges(inserted: [], updated: Set(ids), deleted: [], version: version)
             refreshObjects(changeSet)
@@ -243,7 +271,8 @@ extension ManagedObjectContext {
     }
 
     static func validationError(_ failures: [ValidationFailure]) -> LogbookError {
-        var e = LogbookError(.validation, failures.count == 1 ? "1 record failed validation" : "\(failures.count) validation failures")
+        var e = LogbookError(
+            .validation, failures.count == 1 ? "1 record failed validation" : "\(failures.count) validation failures")
         e.validationFailures = failures
         return e
     }

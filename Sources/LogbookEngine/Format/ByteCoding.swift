@@ -14,7 +14,10 @@ struct ByteWriter {
     /// The bytes written so far.
     var bytes: [UInt8] {
         get { storage.count == count ? storage : Array(storage[0..<count]) }
-        set { storage = newValue; count = newValue.count }
+        set {
+            storage = newValue
+            count = newValue.count
+        }
     }
 
     var capacity: Int { storage.count }
@@ -214,7 +217,7 @@ func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> I
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif

@@ -5,7 +5,9 @@ enum Frame {
     typealias Codec = JournalFormat.Codec
 
     /// Appends a frame holding `payload`, LZ4-compressed when `compress` is set and it saves space.
-    static func append(type: FrameType, payload: UnsafeRawBufferPointer, compress: Bool, salt: UInt32, to out: inout [UInt8]) {
+    static func append(
+        type: FrameType, payload: UnsafeRawBufferPointer, compress: Bool, salt: UInt32, to out: inout [UInt8]
+    ) {
         if compress {
             let (codec, stored) = encodePayload(payload)
             if let stored {
@@ -23,7 +25,9 @@ enum Frame {
     }
 
     /// Appends a frame whose stored payload was prepared by `encodePayload`.
-    static func append(type: FrameType, codec: Codec, stored: UnsafeRawBufferPointer, salt: UInt32, to out: inout [UInt8]) {
+    static func append(
+        type: FrameType, codec: Codec, stored: UnsafeRawBufferPointer, salt: UInt32, to out: inout [UInt8]
+    ) {
         let start = out.count
         out.append(contentsOf: repeatElement(0, count: JournalFormat.frameHeaderSize))
         out.append(contentsOf: stored.assumingMemoryBound(to: UInt8.self))
@@ -33,8 +37,9 @@ enum Frame {
             header.storeBytes(of: length.littleEndian, toByteOffset: 4, as: UInt32.self)
             header.storeBytes(of: type.rawValue, toByteOffset: 8, as: UInt8.self)
             header.storeBytes(of: codec.rawValue, toByteOffset: 9, as: UInt8.self)
-            let crc = checksum(salt: salt, headerTail: UnsafeRawBufferPointer(start: header.advanced(by: 4), count: 8),
-                               payload: UnsafeRawBufferPointer(start: header.advanced(by: 12), count: Int(length)))
+            let crc = checksum(
+                salt: salt, headerTail: UnsafeRawBufferPointer(start: header.advanced(by: 4), count: 8),
+                payload: UnsafeRawBufferPointer(start: header.advanced(by: 12), count: Int(length)))
             header.storeBytes(of: crc.littleEndian, toByteOffset: 0, as: UInt32.self)
         }
     }
@@ -81,14 +86,19 @@ enum Frame {
         }
         guard length <= JournalFormat.maxFramePayload else { return .invalid("frame length \(length) exceeds the cap") }
         guard length <= size - offset - JournalFormat.frameHeaderSize else { return .invalid("incomplete frame") }
-        let crc = checksum(salt: salt,
-                           headerTail: UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + 12)]),
-                           payload: UnsafeRawBufferPointer(rebasing: buffer[(offset + 12)..<(offset + 12 + length)]))
+        let crc = checksum(
+            salt: salt,
+            headerTail: UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + 12)]),
+            payload: UnsafeRawBufferPointer(rebasing: buffer[(offset + 12)..<(offset + 12 + length)]))
         guard crc == storedCRC else { return .invalid("checksum mismatch") }
-        guard let type = FrameType(rawValue: typeByte), type != .invalid else { return .invalid("unknown frame type \(typeByte)") }
+        guard let type = FrameType(rawValue: typeByte), type != .invalid else {
+            return .invalid("unknown frame type \(typeByte)")
+        }
         guard let codec = Codec(rawValue: codecByte) else { return .invalid("unknown codec \(codecByte)") }
         guard buffer[offset + 10] == 0 && buffer[offset + 11] == 0 else { return .invalid("reserved bytes not zero") }
-        return .frame(Parsed(type: type, codec: codec, payload: (offset + 12)..<(offset + 12 + length), end: offset + 12 + length))
+        return .frame(
+            Parsed(type: type, codec: codec, payload: (offset + 12)..<(offset + 12 + length), end: offset + 12 + length)
+        )
     }
 
     /// The uncompressed payload of a frame, or nil if the LZ4 payload is malformed.
@@ -120,7 +130,9 @@ struct FileHeader: Equatable {
     }
 
     enum DecodeError: Error {
-        case short, wrongMagic, unsupportedVersion(UInt16), badChecksum
+        case short, wrongMagic
+        case unsupportedVersion(UInt16)
+        case badChecksum
     }
 
     static func decode(_ bytes: UnsafeRawBufferPointer, magic: [UInt8]) throws(DecodeError) -> FileHeader {
@@ -131,7 +143,8 @@ struct FileHeader: Equatable {
         let version = bytes.loadLE(at: 8, as: UInt16.self)
         guard version == JournalFormat.version else { throw .unsupportedVersion(version) }
         guard bytes.loadLE(at: 10, as: UInt16.self) == UInt16(JournalFormat.fileHeaderSize) else { throw .badChecksum }
-        return FileHeader(magic: magic, number: bytes.loadLE(at: 16, as: UInt64.self), salt: bytes.loadLE(at: 24, as: UInt32.self))
+        return FileHeader(
+            magic: magic, number: bytes.loadLE(at: 16, as: UInt64.self), salt: bytes.loadLE(at: 24, as: UInt32.self))
     }
 
     static func decode(_ bytes: [UInt8], magic: [UInt8]) -> Result<FileHeader, DecodeError> {

@@ -20,7 +20,9 @@ enum JournalOperation {
     static func header(_ block: UnsafeRawBufferPointer, at offset: Int) throws(Malformed) -> Header {
         var r = ByteReader(block, offset: offset)
         do {
-            guard let code = JournalFormat.OperationCode(rawValue: try r.readByte()) else { throw Malformed(offset: offset) }
+            guard let code = JournalFormat.OperationCode(rawValue: try r.readByte()) else {
+                throw Malformed(offset: offset)
+            }
             let key = try r.readKey()
             switch code {
             case .put:
@@ -31,7 +33,8 @@ enum JournalOperation {
                     _ = try r.readVarint()
                     try r.skip(try r.readLength(limit: JournalFormat.maxIndexKeyLength))
                 }
-                return Header(code: code, key: key, indexKeys: keysStart..<r.offset, indexKeyCount: count, end: r.offset)
+                return Header(
+                    code: code, key: key, indexKeys: keysStart..<r.offset, indexKeyCount: count, end: r.offset)
             case .delete:
                 return Header(code: code, key: key, indexKeys: 0..<0, indexKeyCount: 0, end: r.offset)
             case .setAdd, .setRemove, .setReplace:
@@ -53,7 +56,9 @@ enum JournalOperation {
     static func decode(_ block: UnsafeRawBufferPointer, at offset: Int) throws(Malformed) -> (JournalOperation, Int) {
         var r = ByteReader(block, offset: offset)
         do {
-            guard let code = JournalFormat.OperationCode(rawValue: try r.readByte()) else { throw Malformed(offset: offset) }
+            guard let code = JournalFormat.OperationCode(rawValue: try r.readByte()) else {
+                throw Malformed(offset: offset)
+            }
             switch code {
             case .put:
                 let key = try r.readKey()
@@ -98,11 +103,15 @@ enum JournalOperation {
     }
 
     /// Calls `body` for each (index, range of the key in `block`) of a put's index section.
-    static func forEachIndexKeyRange(_ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,
-                                     _ body: (UInt32, Range<Int>) -> Void) {
+    static func forEachIndexKeyRange(
+        _ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,
+        _ body: (UInt32, Range<Int>) -> Void
+    ) {
         var r = ByteReader(block, offset: range.lowerBound)
         for _ in 0..<count {
-            guard let index = try? r.readVarint(), let length = try? r.readLength(limit: JournalFormat.maxIndexKeyLength) else { return }
+            guard let index = try? r.readVarint(),
+                let length = try? r.readLength(limit: JournalFormat.maxIndexKeyLength)
+            else { return }
             let start = r.offset
             guard (try? r.skip(length)) != nil else { return }
             body(UInt32(truncatingIfNeeded: index), start..<(start + length))
@@ -110,13 +119,17 @@ enum JournalOperation {
     }
 
     /// Calls `body` for each (index, key bytes) of a put's index section.
-    static func forEachIndexKey(_ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,
-                                _ body: (UInt32, UnsafeRawBufferPointer) -> Void) {
+    static func forEachIndexKey(
+        _ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,
+        _ body: (UInt32, UnsafeRawBufferPointer) -> Void
+    ) {
         var r = ByteReader(UnsafeRawBufferPointer(rebasing: block[range]))
         for _ in 0..<count {
             // The section was validated by `decode`.
-            guard let index = try? r.readVarint(), let length = try? r.readLength(limit: JournalFormat.maxIndexKeyLength),
-                  let bytes = try? r.readBytes(length) else { return }
+            guard let index = try? r.readVarint(),
+                let length = try? r.readLength(limit: JournalFormat.maxIndexKeyLength),
+                let bytes = try? r.readBytes(length)
+            else { return }
             body(UInt32(truncatingIfNeeded: index), bytes)
         }
     }

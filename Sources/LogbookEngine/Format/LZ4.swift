@@ -13,10 +13,11 @@ enum LZ4 {
         withUnsafeBytes(of: UInt32(source.count).littleEndian) { output.append(contentsOf: $0) }
         output.append(contentsOf: repeatElement(0, count: bound))
         output.withUnsafeMutableBytes { out in
-            written = Int(LZ4_compress_default(
-                source.baseAddress!.assumingMemoryBound(to: CChar.self),
-                out.baseAddress!.advanced(by: start + 4).assumingMemoryBound(to: CChar.self),
-                Int32(source.count), Int32(bound)))
+            written = Int(
+                LZ4_compress_default(
+                    source.baseAddress!.assumingMemoryBound(to: CChar.self),
+                    out.baseAddress!.advanced(by: start + 4).assumingMemoryBound(to: CChar.self),
+                    Int32(source.count), Int32(bound)))
         }
         if written <= 0 || written + 4 >= source.count {
             output.removeSubrange(start...)
@@ -36,10 +37,11 @@ enum LZ4 {
         guard compressed.count > 0 else { return nil }
         var decoded = 0
         let result = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
-            decoded = Int(LZ4_decompress_safe(
-                compressed.baseAddress!.assumingMemoryBound(to: CChar.self),
-                UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
-                Int32(compressed.count), Int32(length)))
+            decoded = Int(
+                LZ4_decompress_safe(
+                    compressed.baseAddress!.assumingMemoryBound(to: CChar.self),
+                    UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
+                    Int32(compressed.count), Int32(length)))
             initialized = decoded == length ? length : 0
         }
         return decoded == length ? result : nil

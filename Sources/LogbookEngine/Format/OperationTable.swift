@@ -22,9 +22,15 @@ struct OperationTable: Sendable {
     @inline(__always) func ref(_ i: Int) -> UInt64 { entries[i].ref }
 
     @inline(__always)
-    mutating func append(key: UInt64, block: Int, offset: Int, code: JournalFormat.OperationCode, indexDelta: Int, indexCount: Int) {
+    mutating func append(
+        key: UInt64, block: Int, offset: Int, code: JournalFormat.OperationCode, indexDelta: Int, indexCount: Int
+    ) {
         let delta = UInt64(indexDelta < Self.unknownDelta ? indexDelta : Self.unknownDelta)
-        entries.append(Entry(key: key, ref: UInt64(block) << 40 | UInt64(offset) << 24 | delta << 8 | UInt64(code.rawValue) << 4 | UInt64(min(indexCount, Self.manyIndexKeys))))
+        entries.append(
+            Entry(
+                key: key,
+                ref: UInt64(block) << 40 | UInt64(offset) << 24 | delta << 8 | UInt64(code.rawValue) << 4
+                    | UInt64(min(indexCount, Self.manyIndexKeys))))
     }
 
     @inline(__always) static func block(_ ref: UInt64) -> Int { Int(ref >> 40) }
@@ -42,14 +48,17 @@ struct OperationTable: Sendable {
                 var offset = 0
                 while offset < raw.count {
                     guard offset < (1 << JournalFormat.locationBlockOffsetBits) else {
-                        throw DecodeFailure(block: b, offset: offset, reason: "an operation starts beyond the addressable part of its block")
+                        throw DecodeFailure(
+                            block: b, offset: offset,
+                            reason: "an operation starts beyond the addressable part of its block")
                     }
                     let h: JournalOperation.Header
                     do throws(JournalOperation.Malformed) { h = try JournalOperation.header(raw, at: offset) } catch {
                         throw DecodeFailure(block: b, offset: offset, reason: "malformed operation")
                     }
-                    m.append(key: h.key, block: b, offset: offset, code: h.code,
-                             indexDelta: h.code == .put ? h.indexKeys.lowerBound - offset : 0, indexCount: h.indexKeyCount)
+                    m.append(
+                        key: h.key, block: b, offset: offset, code: h.code,
+                        indexDelta: h.code == .put ? h.indexKeys.lowerBound - offset : 0, indexCount: h.indexKeyCount)
                     offset = h.end
                 }
             }

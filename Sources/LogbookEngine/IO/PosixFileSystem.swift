@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The real file system: POSIX calls, each wrapped so that a failure becomes an `EngineError`
@@ -18,7 +18,9 @@ struct PosixFileSystem: FileSystem {
     }
 
     func rename(_ from: String, to: String) throws {
-        guard Glibc.rename(from, to) == 0 else { throw EngineError.systemCall("rename to \(to)", path: from, errno: errno) }
+        guard Glibc.rename(from, to) == 0 else {
+            throw EngineError.systemCall("rename to \(to)", path: from, errno: errno)
+        }
     }
 
     func removeFile(_ path: String) throws {
@@ -32,7 +34,9 @@ struct PosixFileSystem: FileSystem {
         let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard fd >= 0 else { throw EngineError.systemCall("open directory", path: path, errno: errno) }
         defer { _ = Glibc.close(fd) }
-        guard retryingEINTR({ fsync(fd) }) == 0 else { throw EngineError.systemCall("fsync directory", path: path, errno: errno) }
+        guard retryingEINTR({ fsync(fd) }) == 0 else {
+            throw EngineError.systemCall("fsync directory", path: path, errno: errno)
+        }
     }
 
     func listDirectory(_ path: String) throws -> [String] {
@@ -63,7 +67,9 @@ struct PosixFileSystem: FileSystem {
         if mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST { return }
         guard errno == ENOENT else { throw EngineError.systemCall("mkdir", path: path, errno: errno) }
         let parent = parentDirectory(path)
-        guard parent != path, parent != "/", parent != "." else { throw EngineError.systemCall("mkdir", path: path, errno: ENOENT) }
+        guard parent != path, parent != "/", parent != "." else {
+            throw EngineError.systemCall("mkdir", path: path, errno: ENOENT)
+        }
         try createDirectory(parent)
         guard mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST else {
             throw EngineError.systemCall("mkdir", path: path, errno: errno)
@@ -88,9 +94,11 @@ struct PosixFileSystem: FileSystem {
             let code = errno
             _ = Glibc.close(fd)
             if code == EWOULDBLOCK {
-                throw EngineError(.locked, exclusive
-                    ? "the store is open in another process or Store instance; only one writer at a time"
-                    : "the store is open for writing by another process", path: path)
+                throw EngineError(
+                    .locked,
+                    exclusive
+                        ? "the store is open in another process or Store instance; only one writer at a time"
+                        : "the store is open for writing by another process", path: path)
             }
             throw EngineError.systemCall("flock", path: path, errno: code)
         }
@@ -140,9 +148,13 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
 
     func sync() throws {
         #if os(Linux)
-        guard retryingEINTR({ fdatasync(fd) }) == 0 else { throw EngineError.systemCall("fdatasync", path: path, errno: errno) }
+            guard retryingEINTR({ fdatasync(fd) }) == 0 else {
+                throw EngineError.systemCall("fdatasync", path: path, errno: errno)
+            }
         #else
-        guard retryingEINTR({ fsync(fd) }) == 0 else { throw EngineError.systemCall("fsync", path: path, errno: errno) }
+            guard retryingEINTR({ fsync(fd) }) == 0 else {
+                throw EngineError.systemCall("fsync", path: path, errno: errno)
+            }
         #endif
     }
 

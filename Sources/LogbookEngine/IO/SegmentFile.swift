@@ -103,7 +103,8 @@ struct BlockReader: Sendable {
         }
         let header = try file.handle.read(count: JournalFormat.frameHeaderSize, at: frameOffset)
         guard header.count == JournalFormat.frameHeaderSize else {
-            throw EngineError.corruption("frame header beyond the end of the file", path: file.path, offset: frameOffset)
+            throw EngineError.corruption(
+                "frame header beyond the end of the file", path: file.path, offset: frameOffset)
         }
         let length = Int(header.withUnsafeBytes { $0.loadLE(at: 4, as: UInt32.self) })
         guard length <= JournalFormat.maxFramePayload else {
@@ -112,7 +113,8 @@ struct BlockReader: Sendable {
         let frame = try file.handle.read(count: JournalFormat.frameHeaderSize + length, at: frameOffset)
         let parsed: Frame.Parsed? = frame.withUnsafeBytes { raw in
             guard case .frame(let parsed) = Frame.parse(raw, at: 0, salt: file.salt),
-                  parsed.type == .operations || parsed.type == .checkpointData else { return nil }
+                parsed.type == .operations || parsed.type == .checkpointData
+            else { return nil }
             return parsed
         }
         guard let parsed else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
@@ -123,7 +125,9 @@ struct BlockReader: Sendable {
     /// compaction copies as it is when every operation in it is still live.
     func storedFrame(segment: UInt64, frameOffset: Int) throws -> (codec: JournalFormat.Codec, stored: [UInt8]) {
         let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
-        guard parsed.type == .operations else { throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset) }
+        guard parsed.type == .operations else {
+            throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset)
+        }
         return (parsed.codec, Array(frame[parsed.payload]))
     }
 

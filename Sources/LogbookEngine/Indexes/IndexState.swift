@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import Dispatch
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Everything the engine keeps in memory about the store at one version: the primary index
 /// (key → location of its latest put), the ordered secondary indexes, the membership sets,
@@ -30,8 +31,10 @@ struct IndexState: Sendable {
     ///    threads;
     /// 3. a sequential fix-up that removes the index entries of replaced versions that the
     ///    key's final version does not have, and takes their bytes off the live count.
-    mutating func apply(transaction blocks: [(frameOffset: Int, block: [UInt8])], manifest given: OperationTable? = nil,
-                        segment: UInt64, reader: BlockReader) throws {
+    mutating func apply(
+        transaction blocks: [(frameOffset: Int, block: [UInt8])], manifest given: OperationTable? = nil,
+        segment: UInt64, reader: BlockReader
+    ) throws {
         guard !blocks.isEmpty else { return }
         let path = reader.segments.files[segment]?.path
         let table = try given ?? Self.operationTable(blocks, path: path)
@@ -40,18 +43,23 @@ struct IndexState: Sendable {
     }
 
     /// Phase 1 on replay: the operation table decoded from the blocks, its errors located.
-    private static func operationTable(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) throws -> OperationTable {
+    private static func operationTable(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) throws
+        -> OperationTable
+    {
         do {
             return try OperationTable.decode(blocks)
         } catch let error as OperationTable.DecodeFailure {
-            throw EngineError(.corruption, "\(error.reason) at block offset \(error.offset)", path: path,
-                              offset: blocks[error.block].frameOffset)
+            throw EngineError(
+                .corruption, "\(error.reason) at block offset \(error.offset)", path: path,
+                offset: blocks[error.block].frameOffset)
         }
     }
 
     /// Phase 2: the primary/sets pass and the index pass. Returns the replaced versions.
-    private mutating func runPasses(_ blocks: [(frameOffset: Int, block: [UInt8])], _ table: OperationTable,
-                                    segment: UInt64, path: String?) throws -> [(UInt64, UInt64)] {
+    private mutating func runPasses(
+        _ blocks: [(frameOffset: Int, block: [UInt8])], _ table: OperationTable,
+        segment: UInt64, path: String?
+    ) throws -> [(UInt64, UInt64)] {
         // The passes take the structures (so that copy-on-write does not copy them) and give
         // them back when both are done.
         var primaryPass = PrimaryPass(primary: primary, sets: sets)
@@ -67,8 +75,11 @@ struct IndexState: Sendable {
                     let passes = UncheckedSendable((primaryPointer, indexPointer, blocks, table))
                     DispatchQueue.concurrentPerform(iterations: 2) { worker in
                         let (primaryPass, indexPass, blocks, table) = passes.value
-                        if worker == 0 { primaryPass.pointee.run(blocks, table, segment: segment, path: path) }
-                        else { indexPass.pointee.run(blocks, table, path: path) }
+                        if worker == 0 {
+                            primaryPass.pointee.run(blocks, table, segment: segment, path: path)
+                        } else {
+                            indexPass.pointee.run(blocks, table, path: path)
+                        }
                     }
                 }
             }
@@ -87,20 +98,30 @@ struct IndexState: Sendable {
 
     /// Phase 3: for each replaced version, the live bytes it held come off, and its index
     /// entries that the key's final version does not share leave their indexes.
-    private mutating func removeReplacedEntries(_ replaced: [(UInt64, UInt64)], blocks: [(frameOffset: Int, block: [UInt8])],
-                                                segment: UInt64, reader: BlockReader) throws {
+    private mutating func removeReplacedEntries(
+        _ replaced: [(UInt64, UInt64)], blocks: [(frameOffset: Int, block: [UInt8])],
+        segment: UInt64, reader: BlockReader
+    ) throws {
         guard !replaced.isEmpty else { return }
         // The transaction's own blocks are at hand; older versions are read through the cache.
         var local: [UInt64: [UInt8]] = [:]
-        for (offset, block) in blocks { local[Location(segment: segment, frameOffset: offset, blockOffset: 0).frameKey] = block }
+        for (offset, block) in blocks {
+            local[Location(segment: segment, frameOffset: offset, blockOffset: 0).frameKey] = block
+        }
         func block(_ loc: Location) throws -> [UInt8] {
             if let b = local[loc.frameKey] { return b }
             return try reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
         }
-        func putOperation(_ loc: Location, _ raw: UnsafeRawBufferPointer) throws -> (indexKeys: Range<Int>, count: Int, end: Int) {
-            guard case let (.put(_, _, keys, count), end)? = try? JournalOperation.decode(raw, at: loc.blockOffset) else {
-                throw EngineError(.corruption, "a key's location does not hold a put",
-                                  path: reader.segments.files[loc.segment]?.path, offset: loc.frameOffset)
+        func putOperation(_ loc: Location, _ raw: UnsafeRawBufferPointer) throws -> (
+            indexKeys: Range<Int>, count: Int, end: Int
+        ) {
+            guard
+                case (.put(_, _, let keys, let count), let end)? = try? JournalOperation.decode(
+                    raw, at: loc.blockOffset)
+            else {
+                throw EngineError(
+                    .corruption, "a key's location does not hold a put",
+                    path: reader.segments.files[loc.segment]?.path, offset: loc.frameOffset)
             }
             return (keys, count, end)
         }
@@ -120,10 +141,15 @@ struct IndexState: Sendable {
                     let same = try finalBlock.withUnsafeBytes { f -> Bool in
                         let n = try putOperation(final, f)
                         if n.count == o.count && n.indexKeys.count == o.indexKeys.count
-                            && memcmp(f.baseAddress! + n.indexKeys.lowerBound, oldRaw.baseAddress! + o.indexKeys.lowerBound, o.indexKeys.count) == 0 {
+                            && memcmp(
+                                f.baseAddress! + n.indexKeys.lowerBound, oldRaw.baseAddress! + o.indexKeys.lowerBound,
+                                o.indexKeys.count) == 0
+                        {
                             return true
                         }
-                        JournalOperation.forEachIndexKey(f, n.indexKeys, count: n.count) { finalKeys.append(($0, Array($1))) }
+                        JournalOperation.forEachIndexKey(f, n.indexKeys, count: n.count) {
+                            finalKeys.append(($0, Array($1)))
+                        }
                         return false
                     }
                     if same { return }
@@ -157,16 +183,18 @@ struct PrimaryPass {
         self.sets = sets
     }
 
-    mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, segment: UInt64, path: String?) {
+    mutating func run(
+        _ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, segment: UInt64, path: String?
+    ) {
         var keys: [UInt64] = []
         var locations: [UInt64] = []
         keys.reserveCapacity(2048)
         locations.reserveCapacity(2048)
         func flush() {
             guard !keys.isEmpty else { return }
-            primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }) { _, key, old in
-                replaced.append((key, old))
-            }
+            primary.setMany(
+                keys.count, key: { keys[$0] }, value: { locations[$0] },
+                previous: { _, key, old in replaced.append((key, old)) })
             keys.removeAll(keepingCapacity: true)
             locations.removeAll(keepingCapacity: true)
         }
@@ -175,13 +203,16 @@ struct PrimaryPass {
             let ref = m.ref(i)
             let b = OperationTable.block(ref)
             let offset = OperationTable.offset(ref)
-            let end = i + 1 < n && OperationTable.block(m.ref(i + 1)) == b ? OperationTable.offset(m.ref(i + 1)) : blocks[b].block.count
+            let end =
+                i + 1 < n && OperationTable.block(m.ref(i + 1)) == b
+                ? OperationTable.offset(m.ref(i + 1)) : blocks[b].block.count
             let size = end - offset
             totalBytes += size
             switch OperationTable.code(ref) {
             case JournalFormat.OperationCode.put.rawValue:
                 keys.append(m.key(i))
-                locations.append(Location(segment: segment, frameOffset: blocks[b].frameOffset, blockOffset: offset).packed)
+                locations.append(
+                    Location(segment: segment, frameOffset: blocks[b].frameOffset, blockOffset: offset).packed)
                 liveBytes += size
             case JournalFormat.OperationCode.delete.rawValue:
                 flush()
@@ -189,8 +220,10 @@ struct PrimaryPass {
             default:
                 flush()
                 let decoded = blocks[b].block.withUnsafeBytes { try? JournalOperation.decode($0, at: offset) }
-                guard case let (.set(code, set, members), _)? = decoded else {
-                    error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: blocks[b].frameOffset)
+                guard case (.set(let code, let set, let members), _)? = decoded else {
+                    error = EngineError(
+                        .corruption, "malformed operation at block offset \(offset)", path: path,
+                        offset: blocks[b].frameOffset)
                     return
                 }
                 sets.modify(set) { s in
@@ -231,9 +264,13 @@ struct IndexPass {
                     guard count > 0 else { continue }
                     let offset = OperationTable.offset(ref)
                     var start = offset + OperationTable.indexDelta(ref)
-                    if count == OperationTable.manyIndexKeys || OperationTable.indexDelta(ref) == OperationTable.unknownDelta {
+                    if count == OperationTable.manyIndexKeys
+                        || OperationTable.indexDelta(ref) == OperationTable.unknownDelta
+                    {
                         guard let h = try? JournalOperation.header(raw, at: offset) else {
-                            error = EngineError(.corruption, "malformed operation at block offset \(offset)", path: path, offset: entry.frameOffset)
+                            error = EngineError(
+                                .corruption, "malformed operation at block offset \(offset)", path: path,
+                                offset: entry.frameOffset)
                             return
                         }
                         start = h.indexKeys.lowerBound

@@ -25,7 +25,8 @@ struct MemberSet: RadixSlot {
 
     @inline(__always)
     static func lowerBound(_ m: [UInt64], _ value: UInt64) -> Int {
-        var lo = 0, hi = m.count
+        var lo = 0
+        var hi = m.count
         while lo < hi {
             let mid = (lo + hi) / 2
             if m[mid] < value { lo = mid + 1 } else { hi = mid }
@@ -34,8 +35,11 @@ struct MemberSet: RadixSlot {
     }
 
     private mutating func makeUnique() {
-        if storage == nil { storage = Storage([]) }
-        else if !isKnownUniquelyReferenced(&storage!) { storage = Storage(storage!.members) }
+        if storage == nil {
+            storage = Storage([])
+        } else if !isKnownUniquelyReferenced(&storage!) {
+            storage = Storage(storage!.members)
+        }
     }
 
     /// Adds sorted, distinct members; returns how many were new.
@@ -50,11 +54,20 @@ struct MemberSet: RadixSlot {
         }
         var merged: [UInt64] = []
         merged.reserveCapacity(old.count + new.count)
-        var i = 0, j = 0
+        var i = 0
+        var j = 0
         while i < old.count || j < new.count {
-            if j == new.count || (i < old.count && old[i] < new[j]) { merged.append(old[i]); i += 1 }
-            else if i == old.count || new[j] < old[i] { merged.append(new[j]); j += 1 }
-            else { merged.append(old[i]); i += 1; j += 1 }
+            if j == new.count || (i < old.count && old[i] < new[j]) {
+                merged.append(old[i])
+                i += 1
+            } else if i == old.count || new[j] < old[i] {
+                merged.append(new[j])
+                j += 1
+            } else {
+                merged.append(old[i])
+                i += 1
+                j += 1
+            }
         }
         let added = merged.count - old.count
         storage!.members = merged
@@ -75,7 +88,10 @@ struct MemberSet: RadixSlot {
         }
         let removed = current.count - kept.count
         guard removed > 0 else { return 0 }
-        if kept.isEmpty { storage = nil; return removed }
+        if kept.isEmpty {
+            storage = nil
+            return removed
+        }
         makeUnique()
         storage!.members = kept
         return removed

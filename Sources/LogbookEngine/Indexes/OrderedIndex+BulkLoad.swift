@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 extension OrderedIndex {
@@ -17,7 +17,10 @@ extension OrderedIndex {
         init() {}
 
         mutating func append(_ key: UnsafeRawBufferPointer, _ pk: UInt64) {
-            if leaf.count == OrderedIndex.leafCapacity { push(leaf, level: 0); leaf = Node(leaf: true) }
+            if leaf.count == OrderedIndex.leafCapacity {
+                push(leaf, level: 0)
+                leaf = Node(leaf: true)
+            }
             leaf.insertLeafEntry(at: leaf.count, IndexKeyProbe(key), pk)
             count += 1
         }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 extension OrderedIndex {
@@ -35,7 +35,9 @@ extension OrderedIndex {
         node = root!
         while !node.isLeaf {
             let last = node.children.count - 1
-            if !isKnownUniquelyReferenced(&node.children[last]) { node.children[last] = Node(copying: node.children[last]) }
+            if !isKnownUniquelyReferenced(&node.children[last]) {
+                node.children[last] = Node(copying: node.children[last])
+            }
             node.counts[last] += 1
             node = node.children[last]
         }
@@ -54,7 +56,8 @@ extension OrderedIndex {
         if let root {
             var node = root
             while !node.isLeaf { node = node.children[node.children.count - 1] }
-            guard node.count > 0, node.compareEntry(node.count - 1, entries.probe(0, block), entries.primaryKeys[0]) < 0 else { return false }
+            guard node.count > 0, node.compareEntry(node.count - 1, entries.probe(0, block), entries.primaryKeys[0]) < 0
+            else { return false }
         }
         var i = 0
         while i < n {
@@ -68,11 +71,15 @@ extension OrderedIndex {
             let k = min(Self.rightmostLeafRoom(node), n - i)
             while !node.isLeaf {
                 let last = node.children.count - 1
-                if !isKnownUniquelyReferenced(&node.children[last]) { node.children[last] = Node(copying: node.children[last]) }
+                if !isKnownUniquelyReferenced(&node.children[last]) {
+                    node.children[last] = Node(copying: node.children[last])
+                }
                 node.counts[last] += k
                 node = node.children[last]
             }
-            for j in i..<(i + k) { node.insertLeafEntry(at: node.count, entries.probe(j, block), entries.primaryKeys[j]) }
+            for j in i..<(i + k) {
+                node.insertLeafEntry(at: node.count, entries.probe(j, block), entries.primaryKeys[j])
+            }
             count += k
             i += k
         }
@@ -115,7 +122,8 @@ extension OrderedIndex {
             return right
         }
         let last = node.children.count - 1
-        let c = node.compareChildMin(last, probe, pk) <= 0 ? last : max(0, node.lastChild(below: probe, pk, orEqual: true))
+        let c =
+            node.compareChildMin(last, probe, pk) <= 0 ? last : max(0, node.lastChild(below: probe, pk, orEqual: true))
         if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = Node(copying: node.children[c]) }
         let child = node.children[c]
         let sibling = insert(into: child, probe, pk, &inserted)

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 extension OrderedIndex {
@@ -29,8 +29,10 @@ extension OrderedIndex {
     }
 
     /// Visits entries in key order (or reverse) within the bounds; stops when `body` returns false.
-    func forEach(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false,
-                 _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
+    func forEach(
+        from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false,
+        _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows {
         guard let root else { return }
         let startRank = lower.map { b in b.key.withUnsafeBytes { rank($0, inclusive: !b.inclusive) } } ?? 0
         let endRank = upper.map { b in b.key.withUnsafeBytes { rank($0, inclusive: b.inclusive) } } ?? count
@@ -45,7 +47,9 @@ extension OrderedIndex {
 
     /// The primary keys of the entries between the bounds, in order (or reverse), at most
     /// `limit` of them: the fast way to list a range, with no closure per entry.
-    func primaryKeys(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false, limit: Int? = nil) -> [UInt64] {
+    func primaryKeys(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false, limit: Int? = nil)
+        -> [UInt64]
+    {
         guard let root else { return [] }
         let startRank = lower.map { b in b.key.withUnsafeBytes { rank($0, inclusive: !b.inclusive) } } ?? 0
         let endRank = upper.map { b in b.key.withUnsafeBytes { rank($0, inclusive: b.inclusive) } } ?? count
@@ -56,7 +60,10 @@ extension OrderedIndex {
         if reverse {
             // Reverse walks are rare (descending sorts): the general visitor serves them.
             var remaining = total
-            Self.visitReverse(root, endBefore: endRank, remaining: &remaining) { _, pk in out.append(pk); return true }
+            _ = Self.visitReverse(root, endBefore: endRank, remaining: &remaining) { _, pk in
+                out.append(pk)
+                return true
+            }
         } else {
             Self.collect(root, skip: startRank, total: total, into: &out)
         }
@@ -66,21 +73,28 @@ extension OrderedIndex {
     private static func collect(_ node: Node, skip: Int, total: Int, into out: inout [UInt64]) {
         if node.isLeaf {
             let end = min(node.count, skip + (total - out.count))
-            if skip < end { out.append(contentsOf: UnsafeBufferPointer(start: node.primaryKeys + skip, count: end - skip)) }
+            if skip < end {
+                out.append(contentsOf: UnsafeBufferPointer(start: node.primaryKeys + skip, count: end - skip))
+            }
             return
         }
         var skip = skip
         for c in node.children.indices {
             if out.count >= total { return }
-            if skip >= node.counts[c] { skip -= node.counts[c]; continue }
+            if skip >= node.counts[c] {
+                skip -= node.counts[c]
+                continue
+            }
             collect(node.children[c], skip: skip, total: total, into: &out)
             skip = 0
         }
     }
 
     /// Visits `remaining` entries after skipping `skip` of them, in order.
-    private static func visit(_ node: Node, skip: Int, remaining: inout Int,
-                              _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows -> Bool {
+    private static func visit(
+        _ node: Node, skip: Int, remaining: inout Int,
+        _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows -> Bool {
         if node.isLeaf {
             var i = skip
             while i < node.count && remaining > 0 {
@@ -93,7 +107,10 @@ extension OrderedIndex {
         var skip = skip
         for c in node.children.indices {
             if remaining <= 0 { return true }
-            if skip >= node.counts[c] { skip -= node.counts[c]; continue }
+            if skip >= node.counts[c] {
+                skip -= node.counts[c]
+                continue
+            }
             if try !visit(node.children[c], skip: skip, remaining: &remaining, body) { return false }
             skip = 0
         }
@@ -101,8 +118,10 @@ extension OrderedIndex {
     }
 
     /// Visits `remaining` entries backwards from rank `endBefore - 1`.
-    private static func visitReverse(_ node: Node, endBefore: Int, remaining: inout Int,
-                                     _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows -> Bool {
+    private static func visitReverse(
+        _ node: Node, endBefore: Int, remaining: inout Int,
+        _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows -> Bool {
         if node.isLeaf {
             var i = min(endBefore, node.count) - 1
             while i >= 0 && remaining > 0 {
@@ -134,7 +153,8 @@ extension OrderedIndex {
             if node.isLeaf {
                 total += leafCapacityBytes + node.tails.capacity + (node.tailEnds == nil ? 0 : 4 * Self.leafCapacity)
             } else {
-                total += 32 * 4 + node.children.capacity * 8 + node.counts.capacity * 8 + node.minPrimaryKeys.capacity * 8
+                total +=
+                    32 * 4 + node.children.capacity * 8 + node.counts.capacity * 8 + node.minPrimaryKeys.capacity * 8
                 total += node.minKeys.reduce(0) { $0 + 24 + ($1.tail.isEmpty ? 0 : 32 + $1.tail.capacity) }
                 node.children.forEach(walk)
             }
@@ -146,21 +166,21 @@ extension OrderedIndex {
     private var leafCapacityBytes: Int { Self.leafCapacity * (8 + 2 + 8) }
 
     #if DEBUG
-    /// Checks order and counts (tests and debug builds only).
-    func checkInvariants() {
-        var previous: ([UInt8], UInt64)?
-        var seen = 0
-        forEach(from: nil, to: nil) { key, pk in
-            let k = Array(key)
-            if let (pkey, ppk) = previous {
-                let c = pkey.withUnsafeBytes { a in k.withUnsafeBytes { b in compareBytes(a, b) } }
-                precondition(c < 0 || (c == 0 && ppk < pk), "OrderedIndex out of order")
+        /// Checks order and counts (tests and debug builds only).
+        func checkInvariants() {
+            var previous: ([UInt8], UInt64)?
+            var seen = 0
+            forEach(from: nil, to: nil) { key, pk in
+                let k = Array(key)
+                if let (pkey, ppk) = previous {
+                    let c = pkey.withUnsafeBytes { a in k.withUnsafeBytes { b in compareBytes(a, b) } }
+                    precondition(c < 0 || (c == 0 && ppk < pk), "OrderedIndex out of order")
+                }
+                previous = (k, pk)
+                seen += 1
+                return true
             }
-            previous = (k, pk)
-            seen += 1
-            return true
+            precondition(seen == count, "OrderedIndex count \(count) but \(seen) entries")
         }
-        precondition(seen == count, "OrderedIndex count \(count) but \(seen) entries")
-    }
     #endif
 }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A persistent B+tree of `(key bytes, primary key)` entries, ordered by key bytes
@@ -107,7 +107,8 @@ struct OrderedIndex {
 
         /// First leaf entry not less than (key, pk) (or greater, with `after`).
         func leafLowerBound(_ probe: IndexKeyProbe, _ pk: UInt64?, after: Bool = false) -> Int {
-            var lo = 0, hi = count
+            var lo = 0
+            var hi = count
             while lo < hi {
                 let mid = (lo + hi) / 2
                 let c = compareEntry(mid, probe, pk)
@@ -119,7 +120,8 @@ struct OrderedIndex {
         /// The last child whose smallest entry is below the probe — or at most, with
         /// `orEqual` — or -1 if there is none.
         func lastChild(below probe: IndexKeyProbe, _ pk: UInt64?, orEqual: Bool) -> Int {
-            var lo = 0, hi = children.count
+            var lo = 0
+            var hi = children.count
             while lo < hi {
                 let mid = (lo + hi) / 2
                 let c = compareChildMin(mid, probe, pk)
@@ -151,7 +153,8 @@ struct OrderedIndex {
             return try withUnsafeTemporaryAllocation(byteCount: 8 + tail.count, alignment: 8) { buffer in
                 buffer.storeBytes(of: word, toByteOffset: 0, as: UInt64.self)
                 tails.withUnsafeBytes { t in
-                    buffer.baseAddress!.advanced(by: 8).copyMemory(from: t.baseAddress! + tail.lowerBound, byteCount: tail.count)
+                    buffer.baseAddress!.advanced(by: 8).copyMemory(
+                        from: t.baseAddress! + tail.lowerBound, byteCount: tail.count)
                 }
                 return try body(UnsafeRawBufferPointer(start: buffer.baseAddress!, count: length))
             }
@@ -221,8 +224,8 @@ struct OrderedIndex {
     }
 
     // Set by the insert, remove and bulk-load facets (OrderedIndex+*.swift).
-    internal(set) var root: Node?
-    internal(set) var count = 0
+    var root: Node?
+    var count = 0
 
 }
 

@@ -20,7 +20,8 @@ struct PendingEntries {
     }
 
     func compare(_ a: Int, _ b: Int, _ block: UnsafeRawBufferPointer) -> Int {
-        let c = compareBytes(UnsafeRawBufferPointer(rebasing: block[keys[a]]), UnsafeRawBufferPointer(rebasing: block[keys[b]]))
+        let c = compareBytes(
+            UnsafeRawBufferPointer(rebasing: block[keys[a]]), UnsafeRawBufferPointer(rebasing: block[keys[b]]))
         if c != 0 { return c }
         return primaryKeys[a] == primaryKeys[b] ? 0 : (primaryKeys[a] < primaryKeys[b] ? -1 : 1)
     }

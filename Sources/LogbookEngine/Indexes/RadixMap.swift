@@ -82,7 +82,9 @@ struct RadixMap<Value: RadixSlot> {
         let (ks, id) = Self.split(key)
         guard let si = spaceIndex(ks) else { return nil }
         let space = spaces[si]
-        guard var node = space.root, id >> UInt64(Self.bits * space.height) == 0 || space.height >= 8 else { return nil }
+        guard var node = space.root, id >> UInt64(Self.bits * space.height) == 0 || space.height >= 8 else {
+            return nil
+        }
         var shift = Self.bits * (space.height - 1)
         while shift > 0 {
             guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
@@ -186,12 +188,17 @@ struct RadixMap<Value: RadixSlot> {
         var delta = 0
         let result = modifyNode(space.root!, id: id, shift: bits * (space.height - 1), delta: &delta, body)
         space.count += delta
-        if space.count == 0 { space.root = nil; space.height = 1 }
+        if space.count == 0 {
+            space.root = nil
+            space.height = 1
+        }
         return result
     }
 
     /// `node` is uniquely referenced by the caller's path.
-    private static func modifyNode<R>(_ node: Node, id: UInt64, shift: Int, delta: inout Int, _ body: (inout Value) -> R) -> R {
+    private static func modifyNode<R>(
+        _ node: Node, id: UInt64, shift: Int, delta: inout Int, _ body: (inout Value) -> R
+    ) -> R {
         if shift == 0 {
             let i = Int(id & 63)
             let wasAbsent = node.slots[i].isAbsent
@@ -251,7 +258,9 @@ struct RadixMap<Value: RadixSlot> {
     /// Sets many keys, reusing the leaf of the previous key when the next falls in it (as
     /// ascending keys do), so that a run of 64 neighbours costs one descent.
     /// `previous` is called with the position, key and old value of each key that had one.
-    mutating func setMany(_ count: Int, key: (Int) -> UInt64, value: (Int) -> Value, previous: (Int, UInt64, Value) throws -> Void) rethrows {
+    mutating func setMany(
+        _ count: Int, key: (Int) -> UInt64, value: (Int) -> Value, previous: (Int, UInt64, Value) throws -> Void
+    ) rethrows {
         var leaf: Node?
         var leafPrefix: UInt64 = .max
         var added = 0
@@ -259,7 +268,10 @@ struct RadixMap<Value: RadixSlot> {
         for n in 0..<count {
             let k = key(n)
             if k >> 6 != leafPrefix || leaf == nil {
-                if added != 0 { addCount(keyspace: addedKeyspace, added); added = 0 }
+                if added != 0 {
+                    addCount(keyspace: addedKeyspace, added)
+                    added = 0
+                }
                 leaf = uniqueLeaf(for: k)
                 leafPrefix = k >> 6
                 addedKeyspace = EngineKey(rawValue: k).keyspace
@@ -280,17 +292,21 @@ struct RadixMap<Value: RadixSlot> {
     /// Visits the entries of one keyspace in ascending key order, starting at `from` (a full
     /// key); stops when `body` returns false. Returns false if stopped.
     @discardableResult
-    func forEach(inKeyspace keyspace: UInt16, from: UInt64 = 0, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+    func forEach(inKeyspace keyspace: UInt16, from: UInt64 = 0, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool
+    {
         guard let si = spaceIndex(keyspace), let root = spaces[si].root else { return true }
         let base = EngineKey.first(inKeyspace: keyspace).rawValue
         // A start in an earlier keyspace starts at id 0; one in a later keyspace visits nothing.
         let startKey = EngineKey(rawValue: from)
         let start = startKey.keyspace == keyspace ? startKey.id : (startKey.keyspace > keyspace ? UInt64.max : 0)
         if start == UInt64.max { return true }
-        return try Self.visit(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1), start: start, base: base, body)
+        return try Self.visit(
+            root, prefix: 0, shift: Self.bits * (spaces[si].height - 1), start: start, base: base, body)
     }
 
-    private static func visit(_ node: Node, prefix: UInt64, shift: Int, start: UInt64, base: UInt64, _ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+    private static func visit(
+        _ node: Node, prefix: UInt64, shift: Int, start: UInt64, base: UInt64, _ body: (UInt64, Value) throws -> Bool
+    ) rethrows -> Bool {
         if shift == 0 {
             let first = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
             var i = first
@@ -306,14 +322,16 @@ struct RadixMap<Value: RadixSlot> {
             guard let child = node.children[i] else { continue }
             let childPrefix = prefix + UInt64(i) * span
             if childPrefix + span <= start { continue }
-            if try !visit(child, prefix: childPrefix, shift: shift - bits, start: start, base: base, body) { return false }
+            if try !visit(child, prefix: childPrefix, shift: shift - bits, start: start, base: base, body) {
+                return false
+            }
         }
         return true
     }
 
     /// Visits every entry of every keyspace, keyspaces in ascending order.
     @discardableResult
-    func forEach(_ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
+    func forEachEntry(_ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {
         for ks in spaces.map(\.id).sorted() {
             if try !forEach(inKeyspace: ks, body) { return false }
         }

@@ -42,16 +42,23 @@ struct Manifest: Equatable {
             guard raw.count >= 8, Array(raw[0..<8]) == JournalFormat.manifestMagic else {
                 throw EngineError(.notAStore, "MANIFEST is not a Logbook manifest", path: path)
             }
-            guard raw.count >= 20 else { throw EngineError.corruption("manifest is truncated", path: path, offset: raw.count) }
+            guard raw.count >= 20 else {
+                throw EngineError.corruption("manifest is truncated", path: path, offset: raw.count)
+            }
             let version = raw.loadLE(at: 8, as: UInt16.self)
             guard version == JournalFormat.version else {
-                throw EngineError(.unsupportedFormat, "format version \(version); this build reads version \(JournalFormat.version)", path: path)
+                throw EngineError(
+                    .unsupportedFormat, "format version \(version); this build reads version \(JournalFormat.version)",
+                    path: path)
             }
             let length = Int(raw.loadLE(at: 12, as: UInt32.self))
             guard length >= 28, raw.count == 16 + length + 4 else {
                 throw EngineError.corruption("manifest length does not match its file", path: path, offset: 12)
             }
-            guard CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<(16 + length)])) == raw.loadLE(at: 16 + length, as: UInt32.self) else {
+            guard
+                CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<(16 + length)]))
+                    == raw.loadLE(at: 16 + length, as: UInt32.self)
+            else {
                 throw EngineError.corruption("manifest checksum mismatch", path: path, offset: 16 + length)
             }
             var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[16..<(16 + length)]))

@@ -55,18 +55,25 @@ struct Recovery {
             let firstSegment = SegmentFile.fileName(1)
             var leftovers: [String] = []
             for name in names where name != JournalFormat.lockFileName {
-                if name.hasSuffix(JournalFormat.temporarySuffix) { leftovers.append(name); continue }
+                if name.hasSuffix(JournalFormat.temporarySuffix) {
+                    leftovers.append(name)
+                    continue
+                }
                 if name == firstSegment,
-                   let h = try? fs.openFile(path(name), writable: false, create: false, exclusive: false),
-                   (try? h.size()) ?? Int.max <= JournalFormat.fileHeaderSize {
+                    let h = try? fs.openFile(path(name), writable: false, create: false, exclusive: false),
+                    (try? h.size()) ?? Int.max <= JournalFormat.fileHeaderSize
+                {
                     leftovers.append(name)
                     continue
                 }
                 if Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix) != nil
-                    || Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix) != nil {
-                    throw EngineError(.corruption, "the directory holds Logbook journal files but no MANIFEST", path: directory)
+                    || Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix) != nil
+                {
+                    throw EngineError(
+                        .corruption, "the directory holds Logbook journal files but no MANIFEST", path: directory)
                 }
-                throw EngineError(.notAStore, "the directory holds files but no MANIFEST; it is not a Logbook store", path: directory)
+                throw EngineError(
+                    .notAStore, "the directory holds files but no MANIFEST; it is not a Logbook store", path: directory)
             }
             if readOnly { throw EngineError(.notAStore, "the directory holds no store", path: directory) }
             for name in leftovers { try fs.removeFile(path(name)) }
@@ -100,7 +107,8 @@ struct Recovery {
             do {
                 let loaded = try Checkpoint.read(path: ckptPath, number: manifest.checkpoint, fileSystem: fs)
                 guard let index = manifest.segments.firstIndex(of: loaded.segment),
-                      let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size else {
+                    let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size
+                else {
                     throw EngineError.corruption("the checkpoint points past the journal", path: ckptPath, offset: 0)
                 }
                 state = loaded.state
@@ -134,13 +142,15 @@ struct Recovery {
             segments = SegmentSet(files)
         }
         let active = files[manifest.segments.last!]
-        var writer = Store.WriterState(working: state, segments: segments, active: readOnly ? nil : active,
-                                       appendOffset: appendOffset, manifest: manifest)
+        var writer = Store.WriterState(
+            working: state, segments: segments, active: readOnly ? nil : active,
+            appendOffset: appendOffset, manifest: manifest)
         writer.checkpointVersion = report.checkpoint != nil ? checkpointVersion : 0
         writer.lastWritten = state.version
         if readOnly { writer.failure = nil }
-        return Store(directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
-                     writer: writer, cache: cache)
+        return Store(
+            directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
+            writer: writer, cache: cache)
     }
 
     /// A new store: segment 1 with its header, and a manifest naming it.
@@ -150,7 +160,9 @@ struct Recovery {
         let p = path(SegmentFile.fileName(number))
         let handle = try fs.openFile(p, writable: true, create: true, exclusive: false)
         try handle.truncate(to: 0)
-        try handle.write(FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt()).encoded(), at: 0)
+        try handle.write(
+            FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt()).encoded(),
+            at: 0)
         try handle.sync()
         handle.close()
         manifest.segments = [number]
@@ -169,8 +181,16 @@ struct Recovery {
         var removed: [String] = []
         for name in names {
             var remove = name.hasSuffix(JournalFormat.temporarySuffix)
-            if let n = Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix), !manifest.segments.contains(n) { remove = true }
-            if let n = Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix), n != manifest.checkpoint { remove = true }
+            if let n = Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix),
+                !manifest.segments.contains(n)
+            {
+                remove = true
+            }
+            if let n = Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix),
+                n != manifest.checkpoint
+            {
+                remove = true
+            }
             if remove {
                 try fs.removeFile(path(name))
                 removed.append(name)
@@ -181,7 +201,9 @@ struct Recovery {
     }
 
     static func number(_ name: String, _ prefix: String, _ suffix: String) -> UInt64? {
-        guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count == prefix.count + 12 + suffix.count else { return nil }
+        guard name.hasPrefix(prefix), name.hasSuffix(suffix), name.count == prefix.count + 12 + suffix.count else {
+            return nil
+        }
         return UInt64(name.dropFirst(prefix.count).dropLast(suffix.count), radix: 16)
     }
 
@@ -196,7 +218,8 @@ struct Recovery {
         switch decoded {
         case .success(let header):
             guard header.number == number else {
-                throw EngineError.corruption("segment header names number \(header.number), expected \(number)", path: p, offset: 16)
+                throw EngineError.corruption(
+                    "segment header names number \(header.number), expected \(number)", path: p, offset: 16)
             }
             return SegmentFile(number: number, salt: header.salt, path: p, handle: handle, fileSystem: fs)
         case .failure(.short) where isLast:
@@ -210,7 +233,9 @@ struct Recovery {
             noteCut(file: p, at: 0, bytes: bytes.count, reason: "incomplete segment header")
             return SegmentFile(number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs)
         case .failure(.unsupportedVersion(let v)):
-            throw EngineError(.unsupportedFormat, "segment format version \(v); this build reads version \(JournalFormat.version)", path: p)
+            throw EngineError(
+                .unsupportedFormat, "segment format version \(v); this build reads version \(JournalFormat.version)",
+                path: p)
         case .failure(.wrongMagic):
             throw EngineError.corruption("not a Logbook segment (bad magic)", path: p, offset: 0)
         case .failure:
@@ -228,8 +253,10 @@ struct Recovery {
     /// Replays the committed transactions of one segment from `offset`; returns the end of
     /// its last commit. Cuts a torn tail of the last segment; throws `.corruption` for
     /// damage before the last commit.
-    private mutating func replaySegment(_ file: SegmentFile, from offset: Int, isLast: Bool,
-                                        state: inout IndexState, reader: BlockReader) throws -> Int {
+    private mutating func replaySegment(
+        _ file: SegmentFile, from offset: Int, isLast: Bool,
+        state: inout IndexState, reader: BlockReader
+    ) throws -> Int {
         let size = try file.handle.size()
         // Only what follows `offset` is read (after a checkpoint, usually little or nothing);
         // `base` turns positions in the file into positions in `data`.
@@ -259,14 +286,18 @@ struct Recovery {
                         pending.append((position, block))
                     case .commit:
                         guard let commit = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload])),
-                              commit.operationFrames == pending.count,
-                              commit.firstFrameOffset == (pending.first?.0 ?? position),
-                              commit.version >= state.version else {
-                            throw EngineError.corruption("a commit record does not match its transaction", path: file.path, offset: position)
+                            commit.operationFrames == pending.count,
+                            commit.firstFrameOffset == (pending.first?.0 ?? position),
+                            commit.version >= state.version
+                        else {
+                            throw EngineError.corruption(
+                                "a commit record does not match its transaction", path: file.path, offset: position)
                         }
                         let before = options.salvage ? state : nil
                         do {
-                            try state.apply(transaction: pending.map { (frameOffset: $0.0, block: $0.1) }, segment: file.number, reader: reader)
+                            try state.apply(
+                                transaction: pending.map { (frameOffset: $0.0, block: $0.1) }, segment: file.number,
+                                reader: reader)
                         } catch {
                             if let before { state = before }
                             throw error
@@ -309,7 +340,8 @@ struct Recovery {
         while o <= raw.count - frameSize {
             if raw[o + 8] == JournalFormat.FrameType.commit.rawValue && raw[o + 9] == 0
                 && raw.loadLE(at: o + 4, as: UInt32.self) == UInt32(JournalFormat.commitPayloadSize),
-               case .frame = Frame.parse(raw, at: o, salt: salt) {
+                case .frame = Frame.parse(raw, at: o, salt: salt)
+            {
                 return o
             }
             o += 1

@@ -1,9 +1,10 @@
 import Dispatch
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 extension Store {
@@ -27,7 +28,12 @@ extension Store {
     public func commit(_ transaction: Transaction) throws -> UInt64 {
         if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
         let blocks = transaction.finishedBlocks()
-        if blocks.isEmpty { return try writer.withLock { state in try state.checkWritable(); return state.working.version } }
+        if blocks.isEmpty {
+            return try writer.withLock { state in
+                try state.checkWritable()
+                return state.working.version
+            }
+        }
         let durability = options.durability
         let version: UInt64 = try writer.withLock { state in
             try state.checkWritable()
@@ -36,13 +42,16 @@ extension Store {
             let version = state.working.version + 1
 
             var payloads = Self.framePayloads(transaction, blocks)
-            let written = try writeFrames(blocks, payloads: &payloads, version: version,
-                                          operationCount: transaction.operationCount, to: active, state: &state)
+            let written = try writeFrames(
+                blocks, payloads: &payloads, version: version,
+                operationCount: transaction.operationCount, to: active, state: &state)
             // A large transaction syncs on another thread while the indexes are updated; a small
             // one syncs on this thread afterwards (a handoff would cost more than it saves).
             let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil
             do {
-                try apply(blocks, frameOffsets: written.frameOffsets, manifest: transaction.manifest, segment: active, state: &state)
+                try apply(
+                    blocks, frameOffsets: written.frameOffsets, manifest: transaction.manifest, segment: active,
+                    state: &state)
                 try sync?.wait()
             } catch {
                 state.recordFailure(error)
@@ -59,7 +68,9 @@ extension Store {
     /// Phase 1: the stored payload (codec and bytes) of every block. Blocks compressed in the
     /// background while the transaction was built are ready; the rest are compressed now, on
     /// all cores (each block is independent). A nil payload means "store the block raw".
-    private static func framePayloads(_ transaction: Transaction, _ blocks: [[UInt8]]) -> [Int: (JournalFormat.Codec, [UInt8]?)] {
+    private static func framePayloads(_ transaction: Transaction, _ blocks: [[UInt8]]) -> [Int: (
+        JournalFormat.Codec, [UInt8]?
+    )] {
         var stored = transaction.compressor?.finish() ?? [:]
         let missing = blocks.indices.filter { stored[$0] == nil }
         guard !missing.isEmpty else { return stored }
@@ -87,12 +98,15 @@ extension Store {
     /// The frames go out in 8 MiB writes. Nothing after `appendOffset` counts until a commit
     /// record is there, so an error before the last write leaves the store as it was (the next
     /// commit overwrites the partial frames); a failed write poisons the store like any other.
-    private func writeFrames(_ blocks: [[UInt8]], payloads: inout [Int: (JournalFormat.Codec, [UInt8]?)],
-                             version: UInt64, operationCount: Int, to active: SegmentFile,
-                             state: inout WriterState) throws -> (frameOffsets: [Int], end: Int) {
+    private func writeFrames(
+        _ blocks: [[UInt8]], payloads: inout [Int: (JournalFormat.Codec, [UInt8]?)],
+        version: UInt64, operationCount: Int, to active: SegmentFile,
+        state: inout WriterState
+    ) throws -> (frameOffsets: [Int], end: Int) {
         let salt = active.salt
         var out: [UInt8] = []
-        out.reserveCapacity(min(payloads.values.reduce(64) { $0 + ($1.1?.count ?? 0) } + blocks.count * 16, 8 << 20 + 4096))
+        out.reserveCapacity(
+            min(payloads.values.reduce(64) { $0 + ($1.1?.count ?? 0) } + blocks.count * 16, 8 << 20 + 4096))
         var frameOffsets: [Int] = []
         frameOffsets.reserveCapacity(blocks.count)
         var outStart = state.appendOffset
@@ -110,9 +124,13 @@ extension Store {
             frameOffsets.append(outStart + out.count)
             let (codec, payload) = payloads[i]!
             if let payload {
-                payload.withUnsafeBytes { Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &out) }
+                payload.withUnsafeBytes {
+                    Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &out)
+                }
             } else {
-                blocks[i].withUnsafeBytes { Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &out) }
+                blocks[i].withUnsafeBytes {
+                    Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &out)
+                }
             }
             payloads[i] = nil
             if out.count >= 8 << 20 {
@@ -120,8 +138,9 @@ extension Store {
                 try flush()
             }
         }
-        let record = CommitRecord(version: version, operationFrames: blocks.count, operations: operationCount,
-                                  firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
+        let record = CommitRecord(
+            version: version, operationFrames: blocks.count, operations: operationCount,
+            firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
         Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: salt, to: &out)
         try checkSize(outStart + out.count)
         try flush()
@@ -129,14 +148,17 @@ extension Store {
     }
 
     /// Phase 3: the new blocks enter the frame cache and the working index state.
-    private func apply(_ blocks: [[UInt8]], frameOffsets: [Int], manifest: OperationTable,
-                       segment active: SegmentFile, state: inout WriterState) throws {
+    private func apply(
+        _ blocks: [[UInt8]], frameOffsets: [Int], manifest: OperationTable,
+        segment active: SegmentFile, state: inout WriterState
+    ) throws {
         let reader = BlockReader(segments: state.segments, cache: cache)
         for (i, block) in blocks.enumerated() {
             cache.insert(Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey, block)
         }
-        try state.working.apply(transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
-                                manifest: manifest, segment: active.number, reader: reader)
+        try state.working.apply(
+            transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
+            manifest: manifest, segment: active.number, reader: reader)
     }
 
     /// Phase 4: the commit becomes the writer's state, and — unless group commit publishes it
@@ -154,7 +176,9 @@ extension Store {
 
     private func checkSize(_ end: Int) throws {
         guard end <= JournalFormat.maxSegmentSize else {
-            throw EngineError(.invalidArgument, "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes")
+            throw EngineError(
+                .invalidArgument,
+                "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes")
         }
     }
 
@@ -172,14 +196,20 @@ extension Store {
         defer { group.lock.unlock() }
         while group.synced < version {
             if let failure = group.failure { throw failure }
-            if group.syncing { group.lock.wait(); continue }
+            if group.syncing {
+                group.lock.wait()
+                continue
+            }
             group.syncing = true
             group.lock.unlock()
             var outcome: Result<UInt64, EngineError>
             do {
                 let (target, file, written) = try writer.withLock { writerState in
                     try writerState.checkWritable()
-                    return (writerState.lastWritten, writerState.active, Published(state: writerState.working, segments: writerState.segments))
+                    return (
+                        writerState.lastWritten, writerState.active,
+                        Published(state: writerState.working, segments: writerState.segments)
+                    )
                 }
                 do {
                     try file?.handle.sync()
@@ -207,8 +237,10 @@ extension Store {
         let (checkpointDue, compactionDue) = writer.withLock { writerState -> (Bool, Bool) in
             let ckpt = options.checkpointInterval > 0 && writerState.bytesSinceCheckpoint >= options.checkpointInterval
             var compact = false
-            if case let .automatic(ratio, minimum) = options.compaction, writerState.working.totalBytes >= minimum {
-                compact = Double(writerState.working.totalBytes - writerState.working.liveBytes) > ratio * Double(writerState.working.totalBytes)
+            if case .automatic(let ratio, let minimum) = options.compaction, writerState.working.totalBytes >= minimum {
+                compact =
+                    Double(writerState.working.totalBytes - writerState.working.liveBytes) > ratio
+                    * Double(writerState.working.totalBytes)
             }
             return (ckpt, compact)
         }
@@ -241,7 +273,6 @@ final class GroupSync: @unchecked Sendable {
         lock.withLock { synced = max(synced, version) }
     }
 }
-
 
 /// A segment's sync, started at once on another thread (`overlapped`) or run by `wait()`.
 final class PendingSync: Sendable {

@@ -59,7 +59,10 @@ public final class Store: Sendable {
 
         func checkWritable() throws {
             if closed { throw EngineError(.closed, "the store is closed") }
-            if let failure { throw EngineError(.failed, "an earlier write failed and the store refuses writes until it is reopened: \(failure)") }
+            if let failure {
+                throw EngineError(
+                    .failed, "an earlier write failed and the store refuses writes until it is reopened: \(failure)")
+            }
         }
     }
 
@@ -68,8 +71,10 @@ public final class Store: Sendable {
         var segments: SegmentSet
     }
 
-    init(directory: String, options: StoreOptions, fileSystem: any FileSystem, lock: (any FileLock)?,
-         report: RecoveryReport, writer: WriterState, cache: FrameCache) {
+    init(
+        directory: String, options: StoreOptions, fileSystem: any FileSystem, lock: (any FileLock)?,
+        report: RecoveryReport, writer: WriterState, cache: FrameCache
+    ) {
         self.directory = directory
         self.options = options
         self.fileSystem = fileSystem
@@ -120,7 +125,10 @@ public final class Store: Sendable {
     public func close() throws {
         background.sync {}
         if !isReadOnly && options.checkpointOnClose {
-            let needed = writer.withLock { writerState in writerState.failure == nil && !writerState.closed && writerState.working.version != writerState.checkpointVersion && writerState.working.version > 0 }
+            let needed = writer.withLock { writerState in
+                writerState.failure == nil && !writerState.closed
+                    && writerState.working.version != writerState.checkpointVersion && writerState.working.version > 0
+            }
             if needed { try maintenance.withLock { _ in try writeCheckpoint() } }
         }
         writer.withLock { writerState in
@@ -144,7 +152,8 @@ public final class Store: Sendable {
         var perKeyspace: [UInt16: Int] = [:]
         for ks in current.state.primary.keyspaces { perKeyspace[ks] = current.state.primary.count(inKeyspace: ks) }
         let (pinned, oldest) = registry.summary()
-        let memory = current.state.primary.estimatedBytes()
+        let memory =
+            current.state.primary.estimatedBytes()
             + current.state.indexes.values.reduce(0) { $0 + $1.estimatedBytes() }
             + current.state.sets.estimatedBytes(valueSize: 8)
         return StoreStatistics(
@@ -155,7 +164,8 @@ public final class Store: Sendable {
             totalBytes: current.state.totalBytes,
             keyCount: current.state.primary.count,
             keysPerKeyspace: perKeyspace,
-            indexEntries: Dictionary(uniqueKeysWithValues: current.state.indexes.map { (IndexID(rawValue: $0.key), $0.value.count) }),
+            indexEntries: Dictionary(
+                uniqueKeysWithValues: current.state.indexes.map { (IndexID(rawValue: $0.key), $0.value.count) }),
             setCount: current.state.sets.count,
             indexMemoryBytes: memory,
             pinnedSnapshots: pinned,
@@ -235,10 +245,13 @@ final class SnapshotRegistry: Sendable {
     func summary() -> (Int, Double?) {
         state.withLock { s in
             let oldest = s.pinned.values.map(\.since).min()
-            return (s.pinned.count, oldest.map { instant in
-                let d = ContinuousClock.now - instant
-                return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
-            })
+            return (
+                s.pinned.count,
+                oldest.map { instant in
+                    let d = ContinuousClock.now - instant
+                    return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+                }
+            )
         }
     }
 }

@@ -54,14 +54,18 @@ public struct Transaction: Sendable {
 
     /// Writes a value of `valueCount` bytes that `writeValue` puts straight into the
     /// transaction's block (no intermediate buffer), with up to one index entry.
-    public mutating func put(_ key: UInt64, valueCount: Int, indexKey: IndexKey?,
-                             writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
+    public mutating func put(
+        _ key: UInt64, valueCount: Int, indexKey: IndexKey?,
+        writeValue: (UnsafeMutableRawBufferPointer) -> Void
+    ) {
         if let indexKey {
             withUnsafePointer(to: indexKey) {
-                putOperation(key, valueCount: valueCount, keys: UnsafeBufferPointer(start: $0, count: 1), writeValue: writeValue)
+                putOperation(
+                    key, valueCount: valueCount, keys: UnsafeBufferPointer(start: $0, count: 1), writeValue: writeValue)
             }
         } else {
-            putOperation(key, valueCount: valueCount, keys: UnsafeBufferPointer(start: nil, count: 0), writeValue: writeValue)
+            putOperation(
+                key, valueCount: valueCount, keys: UnsafeBufferPointer(start: nil, count: 0), writeValue: writeValue)
         }
     }
 
@@ -72,15 +76,22 @@ public struct Transaction: Sendable {
     }
 
     /// The one encoder of puts: the operation's size first, then one write into the block.
-    private mutating func putOperation(_ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
-                                       writeValue: (UnsafeMutableRawBufferPointer) -> Void) {
-        precondition(valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
+    private mutating func putOperation(
+        _ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
+        writeValue: (UnsafeMutableRawBufferPointer) -> Void
+    ) {
+        precondition(
+            valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
         // The first block starts small (most transactions are small) and grows; later ones start full size.
         if current.capacity == 0 { current = ByteWriter(capacity: 2048) }
-        var size = 1 + varintSize(UInt64(EngineKey(rawValue: key).keyspace)) + varintSize(EngineKey(rawValue: key).id) + varintSize(UInt64(valueCount)) + valueCount
+        var size =
+            1 + varintSize(UInt64(EngineKey(rawValue: key).keyspace)) + varintSize(EngineKey(rawValue: key).id)
+            + varintSize(UInt64(valueCount)) + valueCount
         size += varintSize(UInt64(keys.count))
         for ik in keys {
-            precondition(ik.count <= JournalFormat.maxIndexKeyLength, "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
+            precondition(
+                ik.count <= JournalFormat.maxIndexKeyLength,
+                "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
             size += varintSize(UInt64(ik.indexNumber)) + varintSize(UInt64(ik.count)) + ik.count
         }
         let opOffset = current.count
@@ -103,13 +114,15 @@ public struct Transaction: Sendable {
                 o += ik.count
             }
         }
-        manifest.append(key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: keys.count)
+        manifest.append(
+            key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: keys.count)
         finishOperation()
     }
 
     /// Removes `key` and its index entries. Removing a missing key does nothing.
     public mutating func delete(_ key: UInt64) {
-        manifest.append(key: key, block: blocks.count, offset: current.count, code: .delete, indexDelta: 0, indexCount: 0)
+        manifest.append(
+            key: key, block: blocks.count, offset: current.count, code: .delete, indexDelta: 0, indexCount: 0)
         current.append(JournalFormat.OperationCode.delete.rawValue)
         current.appendKey(key)
         finishOperation()
@@ -130,7 +143,9 @@ public struct Transaction: Sendable {
         setOperation(.setReplace, set, members)
     }
 
-    private mutating func setOperation(_ code: JournalFormat.OperationCode, _ set: UInt64, _ members: some Sequence<UInt64>) {
+    private mutating func setOperation(
+        _ code: JournalFormat.OperationCode, _ set: UInt64, _ members: some Sequence<UInt64>
+    ) {
         scratch.removeAll(keepingCapacity: true)
         scratch.append(contentsOf: members)
         scratch.sort()
@@ -147,12 +162,17 @@ public struct Transaction: Sendable {
         repeat {
             let end = min(scratch.count, start + chunk)
             let opCode: JournalFormat.OperationCode = start == 0 ? code : (code == .setReplace ? .setAdd : code)
-            manifest.append(key: set, block: blocks.count, offset: current.count, code: opCode, indexDelta: 0, indexCount: 0)
+            manifest.append(
+                key: set, block: blocks.count, offset: current.count, code: opCode, indexDelta: 0, indexCount: 0)
             current.append(opCode.rawValue)
             current.appendKey(set)
             current.appendVarint(end - start)
             for i in start..<end {
-                if i == start { current.appendKey(scratch[i]) } else { current.appendVarint(scratch[i] - scratch[i - 1]) }
+                if i == start {
+                    current.appendKey(scratch[i])
+                } else {
+                    current.appendVarint(scratch[i] - scratch[i - 1])
+                }
             }
             finishOperation()
             start = end

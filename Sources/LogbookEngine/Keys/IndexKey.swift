@@ -22,7 +22,8 @@ public struct IndexKey: Sendable, Hashable {
     public init(index: IndexID, bytes: [UInt8]) {
         self.indexNumber = index.rawValue
         if bytes.count <= 16 {
-            var a: UInt64 = 0, b: UInt64 = 0
+            var a: UInt64 = 0
+            var b: UInt64 = 0
             withUnsafeMutableBytes(of: &a) { p in for i in 0..<min(8, bytes.count) { p[i] = bytes[i] } }
             withUnsafeMutableBytes(of: &b) { p in for i in 8..<max(8, bytes.count) { p[i - 8] = bytes[i] } }
             storage = .inline(a, b, UInt8(bytes.count))
@@ -54,7 +55,8 @@ public struct IndexKey: Sendable, Hashable {
         self.indexNumber = index.rawValue
         let v = value.bigEndian
         // Bytes: tag, then the 8 big-endian bytes, in two little-endian-stored words.
-        var a: UInt64 = 0, b: UInt64 = 0
+        var a: UInt64 = 0
+        var b: UInt64 = 0
         withUnsafeMutableBytes(of: &a) { p in
             p[0] = tag
             withUnsafeBytes(of: v) { q in for i in 0..<7 { p[i + 1] = q[i] } }

@@ -1,4 +1,5 @@
 import Dispatch
+
 /// Checkpoints: the indexes written out so that an open replays only the journal after them.
 ///
 /// A checkpoint file is a 32-byte header (magic "LBKCKPT\0") followed by `checkpointData`
@@ -22,7 +23,9 @@ enum Checkpoint {
     // MARK: Stream
 
     @inline(__always) static func zigzag(_ v: Int64) -> UInt64 { UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
-    @inline(__always) static func unzigzag(_ v: UInt64) -> Int64 { Int64(bitPattern: v >> 1) ^ -Int64(bitPattern: v & 1) }
+    @inline(__always) static func unzigzag(_ v: UInt64) -> Int64 {
+        Int64(bitPattern: v >> 1) ^ -Int64(bitPattern: v & 1)
+    }
 
     /// Serializes the state: position and byte counts, then the primary index, the secondary
     /// indexes and the sets, each sorted and delta-encoded.
@@ -131,7 +134,8 @@ enum Checkpoint {
                 DispatchQueue.global().async(group: group) {
                     var primary = RadixMap<UInt64>()
                     for (keys, locations) in parts.value {
-                        primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
+                        primary.setMany(
+                            keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
                     }
                     built.value.value = primary
                 }
@@ -139,7 +143,9 @@ enum Checkpoint {
                 defer { group.wait() }
                 state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
                 state.sets = try section("sets", &r) { r in try decodeSets(&r) }
-                guard r.isAtEnd else { throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section") }
+                guard r.isAtEnd else {
+                    throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
+                }
                 group.wait()
                 state.primary = built.value.value ?? RadixMap()
                 return Loaded(state: state, segment: segment, offset: offset)
@@ -149,10 +155,13 @@ enum Checkpoint {
     }
 
     /// Runs one section's decoder; any failure becomes a `Malformed` naming the section.
-    private static func section<T>(_ name: String, _ r: inout ByteReader,
-                                   _ body: (inout ByteReader) throws -> T) throws(Malformed) -> T {
+    private static func section<T>(
+        _ name: String, _ r: inout ByteReader,
+        _ body: (inout ByteReader) throws -> T
+    ) throws(Malformed) -> T {
         do { return try body(&r) } catch {
-            throw Malformed(section: name, offset: r.offset, reason: error is ByteReader.OutOfBounds ? "out of bounds" : "\(error)")
+            throw Malformed(
+                section: name, offset: r.offset, reason: error is ByteReader.OutOfBounds ? "out of bounds" : "\(error)")
         }
     }
 
@@ -213,7 +222,9 @@ enum Checkpoint {
                     let shared = try r.readLength(limit: length)
                     let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
                     let bytes = try r.readBytes(suffix)
-                    if suffix > 0 { key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix) }
+                    if suffix > 0 {
+                        key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix)
+                    }
                     length = shared + suffix
                     primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
                     builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey)
@@ -272,8 +283,9 @@ enum Checkpoint {
             var start = 0
             repeat {
                 let end = min(raw.count, start + chunkSize)
-                Frame.append(type: .checkpointData, payload: UnsafeRawBufferPointer(rebasing: raw[start..<end]),
-                             compress: true, salt: salt, to: &out)
+                Frame.append(
+                    type: .checkpointData, payload: UnsafeRawBufferPointer(rebasing: raw[start..<end]),
+                    compress: true, salt: salt, to: &out)
                 chunks += 1
                 start = end
             } while start < raw.count
@@ -312,8 +324,10 @@ enum Checkpoint {
                 if frame.type == .checkpointEnd {
                     var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
                     guard let n = try? r.readLE(UInt32.self), let length = try? r.readLE(UInt64.self),
-                          Int(n) == chunks, Int(length) == stream.count, frame.end == raw.count else {
-                        throw EngineError.corruption("checkpoint end record does not match", path: path, offset: position)
+                        Int(n) == chunks, Int(length) == stream.count, frame.end == raw.count
+                    else {
+                        throw EngineError.corruption(
+                            "checkpoint end record does not match", path: path, offset: position)
                     }
                     return stream
                 }
@@ -327,7 +341,8 @@ enum Checkpoint {
         }
         do { return try decode(stream) } catch {
             // The offset is in the decompressed stream (the file's frames are compressed).
-            throw EngineError.corruption("checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
+            throw EngineError.corruption(
+                "checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
         }
     }
 }
@@ -343,7 +358,9 @@ extension Store {
     func writeCheckpoint() throws {
         let captured = try writer.withLock { writerState -> (IndexState, UInt64, Int, UInt64)? in
             try writerState.checkWritable()
-            if writerState.manifest.checkpoint != 0 && writerState.checkpointVersion == writerState.working.version { return nil }
+            if writerState.manifest.checkpoint != 0 && writerState.checkpointVersion == writerState.working.version {
+                return nil
+            }
             guard let active = writerState.active else { return nil }
             // A checkpoint covers only durable commits.
             if options.durability != .full {

@@ -13,17 +13,21 @@ extension Store {
     func runCompaction() throws -> CompactionReport {
         let started = ContinuousClock.now
         // 1. Seal the active segment so that everything committed so far is in sealed segments.
-        let (sealedState, sealed, allSegments) = try writer.withLock { writerState -> (IndexState, [SegmentFile], SegmentSet) in
+        let (sealedState, sealed, allSegments) = try writer.withLock {
+            writerState -> (IndexState, [SegmentFile], SegmentSet) in
             try writerState.checkWritable()
             if writerState.appendOffset > JournalFormat.fileHeaderSize { try rollover(&writerState) }
             let activeNumber = writerState.active?.number
-            let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap { writerState.segments.files[$0] }
+            let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap {
+                writerState.segments.files[$0]
+            }
             return (writerState.working, sealed, writerState.segments)
         }
         let bytesBefore = sealed.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }
         guard !sealed.isEmpty else {
-            return CompactionReport(bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0,
-                                    segmentsWritten: 0, seconds: 0)
+            return CompactionReport(
+                bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0,
+                segmentsWritten: 0, seconds: 0)
         }
         let sealedNumbers = Set(sealed.map(\.number))
         let reader = BlockReader(segments: allSegments, cache: cache)
@@ -35,7 +39,7 @@ extension Store {
             // whatever order their keys were written in.
             var live: [(packed: UInt64, key: UInt64)] = []
             live.reserveCapacity(sealedState.primary.count)
-            sealedState.primary.forEach { key, packed in
+            sealedState.primary.forEachEntry { key, packed in
                 if sealedNumbers.contains(Location(packed: packed).segment) { live.append((packed, key)) }
                 return true
             }
@@ -51,9 +55,10 @@ extension Store {
                 let first = Location(packed: live[start].packed)
                 let block = try reader.block(segment: first.segment, frameOffset: first.frameOffset)
                 let operations = block.withUnsafeBytes { raw -> Int? in
-                    var o = 0, n = 0
+                    var o = 0
+                    var n = 0
                     while o < raw.count {
-                        guard case let (.put, next)? = try? JournalOperation.decode(raw, at: o) else { return nil }
+                        guard case (.put, let next)? = try? JournalOperation.decode(raw, at: o) else { return nil }
                         o = next
                         n += 1
                     }
@@ -61,9 +66,13 @@ extension Store {
                 }
                 if operations == end - start {
                     let frame = try reader.storedFrame(segment: first.segment, frameOffset: first.frameOffset)
-                    let puts = live[start..<end].map { (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset) }
+                    let puts = live[start..<end].map {
+                        (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset)
+                    }
                     try frame.stored.withUnsafeBytes { stored in
-                        try output.appendFrame(codec: frame.codec, stored: stored, blockBytes: block.count, operations: end - start, puts: puts)
+                        try output.appendFrame(
+                            codec: frame.codec, stored: stored, blockBytes: block.count, operations: end - start,
+                            puts: puts)
                     }
                 } else {
                     try block.withUnsafeBytes { raw in
@@ -71,16 +80,19 @@ extension Store {
                             let location = Location(packed: packed)
                             let (_, opEnd): (JournalOperation, Int)
                             do { (_, opEnd) = try JournalOperation.decode(raw, at: location.blockOffset) } catch {
-                                throw EngineError.corruption("malformed operation", path: allSegments.files[location.segment]?.path ?? "",
-                                                             offset: location.frameOffset)
+                                throw EngineError.corruption(
+                                    "malformed operation", path: allSegments.files[location.segment]?.path ?? "",
+                                    offset: location.frameOffset)
                             }
-                            try output.appendPut(key: key, old: packed, UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<opEnd]))
+                            try output.appendPut(
+                                key: key, old: packed,
+                                UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<opEnd]))
                         }
                     }
                 }
                 start = end
             }
-            try sealedState.sets.forEach { key, set in
+            try sealedState.sets.forEachEntry { key, set in
                 var t = Transaction()
                 t.replaceMembers(set.members, ofSet: key)
                 for block in t.finishedBlocks() { try block.withUnsafeBytes { try output.appendRaw($0) } }
@@ -96,7 +108,10 @@ extension Store {
         let written = output.files
         let remap = output.remap
         let (bytesAfter, removedCount) = try writer.withLock { writerState -> (Int, Int) in
-            do { try writerState.checkWritable() } catch { output.abandon(); throw error }
+            do { try writerState.checkWritable() } catch {
+                output.abandon()
+                throw error
+            }
             if options.durability != .full {
                 do { try writerState.active?.handle.sync() } catch {
                     writerState.recordFailure(error)
@@ -112,8 +127,10 @@ extension Store {
                 writerState.recordFailure(error)
                 throw error
             }
-            writerState.working.primary.replaceMany(remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
-            writerState.working.totalBytes = writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
+            writerState.working.primary.replaceMany(
+                remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
+            writerState.working.totalBytes =
+                writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
             writerState.working.liveBytes = max(0, writerState.working.liveBytes)
             var files = writerState.segments.files
             for file in sealed {
@@ -133,9 +150,10 @@ extension Store {
         try writeCheckpoint()
         let finished = ContinuousClock.now
         func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
-        return CompactionReport(bytesBefore: bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
-                                segmentsRemoved: removedCount, segmentsWritten: written.count,
-                                seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted))
+        return CompactionReport(
+            bytesBefore: bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
+            segmentsRemoved: removedCount, segmentsWritten: written.count,
+            seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted))
     }
 }
 
@@ -174,15 +192,21 @@ struct CompactionWriter {
     }
 
     /// Appends a whole frame as it was stored elsewhere (its operations keep their offsets).
-    mutating func appendFrame(codec: JournalFormat.Codec, stored: UnsafeRawBufferPointer, blockBytes: Int, operations: Int,
-                              puts: [(key: UInt64, old: UInt64, blockOffset: Int)]) throws {
+    mutating func appendFrame(
+        codec: JournalFormat.Codec, stored: UnsafeRawBufferPointer, blockBytes: Int, operations: Int,
+        puts: [(key: UInt64, old: UInt64, blockOffset: Int)]
+    ) throws {
         try flushBlock()
         if files.isEmpty || offset + out.count >= store.options.segmentSize { try startSegment() }
         let file = files[files.count - 1]
         let frameOffset = offset + out.count
         Frame.append(type: .operations, codec: codec, stored: stored, salt: file.salt, to: &out)
         for p in puts {
-            remap.append((p.key, p.old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: p.blockOffset).packed))
+            remap.append(
+                (
+                    p.key, p.old,
+                    Location(segment: file.number, frameOffset: frameOffset, blockOffset: p.blockOffset).packed
+                ))
         }
         operationBytes += blockBytes
         transactionFrames.append(frameOffset)
@@ -197,7 +221,8 @@ struct CompactionWriter {
         let frameOffset = offset + out.count
         Frame.append(type: .operations, payload: block.bytes, compress: true, salt: file.salt, to: &out)
         for (key, old, blockOffset) in blockPuts {
-            remap.append((key, old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: blockOffset).packed))
+            remap.append(
+                (key, old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: blockOffset).packed))
         }
         transactionFrames.append(frameOffset)
         transactionOperations += blockOperations
@@ -209,8 +234,9 @@ struct CompactionWriter {
 
     private mutating func commitTransaction() throws {
         guard !transactionFrames.isEmpty, let file = files.last else { return }
-        let record = CommitRecord(version: version, operationFrames: transactionFrames.count, operations: transactionOperations,
-                                  firstFrameOffset: transactionFrames[0], timestampMillis: Store.nowMillis())
+        let record = CommitRecord(
+            version: version, operationFrames: transactionFrames.count, operations: transactionOperations,
+            firstFrameOffset: transactionFrames[0], timestampMillis: Store.nowMillis())
         Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: file.salt, to: &out)
         try file.handle.write(out, at: offset)
         offset += out.count

@@ -76,17 +76,26 @@ extension Store {
             if report.problems.count < 100 { report.problems.append(problem) }
         }
         if a.version != b.version { note("the checkpoint's state is version \(a.version), the journal's \(b.version)") }
-        if a.keyspaces != b.keyspaces { note("keyspaces differ: \(a.keyspaces) from the checkpoint, \(b.keyspaces) from the journal") }
+        if a.keyspaces != b.keyspaces {
+            note("keyspaces differ: \(a.keyspaces) from the checkpoint, \(b.keyspaces) from the journal")
+        }
         for keyspace in Set(a.keyspaces).union(b.keyspaces).sorted() {
             var aKeys: [UInt64] = []
             var bKeys: [UInt64] = []
-            a.forEachKey(inKeyspace: keyspace) { aKeys.append($0); return true }
-            b.forEachKey(inKeyspace: keyspace) { bKeys.append($0); return true }
+            a.forEachKey(inKeyspace: keyspace) {
+                aKeys.append($0)
+                return true
+            }
+            b.forEachKey(inKeyspace: keyspace) {
+                bKeys.append($0)
+                return true
+            }
             if aKeys != bKeys {
                 let (onlyA, onlyB) = (Set(aKeys).subtracting(bKeys), Set(bKeys).subtracting(aKeys))
-                note("keyspace \(keyspace): \(aKeys.count) records from the checkpoint, \(bKeys.count) from the journal"
-                     + (onlyA.min().map { "; record \(String($0, radix: 16)) only in the checkpoint's state" } ?? "")
-                     + (onlyB.min().map { "; record \(String($0, radix: 16)) only in the journal's" } ?? ""))
+                note(
+                    "keyspace \(keyspace): \(aKeys.count) records from the checkpoint, \(bKeys.count) from the journal"
+                        + (onlyA.min().map { "; record \(String($0, radix: 16)) only in the checkpoint's state" } ?? "")
+                        + (onlyB.min().map { "; record \(String($0, radix: 16)) only in the journal's" } ?? ""))
                 aKeys = aKeys.filter { !onlyA.contains($0) }
             }
             // Every record read from both (checksums and decompression checked on the way).
@@ -96,7 +105,11 @@ extension Store {
                 do {
                     try a.forEachValue(forKeys: keys) { i, _, raw in fromA[i] = Array(raw) }
                     try b.forEachValue(forKeys: keys) { i, key, raw in
-                        if !fromA[i].elementsEqual(raw) { note("record \(String(key, radix: 16)): the checkpoint and the journal hold different values") }
+                        if !fromA[i].elementsEqual(raw) {
+                            note(
+                                "record \(String(key, radix: 16)): the checkpoint and the journal hold different values"
+                            )
+                        }
                     }
                 } catch {
                     note("keyspace \(keyspace): \(error)")
@@ -106,7 +119,10 @@ extension Store {
         }
         for keyspace in Set(a.setKeyspaces).union(b.setKeyspaces).sorted() {
             var aSets: [UInt64: [UInt64]] = [:]
-            a.forEachSet(inKeyspace: keyspace) { aSets[$0] = $1; return true }
+            a.forEachSet(inKeyspace: keyspace) {
+                aSets[$0] = $1
+                return true
+            }
             var n = 0
             b.forEachSet(inKeyspace: keyspace) { key, members in
                 if aSets[key] != members {
@@ -116,21 +132,33 @@ extension Store {
                 n += 1
                 return true
             }
-            if n != aSets.count { note("keyspace \(keyspace): \(aSets.count) sets from the checkpoint, \(n) from the journal") }
+            if n != aSets.count {
+                note("keyspace \(keyspace): \(aSets.count) sets from the checkpoint, \(n) from the journal")
+            }
         }
-        if a.indexes != b.indexes { note("indexes differ: \(a.indexes) from the checkpoint, \(b.indexes) from the journal") }
+        if a.indexes != b.indexes {
+            note("indexes differ: \(a.indexes) from the checkpoint, \(b.indexes) from the journal")
+        }
         for index in Set(a.indexes).intersection(b.indexes).sorted() {
             var aEntries: [([UInt8], UInt64)] = []
-            a.forEachIndexEntry(index: index) { k, pk in aEntries.append((Array(k), pk)); return true }
+            a.forEachIndexEntry(index: index) { k, pk in
+                aEntries.append((Array(k), pk))
+                return true
+            }
             var n = 0
             var differs = false
             b.forEachIndexEntry(index: index) { k, pk in
-                if n >= aEntries.count || aEntries[n].1 != pk || !aEntries[n].0.elementsEqual(k) { differs = true; return false }
+                if n >= aEntries.count || aEntries[n].1 != pk || !aEntries[n].0.elementsEqual(k) {
+                    differs = true
+                    return false
+                }
                 n += 1
                 return true
             }
             if differs || n != aEntries.count {
-                note("\(index): its entries differ between the checkpoint and the journal (\(aEntries.count) from the checkpoint)")
+                note(
+                    "\(index): its entries differ between the checkpoint and the journal (\(aEntries.count) from the checkpoint)"
+                )
             }
             report.indexEntries += aEntries.count
             // Each entry names a record that exists.
@@ -143,7 +171,10 @@ extension Store {
         var expected: [IndexID: Int] = [:]
         for keyspace in a.keyspaces {
             var keys: [UInt64] = []
-            a.forEachKey(inKeyspace: keyspace) { keys.append($0); return true }
+            a.forEachKey(inKeyspace: keyspace) {
+                keys.append($0)
+                return true
+            }
             for key in keys {
                 do {
                     for k in try a.indexKeys(forKey: key) { expected[k.index, default: 0] += 1 }
@@ -152,8 +183,11 @@ extension Store {
                 }
             }
         }
-        for index in Set(expected.keys).union(a.indexes).sorted() where expected[index, default: 0] != a.indexCount(index: index) {
-            note("\(index): \(a.indexCount(index: index)) entries, but the records carry \(expected[index, default: 0]) keys for it")
+        for index in Set(expected.keys).union(a.indexes).sorted()
+        where expected[index, default: 0] != a.indexCount(index: index) {
+            note(
+                "\(index): \(a.indexCount(index: index)) entries, but the records carry \(expected[index, default: 0]) keys for it"
+            )
         }
     }
 }

@@ -50,9 +50,11 @@ public final class Snapshot: Sendable {
         let location = Location(packed: packed)
         let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
         return try block.withUnsafeBytes { raw -> R in
-            guard case let (.put(_, value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else {
-                throw EngineError.corruption("a key's location does not hold a put",
-                                             path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+            guard case (.put(_, let value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
+            else {
+                throw EngineError.corruption(
+                    "a key's location does not hold a put",
+                    path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
             }
             return try body(UnsafeRawBufferPointer(rebasing: raw[value]))
         }
@@ -62,7 +64,9 @@ public final class Snapshot: Sendable {
     /// has one. Values are visited in the order they are stored, so that each block is read
     /// once: that is the order of `keys` when they were written in that order (as keys written
     /// together are), else the storage order. This is the fast way to read many values.
-    public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+    public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void)
+        throws
+    {
         // Locations first: when they rise with the keys, a single pass reads each block once.
         var locations = state.primary.values(forKeys: keys)
         var ordered = true
@@ -70,7 +74,7 @@ public final class Snapshot: Sendable {
         for i in locations.indices {
             let packed = locations[i]
             if packed == 0 {
-                locations[i] = .max     // no such key
+                locations[i] = .max  // no such key
                 continue
             }
             if packed < previous { ordered = false }
@@ -87,9 +91,11 @@ public final class Snapshot: Sendable {
                 blockKey = location.frameKey
             }
             try block.withUnsafeBytes { raw in
-                guard case let (.put(_, value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else {
-                    throw EngineError.corruption("a key's location does not hold a put",
-                                                 path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+                guard case (.put(_, let value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
+                else {
+                    throw EngineError.corruption(
+                        "a key's location does not hold a put",
+                        path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
                 }
                 try body(i, keys[i], UnsafeRawBufferPointer(rebasing: raw[value]))
             }
@@ -107,15 +113,21 @@ public final class Snapshot: Sendable {
         let location = Location(packed: packed)
         let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
         return block.withUnsafeBytes { raw in
-            guard case let (.put(_, _, keys, count), _)? = try? JournalOperation.decode(raw, at: location.blockOffset) else { return [] }
+            guard
+                case (.put(_, _, let keys, let count), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
+            else { return [] }
             var result: [IndexKey] = []
-            JournalOperation.forEachIndexKey(raw, keys, count: count) { result.append(IndexKey(index: IndexID(rawValue: $0), bytes: Array($1))) }
+            JournalOperation.forEachIndexKey(raw, keys, count: count) {
+                result.append(IndexKey(index: IndexID(rawValue: $0), bytes: Array($1)))
+            }
             return result
         }
     }
 
     /// Visits the keys of a keyspace in ascending order from `start`; `body` returns false to stop.
-    public func forEachKey(inKeyspace keyspace: UInt16, from start: UInt64 = 0, _ body: (UInt64) throws -> Bool) rethrows {
+    public func forEachKey(inKeyspace keyspace: UInt16, from start: UInt64 = 0, _ body: (UInt64) throws -> Bool)
+        rethrows
+    {
         try state.primary.forEach(inKeyspace: keyspace, from: start) { key, _ in try body(key) }
     }
 
@@ -146,21 +158,26 @@ public final class Snapshot: Sendable {
 
     /// Visits the entries of `index` between the bounds in key order (or reverse), with the
     /// primary key of each; `body` returns false to stop.
-    public func forEachIndexEntry(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
-                                  _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
+    public func forEachIndexEntry(
+        index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+        _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows {
         try state.indexes[index.rawValue]?.forEach(from: lower, to: upper, reverse: reverse, body)
     }
 
     /// The primary keys of `index`'s entries between the bounds, in order (or reverse), at most
     /// `limit` of them: what a fetch walks, without a closure per entry.
-    public func primaryKeys(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
-                            limit: Int? = nil) -> [UInt64] {
+    public func primaryKeys(
+        index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
+        limit: Int? = nil
+    ) -> [UInt64] {
         state.indexes[index.rawValue]?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit) ?? []
     }
 
     /// The values of many keys copied into one buffer, with each key's span in it (`offset` is
     /// `UInt32.max` for a key that has no value): a fetch's records in one read.
-    public func copyValues(forKeys keys: [UInt64]) throws -> (bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)]) {
+    public func copyValues(forKeys keys: [UInt64]) throws -> (bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)])
+    {
         var bytes: [UInt8] = []
         var spans = [(offset: UInt32, count: UInt32)](repeating: (.max, 0), count: keys.count)
         try forEachValue(forKeys: keys) { i, _, raw in

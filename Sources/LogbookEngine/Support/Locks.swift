@@ -1,15 +1,18 @@
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A flag that can be set once, from any thread.
 final class AtomicFlag: Sendable {
     private let value = Atomic<Bool>(false)
     /// Sets the flag; returns true for the one caller that set it.
-    func setOnce() -> Bool { value.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged }
+    func setOnce() -> Bool {
+        value.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+    }
     var isSet: Bool { value.load(ordering: .acquiring) }
 }
 

@@ -1,6 +1,8 @@
 /// Moves `count` trivial values from `source` to `destination`, which may overlap (memmove).
 @inline(__always)
-func overlappingMove<T: BitwiseCopyable>(_ destination: UnsafeMutablePointer<T>, from source: UnsafeMutablePointer<T>, count: Int) {
+func overlappingMove<T: BitwiseCopyable>(
+    _ destination: UnsafeMutablePointer<T>, from source: UnsafeMutablePointer<T>, count: Int
+) {
     UnsafeMutableRawPointer(destination).copyMemory(from: source, byteCount: count * MemoryLayout<T>.stride)
 }
 

@@ -46,6 +46,54 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
 
     func clearFaults() { mutex.withLock { _ in failAt = nil } }
 
+    /// A power loss as real disks have it (the model of ALICE and CrashMonkey): of each file's
+    /// unsynced pages, an arbitrary subset reached the disk and the rest did not. The file's
+    /// length is either what was last synced or what was last written; each page inside it
+    /// that differs from its synced content keeps either its new bytes or its synced bytes
+    /// (zeros past the synced end), chosen by `random`. Directory entries fall back to the
+    /// last directory sync, locks are released, and I/O works again.
+    func powerLoss(pageSize: Int, random: inout some RandomNumberGenerator) {
+        powerLoss(
+            pageSize: pageSize, keepsNewLength: { _ in Bool.random(using: &random) },
+            keepsNewPage: { _, _ in Bool.random(using: &random) })
+    }
+
+    /// The same, with the choices made by the caller: `keepsNewLength(path)` and
+    /// `keepsNewPage(path, pageIndex)`.
+    func powerLoss(
+        pageSize: Int, keepsNewLength: (String) -> Bool, keepsNewPage: (String, Int) -> Bool
+    ) {
+        mutex.withLock { _ in
+            entries = durableEntries
+            let pathOf = Dictionary(entries.map { ($0.value, $0.key) }, uniquingKeysWith: { a, _ in a })
+            files = files.filter { pathOf[$0.key] != nil }
+            for id in files.keys.sorted() {
+                let file = files[id]!
+                guard file.current != file.durable else { continue }
+                let path = pathOf[id]!
+                let length = keepsNewLength(path) ? file.current.count : file.durable.count
+                var result = [UInt8](repeating: 0, count: length)
+                var start = 0
+                while start < length {
+                    let end = min(start + pageSize, length)
+                    let keepsNewBytes = keepsNewPage(path, start / pageSize)
+                    for i in start..<end {
+                        if keepsNewBytes && i < file.current.count {
+                            result[i] = file.current[i]
+                        } else {
+                            result[i] = i < file.durable.count ? file.durable[i] : 0
+                        }
+                    }
+                    start = end
+                }
+                files[id] = FileData(current: result, durable: result)
+            }
+            locks = [:]
+            crashed = false
+            failAt = nil
+        }
+    }
+
     /// Drops everything that was never synced, releases locks, and lets I/O work again.
     func powerLoss() {
         mutex.withLock { _ in

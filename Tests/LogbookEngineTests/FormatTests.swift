@@ -170,18 +170,21 @@ import Testing
         let salt: UInt32 = 0x0102_0304
         Frame.append(type: .operations, payload: block, compress: true, salt: salt, to: &frames)
         let commit = CommitRecord(
-            version: 1, operationFrames: 1, operations: 2, firstFrameOffset: 32, timestampMillis: 1_700_000_000_000)
+            version: 1, operationFrames: 1, operations: 2, firstFrameOffset: 32, timestampMillis: 1_700_000_000_000,
+            syncedOffset: 32, transactionCRC: CRC32C.checksum(frames))
+        #expect(String(CRC32C.checksum(frames), radix: 16) == Self.documentedTransactionCRC)
         Frame.append(type: .commit, payload: commit.encoded(), compress: false, salt: salt, to: &frames)
         #expect(Self.hex(frames) == Self.documentedFrames, "\(Self.hex(frames))")
         let header = FileHeader(magic: JournalFormat.segmentMagic, number: 1, salt: salt).encoded()
         #expect(Self.hex(header) == Self.documentedHeader, "\(Self.hex(header))")
     }
 
+    static let documentedTransactionCRC = "b4b504f4"
     static let documentedBlock = "01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02"
     static let documentedFrames =
-        "71 1d 44 ef 18 00 00 00 01 00 00 00 01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02 13 a6 98 f5 20 00 00 00 02 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 20 00 00 00 00 00 00 00 00 68 e5 cf 8b 01 00 00"
+        "71 1d 44 ef 18 00 00 00 01 00 00 00 01 01 05 02 68 69 01 01 08 00 00 00 00 00 00 00 07 03 02 05 02 01 07 02 30 d9 0b 1b 2c 00 00 00 02 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 02 00 00 00 20 00 00 00 00 00 00 00 00 68 e5 cf 8b 01 00 00 20 00 00 00 00 00 00 00 f4 04 b5 b4"
     static let documentedHeader =
-        "4c 42 4b 4a 52 4e 4c 00 01 00 20 00 00 00 00 00 01 00 00 00 00 00 00 00 04 03 02 01 88 cf 56 d4"
+        "4c 42 4b 4a 52 4e 4c 00 02 00 20 00 00 00 00 00 01 00 00 00 00 00 00 00 04 03 02 01 4f d7 92 8d"
 }
 
 @Suite struct TaggedIndexKeyTests {

@@ -25,7 +25,7 @@ struct TemporaryDirectory {
     }
 }
 
-func key(_ keyspace: UInt16, _ id: UInt64) -> UInt64 { UInt64(keyspace) << 48 | id }
+func key(_ keyspace: UInt16, _ id: UInt64) -> UInt64 { EngineKey(keyspace: keyspace, id: id).rawValue }
 
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
 
@@ -39,7 +39,7 @@ func contents(_ snapshot: Snapshot, keyspace: UInt16 = 1) throws -> [UInt64: Str
         keys.append($0)
         return true
     }
-    for k in keys { result[k & 0xFFFF_FFFF_FFFF] = string(try snapshot.value(forKey: k)) }
+    for k in keys { result[EngineKey(rawValue: k).id] = string(try snapshot.value(forKey: k)) }
     return result
 }
 
@@ -74,4 +74,17 @@ func writeFileBytes(_ path: String, _ bytes: [UInt8]) {
 
 func listDirectory(_ path: String) -> [String] {
     (try? PosixFileSystem().listDirectory(path)) ?? []
+}
+
+/// A seeded generator (SplitMix64), so that a failing random case can be run again.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
 }

@@ -116,11 +116,13 @@ struct FileHeader: Equatable {
     var magic: [UInt8]
     var number: UInt64
     var salt: UInt32
+    /// The format version the file was written with (new files: `JournalFormat.version`).
+    var version: UInt16 = JournalFormat.version
 
     func encoded() -> [UInt8] {
         var w = ByteWriter(capacity: JournalFormat.fileHeaderSize)
         w.append(contentsOf: magic)
-        w.appendLE(JournalFormat.version)
+        w.appendLE(version)
         w.appendLE(UInt16(JournalFormat.fileHeaderSize))
         w.appendLE(UInt32(0))
         w.appendLE(number)
@@ -141,10 +143,11 @@ struct FileHeader: Equatable {
         let crc = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[0..<28]))
         guard crc == bytes.loadLE(at: 28, as: UInt32.self) else { throw .badChecksum }
         let version = bytes.loadLE(at: 8, as: UInt16.self)
-        guard version == JournalFormat.version else { throw .unsupportedVersion(version) }
+        guard JournalFormat.readableVersions.contains(version) else { throw .unsupportedVersion(version) }
         guard bytes.loadLE(at: 10, as: UInt16.self) == UInt16(JournalFormat.fileHeaderSize) else { throw .badChecksum }
         return FileHeader(
-            magic: magic, number: bytes.loadLE(at: 16, as: UInt64.self), salt: bytes.loadLE(at: 24, as: UInt32.self))
+            magic: magic, number: bytes.loadLE(at: 16, as: UInt64.self), salt: bytes.loadLE(at: 24, as: UInt32.self),
+            version: version)
     }
 
     static func decode(_ bytes: [UInt8], magic: [UInt8]) -> Result<FileHeader, DecodeError> {

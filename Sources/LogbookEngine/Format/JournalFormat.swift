@@ -3,8 +3,12 @@
 
 /// Constants of the Logbook journal format (see `docs/journal-format.md`).
 public enum JournalFormat {
-    /// The format version written in every file header. Readers refuse any other version.
-    public static let version: UInt16 = 1
+    /// The format version written in every file header and manifest. Version 2 added the
+    /// transaction checksum and the synced offset to commit records.
+    public static let version: UInt16 = 2
+    /// The versions this build reads. A store of version 1 is read as it is; the first commit
+    /// after opening it for writing starts a version-2 segment, so no segment mixes versions.
+    public static let readableVersions: ClosedRange<UInt16> = 1...2
 
     // MARK: Files of a store directory
 
@@ -75,9 +79,17 @@ public enum JournalFormat {
         case lz4 = 1
     }
 
-    /// Size of a commit record's payload:
-    /// version u64 · operationFrames u32 · operations u32 · firstFrameOffset u64 · timestampMillis u64.
-    public static let commitPayloadSize = 32
+    /// Size of a commit record's payload (version 2):
+    /// version u64 · operationFrames u32 · operations u32 · firstFrameOffset u64 · timestampMillis u64 ·
+    /// syncedOffset u64 · transactionCRC u32.
+    ///
+    /// `syncedOffset`: the offset of the segment up to which every byte was synced when this
+    /// record was written (what recovery uses to tell a torn tail from damage to synced data).
+    /// `transactionCRC`: CRC-32C (seed 0) of the transaction's operation frames as stored,
+    /// headers included, from `firstFrameOffset` to the commit frame.
+    public static let commitPayloadSize = 44
+    /// Size of a version-1 commit record's payload (no synced offset, no transaction checksum).
+    public static let commitPayloadSizeVersion1 = 32
 
     /// Operation codes inside an operations block. A `key` is written as two uvarints,
     /// keyspace (high 16 bits) then id (low 48 bits).
@@ -95,10 +107,20 @@ public enum JournalFormat {
         case setReplace = 5
     }
 
+    // MARK: Limits (the writer refuses what breaks them; the reader checks them before allocating)
+
     /// Largest key of a secondary index entry, in bytes.
     public static let maxIndexKeyLength = 1024
     /// Largest value of one `put`, in bytes.
     public static let maxValueLength = 8 << 20
+    /// Most index keys one `put` carries.
+    public static let maxIndexKeysPerPut = 1 << 16
+    /// Largest encoded operation, in bytes: an operation and the rest of its block must fit
+    /// in one frame (`maxFramePayload`), and a block is finished once it passes
+    /// `blockTargetSize`.
+    public static let maxOperationSize = maxFramePayload - blockTargetSize - 64
+    /// Smallest `StoreOptions.segmentSize`: room for a header and a small transaction.
+    public static let minSegmentSize = 1 << 10
 
     // MARK: Locations
 

@@ -27,7 +27,7 @@ enum JournalOperation {
             switch code {
             case .put:
                 try r.skip(try r.readLength(limit: JournalFormat.maxValueLength))
-                let count = try r.readLength(limit: 1 << 16)
+                let count = try r.readLength(limit: JournalFormat.maxIndexKeysPerPut)
                 let keysStart = r.offset
                 for _ in 0..<count {
                     _ = try r.readVarint()
@@ -66,7 +66,7 @@ enum JournalOperation {
                 let valueStart = r.offset
                 try r.skip(length)
                 let value = valueStart..<r.offset
-                let count = try r.readLength(limit: 1 << 16)
+                let count = try r.readLength(limit: JournalFormat.maxIndexKeysPerPut)
                 let keysStart = r.offset
                 for _ in 0..<count {
                     _ = try r.readVarint()

@@ -11,12 +11,20 @@ final class SegmentFile: Sendable {
     private let fileSystem: any FileSystem
     private let obsolete = AtomicFlag()
 
-    init(number: UInt64, salt: UInt32, path: String, handle: any StorageFile, fileSystem: any FileSystem) {
+    /// The format version of the segment's header: the commit records it holds are of that
+    /// version, and a writer appends only to a segment of the current version.
+    let formatVersion: UInt16
+
+    init(
+        number: UInt64, salt: UInt32, path: String, handle: any StorageFile, fileSystem: any FileSystem,
+        formatVersion: UInt16 = JournalFormat.version
+    ) {
         self.number = number
         self.salt = salt
         self.path = path
         self.handle = handle
         self.fileSystem = fileSystem
+        self.formatVersion = formatVersion
     }
 
     func markObsolete() { _ = obsolete.setOnce() }

@@ -16,9 +16,9 @@
 public struct EngineError: Error, Sendable, CustomStringConvertible {
     /// An extensible error code.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        /// What kind of error it is. Match in a `catch` with `~=`.
-        public let rawValue: String
         /// The code's name, for example `"corruption"`.
+        public let rawValue: String
+        /// A code named `rawValue`.
         public init(_ rawValue: String) { self.rawValue = rawValue }
         public var description: String { rawValue }
 
@@ -40,8 +40,12 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         public static let readOnly = Code("readOnly")
         /// The store was closed.
         public static let closed = Code("closed")
-        /// An argument is out of range (too long a key, too large a transaction…).
+        /// An argument is out of range (an option outside its bounds, an id past 48 bits…).
         public static let invalidArgument = Code("invalidArgument")
+        /// A transaction breaks a limit of the format (a value, an index key, the index keys
+        /// of one put, an operation, a segment); the message names the limit. Nothing of the
+        /// transaction was written.
+        public static let transactionTooLarge = Code("transactionTooLarge")
 
         /// Whether `error` is an `EngineError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool {

@@ -46,9 +46,10 @@ struct Manifest: Equatable {
                 throw EngineError.corruption("manifest is truncated", path: path, offset: raw.count)
             }
             let version = raw.loadLE(at: 8, as: UInt16.self)
-            guard version == JournalFormat.version else {
+            guard JournalFormat.readableVersions.contains(version) else {
                 throw EngineError(
-                    .unsupportedFormat, "format version \(version); this build reads version \(JournalFormat.version)",
+                    .unsupportedFormat,
+                    "format version \(version); this build reads versions \(JournalFormat.readableVersions)",
                     path: path)
             }
             let length = Int(raw.loadLE(at: 12, as: UInt32.self))

@@ -147,6 +147,13 @@ struct Recovery {
             appendOffset: appendOffset, manifest: manifest)
         writer.checkpointVersion = report.checkpoint != nil ? checkpointVersion : 0
         writer.lastWritten = state.version
+        if !readOnly, let active {
+            // What was replayed may sit in the page cache only (a process that crashed before
+            // its sync): make it durable before anything is written after it, so that the
+            // synced offset the next commit record carries is true.
+            try active.handle.sync()
+            writer.syncedOffset = appendOffset
+        }
         if readOnly { writer.failure = nil }
         return Store(
             directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
@@ -221,7 +228,9 @@ struct Recovery {
                 throw EngineError.corruption(
                     "segment header names number \(header.number), expected \(number)", path: p, offset: 16)
             }
-            return SegmentFile(number: number, salt: header.salt, path: p, handle: handle, fileSystem: fs)
+            return SegmentFile(
+                number: number, salt: header.salt, path: p, handle: handle, fileSystem: fs,
+                formatVersion: header.version)
         case .failure(.short) where isLast:
             // A header cut short holds no commit: the segment is empty.
             let fresh = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
@@ -234,7 +243,8 @@ struct Recovery {
             return SegmentFile(number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs)
         case .failure(.unsupportedVersion(let v)):
             throw EngineError(
-                .unsupportedFormat, "segment format version \(v); this build reads version \(JournalFormat.version)",
+                .unsupportedFormat,
+                "segment format version \(v); this build reads versions \(JournalFormat.readableVersions)",
                 path: p)
         case .failure(.wrongMagic):
             throw EngineError.corruption("not a Logbook segment (bad magic)", path: p, offset: 0)
@@ -293,6 +303,19 @@ struct Recovery {
                             throw EngineError.corruption(
                                 "a commit record does not match its transaction", path: file.path, offset: position)
                         }
+                        // Version 2: the record proves its whole transaction. Frames that each
+                        // verify but do not add up to it (stale frames of another write) are
+                        // damage at the transaction's start, judged like any other below.
+                        if let expected = commit.transactionCRC {
+                            let frames = UnsafeRawBufferPointer(
+                                rebasing: raw[(commit.firstFrameOffset - base)..<(position - base)])
+                            if CRC32C.checksum(frames) != expected {
+                                damage = (
+                                    commit.firstFrameOffset, "the transaction's frames do not match its commit record"
+                                )
+                                break scan
+                            }
+                        }
                         let before = options.salvage ? state : nil
                         do {
                             try state.apply(
@@ -316,9 +339,21 @@ struct Recovery {
             }
         }
         guard let (at, reason) = damage else { return lastCommitEnd }
-        // Damage. Before the last commit it is corruption; after it, a torn tail.
-        let laterCommit = data.withUnsafeBytes { Self.findCommitFrame(in: $0, after: at - base, salt: file.salt) }
-        if !isLast || laterCommit != nil {
+        // Damage. In a sealed segment (synced whole when it was sealed) it is corruption. In
+        // the last one it is corruption when a later commit record proves that the damaged
+        // bytes had been synced (its synced offset lies past them, or it is a version-1
+        // record, which proves nothing and so is taken at its word); otherwise it is what a
+        // power loss leaves of unsynced writes, whose pages reach the disk in any order: a
+        // torn tail, cut back to the last whole commit.
+        if !isLast {
+            throw EngineError.corruption("\(reason) in a sealed segment", path: file.path, offset: at)
+        }
+        let proof = data.withUnsafeBytes { raw in
+            Self.commitRecords(in: raw, after: at - base, salt: file.salt).first { record in
+                record.syncedOffset.map { $0 > at } ?? true
+            }
+        }
+        if proof != nil {
             throw EngineError.corruption("\(reason) before the last commit", path: file.path, offset: at)
         }
         if size > lastCommitEnd {
@@ -331,22 +366,26 @@ struct Recovery {
         return lastCommitEnd
     }
 
-    /// The offset of a valid commit frame after `offset`, if there is one: proof that damage
-    /// at `offset` is not a torn tail.
-    static func findCommitFrame(in raw: UnsafeRawBufferPointer, after offset: Int, salt: UInt32) -> Int? {
-        let frameSize = JournalFormat.frameHeaderSize + JournalFormat.commitPayloadSize
-        guard raw.count >= frameSize else { return nil }
+    /// The commit records of valid commit frames after `offset` (found byte by byte: the
+    /// frames between may be damaged), in order.
+    static func commitRecords(in raw: UnsafeRawBufferPointer, after offset: Int, salt: UInt32) -> [CommitRecord] {
+        var records: [CommitRecord] = []
+        let smallest = JournalFormat.frameHeaderSize + JournalFormat.commitPayloadSizeVersion1
+        guard raw.count >= smallest else { return [] }
         var o = offset + 1
-        while o <= raw.count - frameSize {
+        while o <= raw.count - smallest {
+            let length = raw.loadLE(at: o + 4, as: UInt32.self)
             if raw[o + 8] == JournalFormat.FrameType.commit.rawValue && raw[o + 9] == 0
-                && raw.loadLE(at: o + 4, as: UInt32.self) == UInt32(JournalFormat.commitPayloadSize),
-                case .frame = Frame.parse(raw, at: o, salt: salt)
+                && (length == UInt32(JournalFormat.commitPayloadSize)
+                    || length == UInt32(JournalFormat.commitPayloadSizeVersion1)),
+                case .frame(let frame) = Frame.parse(raw, at: o, salt: salt),
+                let record = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
             {
-                return o
+                records.append(record)
             }
             o += 1
         }
-        return nil
+        return records
     }
 }
 
@@ -357,29 +396,50 @@ func parentDirectory(_ path: String) -> String {
     return slash == p.startIndex ? "/" : String(p[..<slash])
 }
 
-/// The payload of a commit frame.
+/// The payload of a commit frame (see `JournalFormat.commitPayloadSize`).
 struct CommitRecord {
     var version: UInt64
     var operationFrames: Int
     var operations: Int
     var firstFrameOffset: Int
     var timestampMillis: UInt64
+    /// Every byte of the segment before this offset was synced when the record was written;
+    /// nil in a version-1 record (which says nothing about syncs).
+    var syncedOffset: Int?
+    /// CRC-32C of the transaction's operation frames as stored; nil in a version-1 record.
+    var transactionCRC: UInt32?
 
-    init(version: UInt64, operationFrames: Int, operations: Int, firstFrameOffset: Int, timestampMillis: UInt64) {
+    init(
+        version: UInt64, operationFrames: Int, operations: Int, firstFrameOffset: Int, timestampMillis: UInt64,
+        syncedOffset: Int, transactionCRC: UInt32
+    ) {
         self.version = version
         self.operationFrames = operationFrames
         self.operations = operations
         self.firstFrameOffset = firstFrameOffset
         self.timestampMillis = timestampMillis
+        self.syncedOffset = syncedOffset
+        self.transactionCRC = transactionCRC
     }
 
+    /// A record of either version (told apart by the payload's size); nil when it is neither
+    /// or names offsets that cannot be.
     init?(_ raw: UnsafeRawBufferPointer) {
-        guard raw.count == JournalFormat.commitPayloadSize else { return nil }
+        guard raw.count == JournalFormat.commitPayloadSize || raw.count == JournalFormat.commitPayloadSizeVersion1
+        else { return nil }
         version = raw.loadLE(at: 0, as: UInt64.self)
         operationFrames = Int(raw.loadLE(at: 8, as: UInt32.self))
         operations = Int(raw.loadLE(at: 12, as: UInt32.self))
-        firstFrameOffset = Int(raw.loadLE(at: 16, as: UInt64.self))
+        let first = raw.loadLE(at: 16, as: UInt64.self)
+        guard first <= UInt64(JournalFormat.maxSegmentSize) else { return nil }
+        firstFrameOffset = Int(first)
         timestampMillis = raw.loadLE(at: 24, as: UInt64.self)
+        if raw.count == JournalFormat.commitPayloadSize {
+            let synced = raw.loadLE(at: 32, as: UInt64.self)
+            guard synced <= first else { return nil }
+            syncedOffset = Int(synced)
+            transactionCRC = raw.loadLE(at: 40, as: UInt32.self)
+        }
     }
 
     func encoded() -> [UInt8] {
@@ -389,6 +449,8 @@ struct CommitRecord {
         w.appendLE(UInt32(truncatingIfNeeded: operations))
         w.appendLE(UInt64(firstFrameOffset))
         w.appendLE(timestampMillis)
+        w.appendLE(UInt64(syncedOffset ?? 0))
+        w.appendLE(transactionCRC ?? 0)
         return w.bytes
     }
 }

@@ -27,6 +27,7 @@ extension Store {
     @discardableResult
     public func commit(_ transaction: Transaction) throws -> UInt64 {
         if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
+        if let violation = transaction.limitViolation { throw violation }
         let blocks = transaction.finishedBlocks()
         if blocks.isEmpty {
             return try writer.withLock { state in
@@ -37,7 +38,11 @@ extension Store {
         let durability = options.durability
         let version: UInt64 = try writer.withLock { state in
             try state.checkWritable()
-            if state.appendOffset >= options.segmentSize { try rollover(&state) }
+            // A full segment is sealed; so is one of an older format version (a store of
+            // version 1 opened by this build), so that no segment mixes versions.
+            if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version {
+                try rollover(&state)
+            }
             guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
             let version = state.working.version + 1
 
@@ -52,9 +57,16 @@ extension Store {
                 try apply(
                     blocks, frameOffsets: written.frameOffsets, manifest: transaction.manifest, segment: active,
                     state: &state)
-                try sync?.wait()
             } catch {
                 state.recordFailure(error)
+                throw error
+            }
+            do {
+                try sync?.wait()
+            } catch {
+                // The page cache may now hold pages marked clean that never reached the disk:
+                // cut them, so that nothing past the last sync is ever read back.
+                state.fail(error, truncating: active, to: state.syncedOffset)
                 throw error
             }
             publish(version: version, end: written.end, durability: durability, state: &state)
@@ -110,11 +122,13 @@ extension Store {
         var frameOffsets: [Int] = []
         frameOffsets.reserveCapacity(blocks.count)
         var outStart = state.appendOffset
+        var transactionCRC: UInt32 = 0
         func flush() throws {
             do {
                 try active.handle.write(out, at: outStart)
             } catch {
-                state.recordFailure(error)
+                // A partial transaction must not stay where a later open could read it.
+                state.fail(error, truncating: active, to: state.appendOffset)
                 throw error
             }
             outStart += out.count
@@ -135,12 +149,17 @@ extension Store {
             payloads[i] = nil
             if out.count >= 8 << 20 {
                 try checkSize(outStart + out.count)
+                transactionCRC = CRC32C.checksum(out, seed: transactionCRC)
                 try flush()
             }
         }
+        transactionCRC = CRC32C.checksum(out, seed: transactionCRC)
+        // The record proves its whole transaction (the checksum of its frames) and says how
+        // far the segment was synced before it: damage below that offset is not a torn write.
         let record = CommitRecord(
             version: version, operationFrames: blocks.count, operations: operationCount,
-            firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis())
+            firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis(),
+            syncedOffset: state.syncedOffset, transactionCRC: transactionCRC)
         Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: salt, to: &out)
         try checkSize(outStart + out.count)
         try flush()
@@ -168,6 +187,7 @@ extension Store {
         state.bytesSinceCheckpoint += end - state.appendOffset
         state.appendOffset = end
         state.lastWritten = version
+        if durability == .full { state.syncedOffset = end }
         if durability != .normal {
             publish(state)
             if durability == .full { groupSync.setSynced(version) }
@@ -177,8 +197,9 @@ extension Store {
     private func checkSize(_ end: Int) throws {
         guard end <= JournalFormat.maxSegmentSize else {
             throw EngineError(
-                .invalidArgument,
-                "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes")
+                .transactionTooLarge,
+                "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes "
+                    + "(JournalFormat.maxSegmentSize), and a transaction never spans two")
         }
     }
 
@@ -204,18 +225,29 @@ extension Store {
             group.lock.unlock()
             var outcome: Result<UInt64, EngineError>
             do {
-                let (target, file, written) = try writer.withLock { writerState in
+                let (target, file, offset, written) = try writer.withLock { writerState in
                     try writerState.checkWritable()
                     return (
-                        writerState.lastWritten, writerState.active,
+                        writerState.lastWritten, writerState.active, writerState.appendOffset,
                         Published(state: writerState.working, segments: writerState.segments)
                     )
                 }
                 do {
                     try file?.handle.sync()
                 } catch {
-                    writer.withLock { $0.recordFailure(error) }
+                    writer.withLock { writerState in
+                        if let file, writerState.active === file {
+                            writerState.fail(error, truncating: file, to: writerState.syncedOffset)
+                        } else {
+                            writerState.recordFailure(error)
+                        }
+                    }
                     throw error
+                }
+                writer.withLock { writerState in
+                    if let file, writerState.active === file {
+                        writerState.syncedOffset = max(writerState.syncedOffset, offset)
+                    }
                 }
                 published.withLock { if $0.state.version < written.state.version { $0 = written } }
                 outcome = .success(target)

@@ -52,9 +52,23 @@ public final class Store: Sendable {
         var checkpointVersion: UInt64 = 0
         var lastWritten: UInt64 = 0
 
+        /// Every byte of the active segment before this offset is known to be on disk (the
+        /// last successful sync covered it). Commit records carry it; a failed sync cuts the
+        /// segment back to it.
+        var syncedOffset = JournalFormat.fileHeaderSize
+
         /// Makes the store refuse writes until it is reopened.
         mutating func recordFailure(_ error: any Error) {
             failure = error as? EngineError ?? EngineError(.io, "\(error)")
+        }
+
+        /// Makes the store refuse writes, and cuts `file` back to `offset` (best effort: the
+        /// store is poisoned either way). After a failed sync the page cache may hold pages
+        /// marked clean that never reached the disk; cutting them means that a reopen in the
+        /// same boot cannot read back, and build on, a commit that may not be durable.
+        mutating func fail(_ error: any Error, truncating file: SegmentFile, to offset: Int) {
+            recordFailure(error)
+            try? file.handle.truncate(to: offset)
         }
 
         func checkWritable() throws {
@@ -122,20 +136,44 @@ public final class Store: Sendable {
 
     /// Closes the store: waits for background work, writes a checkpoint if anything was
     /// committed since the last one, and releases the lock. Snapshots stay readable.
+    ///
+    /// A checkpoint or compaction running on another thread finishes first (nothing is renamed
+    /// or removed after the lock is gone). The first error (the checkpoint's, or the final
+    /// sync's) is thrown; the store is closed and its lock released all the same. Closing a
+    /// closed store does nothing.
     public func close() throws {
         background.sync {}
-        if !isReadOnly && options.checkpointOnClose {
-            let needed = writer.withLock { writerState in
-                writerState.failure == nil && !writerState.closed
-                    && writerState.working.version != writerState.checkpointVersion && writerState.working.version > 0
+        try maintenance.withLock { _ in
+            defer { lock?.unlock() }
+            var firstError: (any Error)?
+            if !isReadOnly && options.checkpointOnClose {
+                let needed = writer.withLock { writerState in
+                    writerState.failure == nil && !writerState.closed
+                        && writerState.working.version != writerState.checkpointVersion
+                        && writerState.working.version > 0
+                }
+                if needed {
+                    do { try writeCheckpoint() } catch { firstError = error }
+                }
             }
-            if needed { try maintenance.withLock { _ in try writeCheckpoint() } }
+            writer.withLock { writerState in
+                guard !writerState.closed else { return }
+                writerState.closed = true
+                // Commits that were not synced yet (durability `normal` or `none`) are now.
+                if writerState.failure == nil, writerState.syncedOffset < writerState.appendOffset,
+                    let active = writerState.active
+                {
+                    do {
+                        try active.handle.sync()
+                        writerState.syncedOffset = writerState.appendOffset
+                    } catch {
+                        writerState.fail(error, truncating: active, to: writerState.syncedOffset)
+                        if firstError == nil { firstError = error }
+                    }
+                }
+            }
+            if let firstError { throw firstError }
         }
-        writer.withLock { writerState in
-            writerState.closed = true
-            if writerState.failure == nil && options.durability != .full { try? writerState.active?.handle.sync() }
-        }
-        lock?.unlock()
     }
 
     /// Sizes, counts and the state of snapshots.
@@ -203,8 +241,13 @@ public final class Store: Sendable {
 
     /// Seals the active segment (synced) and starts a new one, listed in a new manifest.
     func rollover(_ writerState: inout WriterState) throws {
+        if let sealed = writerState.active {
+            do { try sealed.handle.sync() } catch {
+                writerState.fail(error, truncating: sealed, to: writerState.syncedOffset)
+                throw error
+            }
+        }
         do {
-            try writerState.active?.handle.sync()
             var manifest = writerState.manifest
             let number = try manifest.allocateFileNumber()
             let file = try createSegment(number: number)
@@ -215,6 +258,7 @@ public final class Store: Sendable {
             writerState.segments = writerState.segments.adding(file)
             writerState.active = file
             writerState.appendOffset = JournalFormat.fileHeaderSize
+            writerState.syncedOffset = JournalFormat.fileHeaderSize  // the header was synced
         } catch {
             writerState.recordFailure(error)
             throw error

@@ -7,10 +7,15 @@ import Dispatch
 ///
 /// ```swift
 /// var transaction = Transaction()
-/// transaction.put(42, value: Array("hello".utf8))
-/// transaction.addMembers([7, 9], toSet: 1000)
+/// transaction.put(EngineKey(keyspace: 1, id: 42), value: Array("hello".utf8))
+/// transaction.addMembers([EngineKey(keyspace: 1, id: 7)], toSet: EngineKey(keyspace: 2, id: 42))
 /// let version = try store.commit(transaction)
 /// ```
+///
+/// The format's limits (`JournalFormat.maxValueLength`, `maxIndexKeyLength`,
+/// `maxIndexKeysPerPut`, `maxOperationSize`) are checked as operations are added: an operation
+/// that breaks one is not added, and `Store.commit` then throws `transactionTooLarge` naming
+/// the limit, writing nothing.
 public struct Transaction: Sendable {
     var blocks: [[UInt8]] = []
     var current = ByteWriter()
@@ -21,6 +26,9 @@ public struct Transaction: Sendable {
     var compressor: BlockCompressor?
     /// Each operation's key and place, recorded as it is encoded.
     var manifest = OperationTable()
+    /// The first operation that broke a limit of the format (it was not added). `Store.commit`
+    /// throws it, and writes nothing of the transaction.
+    private(set) var limitViolation: EngineError?
 
     /// An empty transaction.
     public init() {}
@@ -80,20 +88,25 @@ public struct Transaction: Sendable {
         _ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
         writeValue: (UnsafeMutableRawBufferPointer) -> Void
     ) {
-        precondition(
-            valueCount <= JournalFormat.maxValueLength, "a value is limited to \(JournalFormat.maxValueLength) bytes")
-        // The first block starts small (most transactions are small) and grows; later ones start full size.
-        if current.capacity == 0 { current = ByteWriter(capacity: 2048) }
+        // Size first, checked against the limits the reader enforces (one set of constants).
         var size =
             1 + varintSize(UInt64(EngineKey(rawValue: key).keyspace)) + varintSize(EngineKey(rawValue: key).id)
             + varintSize(UInt64(valueCount)) + valueCount
         size += varintSize(UInt64(keys.count))
+        var longestIndexKey = 0
         for ik in keys {
-            precondition(
-                ik.count <= JournalFormat.maxIndexKeyLength,
-                "an index key is limited to \(JournalFormat.maxIndexKeyLength) bytes")
+            longestIndexKey = max(longestIndexKey, ik.count)
             size += varintSize(UInt64(ik.indexNumber)) + varintSize(UInt64(ik.count)) + ik.count
         }
+        if let violation = Self.limitViolation(
+            key: key, valueCount: valueCount, indexKeyCount: keys.count, longestIndexKey: longestIndexKey,
+            operationSize: size)
+        {
+            if limitViolation == nil { limitViolation = violation }
+            return
+        }
+        // The first block starts small (most transactions are small) and grows; later ones start full size.
+        if current.capacity == 0 { current = ByteWriter(capacity: 2048) }
         let opOffset = current.count
         var indexDelta = 0
         current.write(size) { p in
@@ -117,6 +130,36 @@ public struct Transaction: Sendable {
         manifest.append(
             key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: keys.count)
         finishOperation()
+    }
+
+    /// The limit a put breaks, as the error `Store.commit` throws; nil when it breaks none.
+    private static func limitViolation(
+        key: UInt64, valueCount: Int, indexKeyCount: Int, longestIndexKey: Int, operationSize: Int
+    ) -> EngineError? {
+        func tooLarge(_ what: String) -> EngineError {
+            EngineError(.transactionTooLarge, "the put of key \(EngineKey(rawValue: key)) \(what); nothing was written")
+        }
+        if valueCount > JournalFormat.maxValueLength {
+            return tooLarge(
+                "has a value of \(valueCount) bytes; the limit is \(JournalFormat.maxValueLength) (JournalFormat.maxValueLength)"
+            )
+        }
+        if indexKeyCount > JournalFormat.maxIndexKeysPerPut {
+            return tooLarge(
+                "has \(indexKeyCount) index keys; the limit is \(JournalFormat.maxIndexKeysPerPut) (JournalFormat.maxIndexKeysPerPut)"
+            )
+        }
+        if longestIndexKey > JournalFormat.maxIndexKeyLength {
+            return tooLarge(
+                "has an index key of \(longestIndexKey) bytes; the limit is \(JournalFormat.maxIndexKeyLength) (JournalFormat.maxIndexKeyLength)"
+            )
+        }
+        if operationSize > JournalFormat.maxOperationSize {
+            return tooLarge(
+                "encodes to \(operationSize) bytes; one operation is limited to \(JournalFormat.maxOperationSize) (JournalFormat.maxOperationSize)"
+            )
+        }
+        return nil
     }
 
     /// Removes `key` and its index entries. Removing a missing key does nothing.

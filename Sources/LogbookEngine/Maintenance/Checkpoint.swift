@@ -363,11 +363,12 @@ extension Store {
             }
             guard let active = writerState.active else { return nil }
             // A checkpoint covers only durable commits.
-            if options.durability != .full {
+            if writerState.syncedOffset < writerState.appendOffset {
                 do { try active.handle.sync() } catch {
-                    writerState.recordFailure(error)
+                    writerState.fail(error, truncating: active, to: writerState.syncedOffset)
                     throw error
                 }
+                writerState.syncedOffset = writerState.appendOffset
             }
             let number = try writerState.manifest.allocateFileNumber()
             return (writerState.working, active.number, writerState.appendOffset, number)

@@ -234,9 +234,13 @@ struct CompactionWriter {
 
     private mutating func commitTransaction() throws {
         guard !transactionFrames.isEmpty, let file = files.last else { return }
+        // `out` holds exactly this transaction's frames. The new segment is synced before any
+        // manifest names it, so everything before the transaction is durable whenever the file
+        // is part of the store: the record says so.
         let record = CommitRecord(
             version: version, operationFrames: transactionFrames.count, operations: transactionOperations,
-            firstFrameOffset: transactionFrames[0], timestampMillis: Store.nowMillis())
+            firstFrameOffset: transactionFrames[0], timestampMillis: Store.nowMillis(),
+            syncedOffset: transactionFrames[0], transactionCRC: CRC32C.checksum(out))
         Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: file.salt, to: &out)
         try file.handle.write(out, at: offset)
         offset += out.count

@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 @testable import LogbookEngine
@@ -45,6 +46,34 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     func clearFaults() { mutex.withLock { _ in failAt = nil } }
+
+    // MARK: Pausing a step (to hold a background task in the middle of its work)
+
+    private var pauseCondition: (@Sendable (String, String, Int) -> Bool)?
+    private let paused = DispatchSemaphore(value: 0)
+    private let resumed = DispatchSemaphore(value: 0)
+
+    /// The next write whose path and byte count satisfy `condition` blocks its thread until
+    /// `resume()`.
+    func pauseNextWrite(where condition: @escaping @Sendable (String, Int) -> Bool) {
+        mutex.withLock { _ in pauseCondition = { name, path, count in name == "write" && condition(path, count) } }
+    }
+
+    /// Waits until a write has paused (false after `seconds`).
+    func waitUntilPaused(seconds: Int = 30) -> Bool { paused.wait(timeout: .now() + .seconds(seconds)) == .success }
+
+    func resume() { resumed.signal() }
+
+    private func pauseIfAsked(_ name: String, _ path: String, _ count: Int) {
+        let pause = mutex.withLock { _ -> Bool in
+            guard let condition = pauseCondition, condition(name, path, count) else { return false }
+            pauseCondition = nil
+            return true
+        }
+        guard pause else { return }
+        paused.signal()
+        resumed.wait()
+    }
 
     /// A power loss as real disks have it (the model of ALICE and CrashMonkey): of each file's
     /// unsynced pages, an arbitrary subset reached the disk and the rest did not. The file's
@@ -185,6 +214,9 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         mutex.withLock { _ in entries[path] != nil || directories.contains(path) }
     }
     func isDirectory(_ path: String) -> Bool { mutex.withLock { _ in directories.contains(path) } }
+    /// What `availableBytes` answers (nil: unknown).
+    nonisolated(unsafe) var freeSpace: Int?
+    func availableBytes(_ path: String) -> Int? { mutex.withLock { _ in freeSpace } }
     func createDirectory(_ path: String) throws { mutex.withLock { _ in _ = directories.insert(path) } }
 
     func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
@@ -212,6 +244,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     fileprivate func write(_ id: Int, _ bytes: UnsafeRawBufferPointer, at offset: Int, path: String) throws {
+        pauseIfAsked("write", path, bytes.count)
         try mutex.withLock { _ in
             try stepLocked("write", path)
             guard files[id] != nil else { return }

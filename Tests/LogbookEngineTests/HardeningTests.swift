@@ -1,3 +1,5 @@
+import Dispatch
+import Synchronization
 import Testing
 
 @testable import LogbookEngine
@@ -144,5 +146,202 @@ import Testing
         let third = try Store.open(at: Self.directory, options: unsynced, fileSystem: fs)
         #expect(try contents(third.snapshot())[1] == "one")
         try third.close()
+    }
+
+    // MARK: Options and reads
+
+    /// Out-of-range options used to be taken as given: a segment size over 1 GiB overflowed
+    /// the packed location, a tiny one rolled over at every commit.
+    @Test func outOfRangeOptionsAreRefusedWithTheirName() throws {
+        func refused(_ change: (inout StoreOptions) -> Void, naming name: String) {
+            var options = quietOptions()
+            change(&options)
+            #expect {
+                try Store.open(at: Self.directory, options: options, fileSystem: FaultFileSystem())
+            } throws: { error in
+                (error as? EngineError)?.code == .invalidArgument && (error as? EngineError)?.message.contains(name) == true
+            }
+        }
+        refused({ $0.segmentSize = 2 << 30 }, naming: "segmentSize")
+        refused({ $0.segmentSize = 100 }, naming: "segmentSize")
+        refused({ $0.checkpointInterval = -1 }, naming: "checkpointInterval")
+        refused({ $0.cacheSize = -1 }, naming: "cacheSize")
+        refused({ $0.compaction = .automatic(deadRatio: 0, minimumBytes: 0) }, naming: "deadRatio")
+        refused({ $0.compaction = .automatic(deadRatio: 1.5, minimumBytes: 0) }, naming: "deadRatio")
+        var largest = quietOptions()
+        largest.segmentSize = JournalFormat.maxSegmentSize
+        _ = try Store.open(at: Self.directory, options: largest, fileSystem: FaultFileSystem())
+    }
+
+    /// A read checks that the record at a key's location is that key's: a location that
+    /// names another record is damage, not another record's bytes handed back.
+    @Test func aLocationHoldingAnotherKeysRecordIsAnError() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: Self.directory, options: quietOptions(), fileSystem: fs)
+        var t = Transaction()
+        t.put(key(1, 1), value: bytes("one"))
+        t.put(key(1, 2), value: bytes("two"))
+        try store.commit(t)
+        var damaged = store.published.withLock { $0 }
+        damaged.state.primary.set(key(1, 1), damaged.state.primary[key(1, 2)]!)
+        let snapshot = Snapshot(published: damaged, cache: store.cache, registry: store.registry)
+        #expect { try snapshot.value(forKey: key(1, 1)) } throws: { ($0 as? EngineError)?.code == .corruption }
+        #expect(throws: EngineError.self) { try snapshot.forEachValue(forKeys: [key(1, 1)]) { _, _, _ in } }
+        #expect(string(try snapshot.value(forKey: key(1, 2))) == "two")
+    }
+
+    // MARK: Opening what is not a store
+
+    /// A failed open of a directory that is not a store used to leave a LOCK file in it.
+    @Test func aFailedOpenOfADirectoryThatIsNotAStoreLeavesNothingBehind() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let path = dir.store("photos")
+        try PosixFileSystem().createDirectory(path)
+        writeFileBytes(path + "/holiday.jpg", bytes("not a journal"))
+        #expect { try Store.open(at: path) } throws: { ($0 as? EngineError)?.code == .notAStore }
+        #expect(listDirectory(path) == ["holiday.jpg"])
+    }
+
+    /// Segment numbers a manifest names are checked: 0, one past what a location can hold, or
+    /// the same number twice is corruption, not a store that misreads its files.
+    @Test func aManifestNamingImpossibleSegmentsIsCorruption() throws {
+        for segments: [UInt64] in [[0], [JournalFormat.maxSegmentNumber + 1], [1, 1]] {
+            let fs = FaultFileSystem()
+            try Store.open(at: Self.directory, options: quietOptions(), fileSystem: fs).close()
+            var manifest = Manifest()
+            manifest.segments = segments
+            manifest.nextFileNumber = 5
+            fs.setContents("/store/MANIFEST", manifest.encoded())
+            #expect {
+                try Store.open(at: Self.directory, options: quietOptions(), fileSystem: fs)
+            } throws: { ($0 as? EngineError)?.code == .corruption }
+        }
+    }
+
+    // MARK: File numbers
+
+    /// File numbers used to run out after 262,143 rollovers, checkpoints and compactions in a
+    /// store's life. Past the end of the sequence, numbers that no file uses are reused.
+    @Test func fileNumbersAreReusedPastTheEndOfTheSequence() throws {
+        let fs = FaultFileSystem()
+        var options = quietOptions()
+        options.segmentSize = 1024
+        var store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
+        // Near the end of the sequence, as a store of long life would be.
+        try store.writer.withLock { writerState in
+            writerState.manifest.nextFileNumber = JournalFormat.maxSegmentNumber - 2
+            try store.writeManifest(writerState.manifest)
+        }
+        var model: [UInt64: String] = [:]
+        for round in 0..<6 {
+            for i in 0..<8 {
+                let id = UInt64(i)
+                let text = "round \(round) value \(i) " + String(repeating: "\(i)", count: 300)
+                try commitOne(store, id, text)
+                model[id] = text
+            }
+            try store.checkpoint()
+            try store.compact()
+            try store.close()
+            store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
+            #expect(try contents(store.snapshot()) == model, "round \(round)")
+        }
+        let numbers = store.writer.withLock { $0.manifest.segments }
+        #expect(numbers.contains { $0 < 100 }, "numbers were reused: \(numbers)")
+        try store.close()
+    }
+
+    // MARK: Background maintenance
+
+    /// A compaction that keeps failing used to be tried again after every commit, rolling a new
+    /// segment over each time. Now it backs off, says why in the statistics and the log, and the
+    /// commits go on.
+    @Test func aFailingBackgroundCompactionBacksOffAndIsReported() throws {
+        let fs = FaultFileSystem()
+        fs.freeSpace = 0
+        let lines = Mutex<[String]>([])
+        var options = quietOptions(.full)
+        options.segmentSize = 4096
+        options.compaction = .automatic(deadRatio: 0.2, minimumBytes: 0)
+        options.log = { line in lines.withLock { $0.append(line) } }
+        let store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
+        for i in 0..<200 {
+            try commitOne(store, UInt64(i % 4), "version \(i) " + String(repeating: "x", count: 200))
+            store.background.sync {}
+        }
+        let statistics = store.statistics()
+        #expect(statistics.maintenanceFailures >= 1)
+        #expect(statistics.lastMaintenanceFailure?.code == .diskFull)
+        #expect(lines.withLock { $0.count } >= 1)
+        #expect(lines.withLock { $0.first?.contains("compaction") } == true)
+        // 200 commits within the first backoff: one attempt, not one per commit.
+        #expect(lines.withLock { $0.count } <= 2, "\(lines.withLock { $0 })")
+        #expect(statistics.segments.count < 40, "\(statistics.segments.count) segments")
+        try store.close()
+    }
+
+    /// A committer asking whether to queue background work used to wait for the lock that a
+    /// running compaction holds (2.9 s behind a 3 s compaction). Now it never waits for it.
+    @Test func aCommitNeverWaitsForARunningCompaction() throws {
+        let fs = FaultFileSystem()
+        var options = quietOptions(.full)
+        options.segmentSize = 4096
+        options.checkpointInterval = 1  // every commit asks for background work
+        let store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
+        for i in 0..<20 { try commitOne(store, UInt64(i), "value \(i) " + String(repeating: "v", count: 300)) }
+        store.background.sync {}
+        // The compaction stops in the middle of writing its new segment.
+        // (Frames, not a header: the header of the segment that the compaction's rollover
+        // starts is written under the writer lock, as it should be.)
+        fs.pauseNextWrite { path, count in
+            path.contains(JournalFormat.segmentPrefix) && count > JournalFormat.fileHeaderSize
+        }
+        let compaction = DispatchGroup()
+        DispatchQueue.global().async(group: compaction) { _ = try? store.compact() }
+        #expect(fs.waitUntilPaused())
+        let committed = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            try? commitOne(store, 100, "during the compaction")
+            committed.signal()
+        }
+        let done = committed.wait(timeout: .now() + .seconds(20)) == .success
+        fs.resume()
+        compaction.wait()
+        if !done { committed.wait() }
+        #expect(done, "the commit waited for the compaction")
+        #expect(string(try store.snapshot().value(forKey: key(1, 100))) == "during the compaction")
+        try store.close()
+    }
+
+    /// `close()` used not to wait for a compaction running on another thread, which could then
+    /// remove files after the next writer had reused their numbers.
+    @Test func closeWaitsForARunningCompaction() throws {
+        let fs = FaultFileSystem()
+        var options = quietOptions(.full)
+        options.segmentSize = 4096
+        let store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
+        for i in 0..<20 { try commitOne(store, UInt64(i), "value \(i) " + String(repeating: "c", count: 300)) }
+        // (Frames, not a header: the header of the segment that the compaction's rollover
+        // starts is written under the writer lock, as it should be.)
+        fs.pauseNextWrite { path, count in
+            path.contains(JournalFormat.segmentPrefix) && count > JournalFormat.fileHeaderSize
+        }
+        let compaction = DispatchGroup()
+        DispatchQueue.global().async(group: compaction) { _ = try? store.compact() }
+        #expect(fs.waitUntilPaused())
+        let closed = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            try? store.close()
+            closed.signal()
+        }
+        let closedDuringCompaction = closed.wait(timeout: .now() + .milliseconds(500)) == .success
+        fs.resume()
+        compaction.wait()
+        if !closedDuringCompaction { closed.wait() }
+        #expect(!closedDuringCompaction, "close returned while the compaction was running")
+        let reopened = try Store.open(at: Self.directory, options: options, fileSystem: fs)
+        #expect(try contents(reopened.snapshot()).count == 20)
+        try reopened.close()
     }
 }

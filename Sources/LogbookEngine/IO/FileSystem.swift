@@ -14,6 +14,9 @@ protocol FileSystem: Sendable {
     func createDirectory(_ path: String) throws
     /// Takes the advisory lock on `path` without waiting; throws `.locked` if it is held.
     func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock
+    /// Bytes an unprivileged writer can still add to the file system holding `path`; nil when
+    /// unknown.
+    func availableBytes(_ path: String) -> Int?
 }
 
 /// An open file. Positional reads and writes only: no shared file offset.

@@ -1,7 +1,11 @@
 #if canImport(Glibc)
     import Glibc
+    private let systemRename = Glibc.rename
+    private let systemClose = Glibc.close
 #elseif canImport(Darwin)
     import Darwin
+    private let systemRename = Darwin.rename
+    private let systemClose = Darwin.close
 #endif
 
 /// The real file system: POSIX calls, each wrapped so that a failure becomes an `EngineError`
@@ -18,7 +22,7 @@ struct PosixFileSystem: FileSystem {
     }
 
     func rename(_ from: String, to: String) throws {
-        guard Glibc.rename(from, to) == 0 else {
+        guard systemRename(from, to) == 0 else {
             throw EngineError.systemCall("rename to \(to)", path: from, errno: errno)
         }
     }
@@ -33,7 +37,7 @@ struct PosixFileSystem: FileSystem {
     func syncDirectory(_ path: String) throws {
         let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard fd >= 0 else { throw EngineError.systemCall("open directory", path: path, errno: errno) }
-        defer { _ = Glibc.close(fd) }
+        defer { _ = systemClose(fd) }
         guard retryingEINTR({ fsync(fd) }) == 0 else {
             throw EngineError.systemCall("fsync directory", path: path, errno: errno)
         }
@@ -55,6 +59,13 @@ struct PosixFileSystem: FileSystem {
     func fileExists(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0
+    }
+
+    func availableBytes(_ path: String) -> Int? {
+        var st = statvfs()
+        guard statvfs(path, &st) == 0 else { return nil }
+        let (bytes, overflow) = UInt64(st.f_bavail).multipliedReportingOverflow(by: UInt64(st.f_frsize))
+        return overflow || bytes > UInt64(Int.max) ? Int.max : Int(bytes)
     }
 
     func isDirectory(_ path: String) -> Bool {
@@ -92,7 +103,7 @@ struct PosixFileSystem: FileSystem {
         }
         if failed {
             let code = errno
-            _ = Glibc.close(fd)
+            _ = systemClose(fd)
             if code == EWOULDBLOCK {
                 throw EngineError(
                     .locked,
@@ -126,7 +137,7 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         self.path = path
     }
 
-    deinit { _ = Glibc.close(fd) }
+    deinit { _ = systemClose(fd) }
 
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
         guard buffer.count > 0 else { return 0 }
@@ -150,6 +161,12 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         #if os(Linux)
             guard retryingEINTR({ fdatasync(fd) }) == 0 else {
                 throw EngineError.systemCall("fdatasync", path: path, errno: errno)
+            }
+        #elseif canImport(Darwin)
+            // fsync on Darwin leaves the data in the drive's volatile cache; F_FULLFSYNC asks the
+            // drive to write it out, which is what a durable commit promises.
+            guard retryingEINTR({ fcntl(fd, F_FULLFSYNC) }) == 0 else {
+                throw EngineError.systemCall("fcntl(F_FULLFSYNC)", path: path, errno: errno)
             }
         #else
             guard retryingEINTR({ fsync(fd) }) == 0 else {
@@ -182,7 +199,7 @@ final class PosixFileLock: FileLock, @unchecked Sendable {
     init(fd: Int32) { self.fd = fd }
 
     func unlock() {
-        if released.setOnce() { _ = Glibc.close(fd) }
+        if released.setOnce() { _ = systemClose(fd) }
     }
 
     deinit { unlock() }

@@ -96,6 +96,15 @@ final class FrameCache: Sendable {
     func removeAll() {
         state.withLock { $0 = State() }
     }
+
+    /// Forgets the blocks of one segment number (before the number is given to a new file).
+    func removeAll(segment: UInt64) {
+        state.withLock { s in
+            for key in s.blocks.keys where key >> 32 == segment {
+                if let gone = s.blocks.removeValue(forKey: key) { s.bytes -= gone.count }
+            }
+        }
+    }
 }
 
 /// Reads operation blocks by location, through the cache, verifying each frame's checksum.

@@ -12,12 +12,36 @@ struct Manifest: Equatable {
     var checkpoint: UInt64 = 0
     var segments: [UInt64] = []
 
-    mutating func allocateFileNumber() throws -> UInt64 {
-        guard nextFileNumber <= JournalFormat.maxSegmentNumber else {
-            throw EngineError(.invalidArgument, "the store has used all \(JournalFormat.maxSegmentNumber) file numbers")
+    /// Where the search for a free number goes on from, once the sequence is spent (not
+    /// stored: after a reopen it starts again at 1).
+    var reuseCursor: UInt64 = 1
+
+    /// A number for a new segment or checkpoint file: the next of the sequence while it lasts
+    /// (a location has room for `JournalFormat.maxSegmentNumber`), then one that this manifest
+    /// does not name and that `isFree` says no file uses — so numbers never run out. The
+    /// search goes on from the last number it gave, so that numbers handed out but not yet
+    /// created as files (a compaction's output) are not given twice.
+    mutating func allocateFileNumber(isFree: (UInt64) -> Bool) throws -> UInt64 {
+        if nextFileNumber <= JournalFormat.maxSegmentNumber {
+            defer { nextFileNumber += 1 }
+            return nextFileNumber
         }
-        defer { nextFileNumber += 1 }
-        return nextFileNumber
+        let named = Set(segments).union([checkpoint])
+        let count = JournalFormat.maxSegmentNumber
+        for step in 0..<count {
+            let candidate = (reuseCursor - 1 + step) % count + 1
+            if !named.contains(candidate) && isFree(candidate) {
+                reuseCursor = candidate % count + 1
+                return candidate
+            }
+        }
+        throw EngineError(
+            .invalidArgument, "every one of the \(count) file numbers is in use by a file of the store")
+    }
+
+    static func == (a: Manifest, b: Manifest) -> Bool {
+        a.generation == b.generation && a.nextFileNumber == b.nextFileNumber && a.checkpoint == b.checkpoint
+            && a.segments == b.segments
     }
 
     func encoded() -> [UInt8] {
@@ -71,6 +95,12 @@ struct Manifest: Equatable {
                 let n = Int(try r.readLE(UInt32.self))
                 guard n * 8 == r.remaining else { throw ByteReader.OutOfBounds() }
                 for _ in 0..<n { m.segments.append(try r.readLE(UInt64.self)) }
+                // Numbers a location can name, each once; a checkpoint that is not a segment.
+                let valid = 1...JournalFormat.maxSegmentNumber
+                guard m.segments.allSatisfy({ valid.contains($0) }), Set(m.segments).count == m.segments.count,
+                    m.checkpoint == 0 || (valid.contains(m.checkpoint) && !m.segments.contains(m.checkpoint)),
+                    m.nextFileNumber >= 1
+                else { throw ByteReader.OutOfBounds() }
                 return m
             } catch {
                 throw EngineError.corruption("manifest payload is malformed", path: path, offset: 16)

@@ -32,7 +32,8 @@ struct Recovery {
         }
         let lockPath = path(JournalFormat.lockFileName)
         let lock: (any FileLock)?
-        if readOnly && !fs.fileExists(lockPath) {
+        let lockExisted = fs.fileExists(lockPath)
+        if readOnly && !lockExisted {
             lock = nil
         } else {
             lock = try fs.lockFile(lockPath, exclusive: !readOnly, create: !readOnly)
@@ -40,6 +41,10 @@ struct Recovery {
         do {
             return try openLocked(lock: lock)
         } catch {
+            // A directory that turned out not to be a store keeps nothing of this attempt.
+            if !lockExisted && !fs.fileExists(path(JournalFormat.manifestFileName)) {
+                try? fs.removeFile(lockPath)
+            }
             lock?.unlock()
             throw error
         }
@@ -163,7 +168,7 @@ struct Recovery {
     /// A new store: segment 1 with its header, and a manifest naming it.
     private func initialize() throws {
         var manifest = Manifest()
-        let number = try manifest.allocateFileNumber()
+        let number = try manifest.allocateFileNumber { _ in true }  // a new store: number 1
         let p = path(SegmentFile.fileName(number))
         let handle = try fs.openFile(p, writable: true, create: true, exclusive: false)
         try handle.truncate(to: 0)

@@ -265,28 +265,59 @@ extension Store {
     }
 
     /// Queues a checkpoint or a compaction in the background when the options ask for one.
+    /// Never waits for a running task, and never retries a failing one before its backoff
+    /// has passed: the committer pays nothing for background work.
     func scheduleMaintenanceIfNeeded() {
         let (checkpointDue, compactionDue) = writer.withLock { writerState -> (Bool, Bool) in
-            let ckpt = options.checkpointInterval > 0 && writerState.bytesSinceCheckpoint >= options.checkpointInterval
+            let ckpt =
+                options.checkpointInterval > 0 && writerState.bytesSinceCheckpoint >= options.checkpointInterval
             var compact = false
-            if case .automatic(let ratio, let minimum) = options.compaction, writerState.working.totalBytes >= minimum {
+            if case let .automatic(ratio, minimum) = options.compaction, writerState.working.totalBytes >= minimum {
                 compact =
-                    Double(writerState.working.totalBytes - writerState.working.liveBytes) > ratio
-                    * Double(writerState.working.totalBytes)
+                    Double(writerState.working.totalBytes - writerState.working.liveBytes)
+                    > ratio * Double(writerState.working.totalBytes)
             }
             return (ckpt, compact)
         }
         guard checkpointDue || compactionDue else { return }
-        let alreadyQueued = maintenance.withLock { queued -> Bool in
-            defer { queued = true }
-            return queued
+        let now = ContinuousClock.now
+        let queue = maintenanceSchedule.withLock { schedule -> Bool in
+            if schedule.queued { return false }
+            if let notBefore = schedule.notBefore, now < notBefore { return false }
+            schedule.queued = true
+            return true
         }
-        if alreadyQueued { return }
+        guard queue else { return }
         background.async { [self] in
-            maintenance.withLock { queued in
-                queued = false
-                if compactionDue { _ = try? runCompaction() } else { try? writeCheckpoint() }
+            maintenanceSchedule.withLock { $0.queued = false }
+            let outcome: Result<Void, any Error> = maintenance.withLock { _ in
+                Result {
+                    if compactionDue { _ = try runCompaction() } else { try writeCheckpoint() }
+                }
             }
+            recordMaintenance(outcome, task: compactionDue ? "compaction" : "checkpoint")
+        }
+    }
+
+    /// Notes how a background task ended: a failure backs the next attempt off (and is
+    /// logged through `StoreOptions.log`), a success resets the backoff.
+    func recordMaintenance(_ outcome: Result<Void, any Error>, task: String) {
+        switch outcome {
+        case .success:
+            maintenanceSchedule.withLock { schedule in
+                schedule.consecutiveFailures = 0
+                schedule.notBefore = nil
+            }
+        case .failure(let error):
+            let engineError = error as? EngineError ?? EngineError(.io, "\(error)")
+            let wait = maintenanceSchedule.withLock { schedule -> Duration in
+                schedule.consecutiveFailures += 1
+                schedule.lastFailure = engineError
+                let wait = MaintenanceSchedule.backoff(after: schedule.consecutiveFailures)
+                schedule.notBefore = .now + wait
+                return wait
+            }
+            options.log?("logbook: background \(task) failed (\(engineError)); next attempt in \(wait.components.seconds) s")
         }
     }
 }

@@ -35,8 +35,25 @@ public final class Store: Sendable {
     let registry = SnapshotRegistry()
     let groupSync = GroupSync()
     /// Serializes checkpoints and compactions; the flag says one is queued in the background.
-    let maintenance = Mutex<Bool>(false)
+    let maintenance = Mutex<Void>(())
+    /// The background maintenance's schedule, apart from `maintenance` so that a committer
+    /// asking whether to queue a task never waits for a running one.
+    let maintenanceSchedule = Mutex(MaintenanceSchedule())
     let background = DispatchQueue(label: "logbook.maintenance")
+
+    /// Whether a background checkpoint or compaction is queued, and how the last ones failed.
+    struct MaintenanceSchedule: Sendable {
+        var queued = false
+        /// Failures in a row; each doubles the wait before the next attempt (1 s … 5 min).
+        var consecutiveFailures = 0
+        var lastFailure: EngineError?
+        var notBefore: ContinuousClock.Instant?
+
+        /// The wait after `failures` failures in a row.
+        static func backoff(after failures: Int) -> Duration {
+            .seconds(min(300, 1 << min(failures - 1, 9)))
+        }
+    }
 
     struct WriterState: Sendable {
         var working: IndexState
@@ -115,6 +132,7 @@ public final class Store: Sendable {
     }
 
     static func open(at directory: String, options: StoreOptions, fileSystem fs: any FileSystem) throws -> Store {
+        try options.validate()
         var recovery = Recovery(directory: directory, options: options, fileSystem: fs)
         return try recovery.run()
     }
@@ -194,7 +212,8 @@ public final class Store: Sendable {
             current.state.primary.estimatedBytes()
             + current.state.indexes.values.reduce(0) { $0 + $1.estimatedBytes() }
             + current.state.sets.estimatedBytes(valueSize: 8)
-        return StoreStatistics(
+        let schedule = maintenanceSchedule.withLock { $0 }
+        var statistics = StoreStatistics(
             version: current.state.version,
             segments: segments,
             fileBytes: segments.reduce(0) { $0 + $1.bytes },
@@ -210,11 +229,29 @@ public final class Store: Sendable {
             oldestSnapshotAge: oldest,
             checkpoint: manifest.checkpoint == 0 ? nil : manifest.checkpoint,
             checkpointVersion: manifest.checkpoint == 0 ? nil : checkpointVersion)
+        statistics.maintenanceFailures = schedule.consecutiveFailures
+        statistics.lastMaintenanceFailure = schedule.lastFailure
+        return statistics
     }
 
     // MARK: Files
 
     func path(_ name: String) -> String { joinPath(directory, name) }
+
+    /// A file number for `manifest` (see `Manifest.allocateFileNumber`): a number is free when
+    /// no segment or checkpoint file (or temporary file) of that number exists. A reused number
+    /// leaves no blocks of the old file in the cache.
+    func allocateFileNumber(_ manifest: inout Manifest) throws -> UInt64 {
+        let reusing = manifest.nextFileNumber > JournalFormat.maxSegmentNumber
+        let number = try manifest.allocateFileNumber { number in
+            let names = [SegmentFile.fileName(number), Checkpoint.fileName(number)]
+            return !names.contains { name in
+                fileSystem.fileExists(path(name)) || fileSystem.fileExists(path(name + JournalFormat.temporarySuffix))
+            }
+        }
+        if reusing { cache.removeAll(segment: number) }
+        return number
+    }
 
     /// Writes a new manifest atomically: temporary file, sync, rename, sync the directory.
     func writeManifest(_ manifest: Manifest) throws {
@@ -249,7 +286,7 @@ public final class Store: Sendable {
         }
         do {
             var manifest = writerState.manifest
-            let number = try manifest.allocateFileNumber()
+            let number = try allocateFileNumber(&manifest)
             let file = try createSegment(number: number)
             manifest.segments.append(number)
             manifest.generation += 1

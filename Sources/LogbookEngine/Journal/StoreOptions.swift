@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// How to open a store.
 ///
 /// ```swift
@@ -9,7 +15,9 @@
 public struct StoreOptions: Sendable {
     /// When a commit is durable (`.full` by default).
     public var durability: Durability = .full
-    /// A segment is sealed and a new one started once it reaches this size (between transactions).
+    /// A segment is sealed and a new one started once it reaches this size (between
+    /// transactions). From `JournalFormat.minSegmentSize` (1 KiB) to
+    /// `JournalFormat.maxSegmentSize` (1 GiB, what a record's location can address).
     public var segmentSize: Int = 64 << 20
     /// A checkpoint of the indexes is written in the background after this many journal bytes
     /// (0: only on `close()` and `checkpoint()`).
@@ -26,9 +34,39 @@ public struct StoreOptions: Sendable {
     public var createIfMissing = true
     /// Bytes of decoded blocks kept in memory for reads.
     public var cacheSize: Int = 32 << 20
+    /// Where the store reports what it cannot report by throwing: a background checkpoint
+    /// or compaction that failed (with when it will try again). Standard error by default;
+    /// nil for silence. The same failures show in `Store.statistics()`.
+    public var log: (@Sendable (String) -> Void)? = StoreOptions.standardError
     /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
     var ignoresCheckpoint = false
 
     /// The default options: full durability, 64 MiB segments, 32 MiB checkpoint interval, automatic compaction.
     public init() {}
+
+    /// Writes a line to standard error.
+    public static let standardError: @Sendable (String) -> Void = { line in
+        var text = line
+        if !text.hasSuffix("\n") { text += "\n" }
+        // One write(2) to descriptor 2: a line is never interleaved with another thread's.
+        _ = text.withCString { write(2, $0, strlen($0)) }
+    }
+
+    /// Throws `invalidArgument` naming the first option out of its range.
+    func validate() throws {
+        func invalid(_ message: String) -> EngineError { EngineError(.invalidArgument, message) }
+        guard (JournalFormat.minSegmentSize...JournalFormat.maxSegmentSize).contains(segmentSize) else {
+            throw invalid(
+                "segmentSize \(segmentSize) is out of range: from \(JournalFormat.minSegmentSize) to \(JournalFormat.maxSegmentSize) bytes"
+            )
+        }
+        guard checkpointInterval >= 0 else { throw invalid("checkpointInterval \(checkpointInterval) is negative") }
+        guard cacheSize >= 0 else { throw invalid("cacheSize \(cacheSize) is negative") }
+        if case let .automatic(ratio, minimum) = compaction {
+            guard ratio > 0 && ratio <= 1 else {
+                throw invalid("the compaction's deadRatio \(ratio) is out of range: above 0, at most 1")
+            }
+            guard minimum >= 0 else { throw invalid("the compaction's minimumBytes \(minimum) is negative") }
+        }
+    }
 }

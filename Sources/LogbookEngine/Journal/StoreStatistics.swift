@@ -37,4 +37,8 @@ public struct StoreStatistics: Sendable {
     public var checkpoint: UInt64?
     /// The version the current checkpoint covers.
     public var checkpointVersion: UInt64?
+    /// Background checkpoints or compactions that failed in a row (0 once one succeeds).
+    public var maintenanceFailures = 0
+    /// Why the last background checkpoint or compaction failed, if one did.
+    public var lastMaintenanceFailure: EngineError?
 }

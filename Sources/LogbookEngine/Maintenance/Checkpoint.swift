@@ -370,7 +370,7 @@ extension Store {
                 }
                 writerState.syncedOffset = writerState.appendOffset
             }
-            let number = try writerState.manifest.allocateFileNumber()
+            let number = try allocateFileNumber(&writerState.manifest)
             return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }

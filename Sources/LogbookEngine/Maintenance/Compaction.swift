@@ -29,6 +29,15 @@ extension Store {
                 bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0,
                 segmentsWritten: 0, seconds: 0)
         }
+        // The rewrite needs room for the live part of the sealed segments (less, compressed
+        // again, but never more), and some to spare: refuse it up front rather than fill the
+        // disk and fail half-way (the foreground commits would share the full disk).
+        let liveShare = sealedState.totalBytes > 0 ? Double(sealedState.liveBytes) / Double(sealedState.totalBytes) : 1
+        let needed = Int(Double(bytesBefore) * min(1, liveShare)) + (4 << 20)
+        if let available = fileSystem.availableBytes(directory), available < needed {
+            throw EngineError(
+                .diskFull, "compaction needs about \(needed) bytes free and \(available) are", path: directory)
+        }
         let sealedNumbers = Set(sealed.map(\.number))
         let reader = BlockReader(segments: allSegments, cache: cache)
 
@@ -252,7 +261,7 @@ struct CompactionWriter {
     private mutating func startSegment() throws {
         try commitTransaction()
         if let last = files.last { try last.handle.sync() }
-        let number = try store.writer.withLock { writerState in try writerState.manifest.allocateFileNumber() }
+        let number = try store.writer.withLock { writerState in try store.allocateFileNumber(&writerState.manifest) }
         files.append(try store.createSegment(number: number))
         offset = JournalFormat.fileHeaderSize
     }

@@ -50,13 +50,7 @@ public final class Snapshot: Sendable {
         let location = Location(packed: packed)
         let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
         return try block.withUnsafeBytes { raw -> R in
-            guard case (.put(_, let value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
-            else {
-                throw EngineError.corruption(
-                    "a key's location does not hold a put",
-                    path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
-            }
-            return try body(UnsafeRawBufferPointer(rebasing: raw[value]))
+            try body(UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: key)]))
         }
     }
 
@@ -91,13 +85,7 @@ public final class Snapshot: Sendable {
                 blockKey = location.frameKey
             }
             try block.withUnsafeBytes { raw in
-                guard case (.put(_, let value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
-                else {
-                    throw EngineError.corruption(
-                        "a key's location does not hold a put",
-                        path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
-                }
-                try body(i, keys[i], UnsafeRawBufferPointer(rebasing: raw[value]))
+                try body(i, keys[i], UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: keys[i])]))
             }
         }
         if ordered {
@@ -105,6 +93,24 @@ public final class Snapshot: Sendable {
         } else {
             for i in keys.indices.sorted(by: { locations[$0] < locations[$1] }) { try visit(i) }
         }
+    }
+
+    /// The value's range in `raw` of the put at `location`, which must be a put of `key`: a
+    /// location that holds anything else (damage, or a bug that mixed up two records) is an
+    /// error, never another record's bytes.
+    private func putValue(_ raw: UnsafeRawBufferPointer, at location: Location, of key: UInt64) throws -> Range<Int> {
+        guard case (.put(let stored, let value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
+        else {
+            throw EngineError.corruption(
+                "the location of key \(EngineKey(rawValue: key)) does not hold a put",
+                path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+        }
+        guard stored == key else {
+            throw EngineError.corruption(
+                "the location of key \(EngineKey(rawValue: key)) holds the put of key \(EngineKey(rawValue: stored))",
+                path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+        }
+        return value
     }
 
     /// The secondary index entries stored with `key`'s value.

@@ -127,9 +127,20 @@ struct IndexState: Sendable {
         }
         for (key, previous) in replaced {
             let old = Location(packed: previous)
-            let oldBlock = try block(old)
             let final = primary[key].map(Location.init(packed:))
+            // The final version is this transaction's own (a put here) or none (a delete).
             let finalBlock = try final.map(block)
+            // The previous version is old data: its block may be damaged or gone (a bad sector
+            // in a sealed segment) while this transaction is sound. Applying the transaction
+            // must not depend on it: its entries are then found by the key instead, with a walk
+            // of every index (slow, but only ever after damage), and its bytes stay counted as
+            // live until a compaction rewrites what is live.
+            guard let oldBlock = try? block(old),
+                oldBlock.withUnsafeBytes({ (try? putOperation(old, $0)) != nil })
+            else {
+                try removeEntries(of: key, keepingThoseOf: final, in: finalBlock, putOperation)
+                continue
+            }
             try oldBlock.withUnsafeBytes { oldRaw in
                 let o = try putOperation(old, oldRaw)
                 liveBytes -= o.end - old.blockOffset
@@ -159,6 +170,34 @@ struct IndexState: Sendable {
                     if indexes[index]?.remove(bytes, key) == true, indexes[index]?.count == 0 { indexes[index] = nil }
                 }
             }
+        }
+    }
+
+    /// Removes `key`'s index entries that its final version (if any) does not have, found by
+    /// walking every index: the way when the replaced version cannot be read.
+    private mutating func removeEntries(
+        of key: UInt64, keepingThoseOf final: Location?, in finalBlock: [UInt8]?,
+        _ putOperation: (Location, UnsafeRawBufferPointer) throws -> (indexKeys: Range<Int>, count: Int, end: Int)
+    ) throws {
+        var keep: [(UInt32, [UInt8])] = []
+        if let final, let finalBlock {
+            try finalBlock.withUnsafeBytes { raw in
+                let n = try putOperation(final, raw)
+                JournalOperation.forEachIndexKey(raw, n.indexKeys, count: n.count) { keep.append(($0, Array($1))) }
+            }
+        }
+        for id in Array(indexes.keys) {
+            var stale: [[UInt8]] = []
+            indexes[id]!.forEach(from: nil, to: nil) { bytes, primaryKey in
+                if primaryKey == key && !keep.contains(where: { $0.0 == id && $0.1.elementsEqual(bytes) }) {
+                    stale.append(Array(bytes))
+                }
+                return true
+            }
+            for bytes in stale {
+                bytes.withUnsafeBytes { raw in _ = indexes[id]!.remove(raw, key) }
+            }
+            if indexes[id]!.count == 0 { indexes[id] = nil }
         }
     }
 

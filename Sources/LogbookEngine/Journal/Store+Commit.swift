@@ -272,7 +272,7 @@ extension Store {
             let ckpt =
                 options.checkpointInterval > 0 && writerState.bytesSinceCheckpoint >= options.checkpointInterval
             var compact = false
-            if case let .automatic(ratio, minimum) = options.compaction, writerState.working.totalBytes >= minimum {
+            if case .automatic(let ratio, let minimum) = options.compaction, writerState.working.totalBytes >= minimum {
                 compact =
                     Double(writerState.working.totalBytes - writerState.working.liveBytes)
                     > ratio * Double(writerState.working.totalBytes)
@@ -317,7 +317,8 @@ extension Store {
                 schedule.notBefore = .now + wait
                 return wait
             }
-            options.log?("logbook: background \(task) failed (\(engineError)); next attempt in \(wait.components.seconds) s")
+            options.log?(
+                "logbook: background \(task) failed (\(engineError)); next attempt in \(wait.components.seconds) s")
         }
     }
 }

@@ -62,7 +62,7 @@ public struct StoreOptions: Sendable {
         }
         guard checkpointInterval >= 0 else { throw invalid("checkpointInterval \(checkpointInterval) is negative") }
         guard cacheSize >= 0 else { throw invalid("cacheSize \(cacheSize) is negative") }
-        if case let .automatic(ratio, minimum) = compaction {
+        if case .automatic(let ratio, let minimum) = compaction {
             guard ratio > 0 && ratio <= 1 else {
                 throw invalid("the compaction's deadRatio \(ratio) is out of range: above 0, at most 1")
             }

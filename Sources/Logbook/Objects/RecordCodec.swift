@@ -244,6 +244,13 @@ enum RecordCodec {
         }
     }
 
+    /// A length: a varint that must fit in `Int` (a larger one is damage, not a trap).
+    @inline(__always)
+    static func length(_ raw: UnsafeRawBufferPointer, _ o: inout Int) throws -> Int {
+        guard let count = Int(exactly: try varint(raw, &o)) else { throw Malformed() }
+        return count
+    }
+
     /// The value of one present slot at `o`, which moves past it.
     @inline(__always)
     static func value(
@@ -258,9 +265,10 @@ enum RecordCodec {
         switch kind {
         case .object:
             let serial = try varint(raw, &o)
+            guard serial <= EngineKey.maxID else { throw Malformed() }
             return .object(EngineKey(keyspace: destinationKeyspace(), id: serial).rawValue)
         case .string:
-            let b = try bytes(Int(try varint(raw, &o)))
+            let b = try bytes(try length(raw, &o))
             return .string(String(decoding: b, as: UTF8.self))
         case .int:
             let z = try varint(raw, &o)
@@ -274,18 +282,18 @@ enum RecordCodec {
         case .bool:
             return .bool(try bytes(1)[0] != 0)
         case .data:
-            return .data(Data(try bytes(Int(try varint(raw, &o)))))
+            return .data(Data(try bytes(try length(raw, &o))))
         case .uuid:
             let b = try bytes(16)
             var u: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
             withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: b) }
             return .boxed(.init(.uuid(UUID(uuid: u))))
         case .url:
-            let s = String(decoding: try bytes(Int(try varint(raw, &o))), as: UTF8.self)
+            let s = String(decoding: try bytes(try length(raw, &o)), as: UTF8.self)
             guard let u = URL(string: s) else { throw Malformed() }
             return .boxed(.init(.url(u)))
         case .decimal:
-            let s = String(decoding: try bytes(Int(try varint(raw, &o))), as: UTF8.self)
+            let s = String(decoding: try bytes(try length(raw, &o)), as: UTF8.self)
             guard let d = Decimal(string: s, locale: Locale(identifier: "en_US_POSIX")) else { throw Malformed() }
             return .boxed(.init(.decimal(d)))
         }

@@ -127,17 +127,23 @@ enum Checkpoint {
                 var state = IndexState()
                 let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
                 let primaryParts = try section("primary index", &r) { r in try decodePrimary(&r) }
-                // The primary map is built on another thread while this one reads the indexes.
+                // A large primary map is built on another thread while this one reads the
+                // indexes; a small one here (a thread hop would cost more than it saves).
                 let parts = UncheckedSendable(primaryParts)
                 let built = UncheckedSendable(ResultBox<RadixMap<UInt64>>())
                 let group = DispatchGroup()
-                DispatchQueue.global().async(group: group) {
+                let build: @Sendable () -> Void = {
                     var primary = RadixMap<UInt64>()
                     for (keys, locations) in parts.value {
                         primary.setMany(
                             keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
                     }
                     built.value.value = primary
+                }
+                if primaryParts.reduce(0, { $0 + $1.0.count }) >= 1 << 16 {
+                    DispatchQueue.global().async(group: group, execute: build)
+                } else {
+                    build()
                 }
                 // Joined on every path: the other thread reads `primaryParts`.
                 defer { group.wait() }

@@ -1,0 +1,2 @@
+// Header-only: see include/FuzzDriver.h.
+#include "FuzzDriver.h"

@@ -1,12 +1,15 @@
-// Writes the seed corpus of each fuzz target (Corpus/<target>/) from what the encoders
-// really produce. Run from the Fuzz folder: swift run FuzzSeeds
+// Writes the seed corpus of each fuzz target (Fuzz/Corpus/<target>/) from what the encoders
+// really produce: swift run --package-path Fuzz FuzzSeeds
 import Foundation
 
 @testable import Logbook
 @testable import LogbookEngine
 
 func write(_ bytes: [UInt8], _ directory: String, _ name: String) {
-    let url = URL(fileURLWithPath: "Corpus/\(directory)", isDirectory: true)
+    // Fuzz/Corpus, found from this file's place (Fuzz/Sources/FuzzSeeds/main.swift).
+    let fuzz = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    let url = fuzz.appendingPathComponent("Corpus/\(directory)", isDirectory: true)
     try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     try! Data(bytes).write(to: url.appendingPathComponent(name))
 }

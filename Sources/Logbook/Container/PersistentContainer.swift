@@ -1,6 +1,5 @@
 import Foundation
 import LogbookEngine
-import Synchronization
 
 /// Options of a container's store.
 public struct ContainerOptions: Sendable {
@@ -45,9 +44,9 @@ public final class PersistentContainer: Sendable {
     public let store: Store
     let storeLayout: StoreLayout
     /// Next serial number per entity (by model index), shared by all contexts.
-    private let counters: Mutex<[UInt64]>
-    private let contexts = Mutex<[WeakContext]>([])
-    private let viewContextBox = Mutex<ManagedObjectContext?>(nil)
+    private let counters: Locked<[UInt64]>
+    private let contexts = Locked<[WeakContext]>([])
+    private let viewContextBox = Locked<ManagedObjectContext?>(nil)
 
     struct WeakContext: @unchecked Sendable {
         // A weak reference only; read under the `contexts` lock.
@@ -76,7 +75,7 @@ public final class PersistentContainer: Sendable {
         do {
             let (layout, counters) = try Migration.prepare(store: store, model: model)
             storeLayout = layout
-            self.counters = Mutex(counters)
+            self.counters = Locked(counters)
         } catch {
             try? store.close()
             throw error

@@ -1,5 +1,4 @@
 import LogbookEngine
-import Synchronization
 
 extension ManagedObjectContext {
     /// Registered objects by key, unretained: an object leaves when it deinits. `table` is
@@ -7,7 +6,7 @@ extension ManagedObjectContext {
     final class Registry: @unchecked Sendable {
         // @unchecked: `table` is touched only under `lock` (a futex-based lock: cheap when
         // uncontended, which is nearly always; every object's deinit takes it once).
-        private let lock = Mutex(())
+        private let lock = Locked(())
         @exclusivity(unchecked) private var table = RegistryTable()
 
         func withLock<R>(_ body: (inout RegistryTable) throws -> R) rethrows -> R {

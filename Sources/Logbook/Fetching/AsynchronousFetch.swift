@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import LogbookEngine
-import Synchronization
 
 /// The progress of an asynchronous fetch: how many records it has examined so far, how many
 /// there are once known, and a way to cancel it. Safe to read and cancel from any thread.
@@ -18,7 +17,7 @@ public final class FetchProgress: Sendable {
         var finished = false
         var observers: [@Sendable (FetchProgress) -> Void] = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// A progress at zero, total unknown.
     public init() {}

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import LogbookEngine
 
 /// Turns values of a type the store does not know into data and back, for transformable
 /// attributes (Core Data's `NSValueTransformer`).
@@ -32,7 +32,7 @@ public enum AttributeTransformers {
 }
 
 final class TransformerRegistry: Sendable {
-    private let table = Mutex<[String: any AttributeTransformer]>([:])
+    private let table = Locked<[String: any AttributeTransformer]>([:])
 
     func register(_ t: any AttributeTransformer, name: String) { table.withLock { $0[name] = t } }
     func get(_ name: String) -> (any AttributeTransformer)? { table.withLock { $0[name] } }

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import LogbookEngine
 
 // Foundation's `#Predicate` and `SortDescriptor` over typed classes, translated into the same
 // expression tree as format strings (so both get the same evaluation and planning).
@@ -57,7 +57,7 @@ extension FetchSortDescriptor {
 /// Finds which key a typed property reads, by reading it on a stand-in object that records
 /// the key its property wrapper asks for (key paths of computed properties carry no names).
 enum KeyProbe {
-    private static let recorded = Mutex<[ObjectIdentifier: String]>([:])
+    private static let recorded = Locked<[ObjectIdentifier: String]>([:])
     private static let layout: EntityLayout = {
         // An entity without properties: every key lookup on the stand-in fails and is recorded.
         try! EntityLayout(entity: EntityDescription("_KeyProbe"), index: 0, entityIndex: [:], entities: [])

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// One open segment file. Shared by the writer and every snapshot that may read it; when a
 /// compaction has replaced it, it is marked obsolete and its file is removed once the last
 /// holder lets go (so old segments are deleted only when no snapshot reads them).
@@ -66,7 +64,7 @@ final class FrameCache: Sendable {
         var bytes = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     let capacityBytes: Int
 
     init(capacityBytes: Int) { self.capacityBytes = capacityBytes }

@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -342,7 +341,7 @@ final class GroupSync: @unchecked Sendable {
 final class PendingSync: Sendable {
     private let file: SegmentFile
     private let done: DispatchSemaphore?
-    private let result = Mutex<(any Error)?>(nil)
+    private let result = Locked<(any Error)?>(nil)
 
     init(_ file: SegmentFile, overlapped: Bool) {
         self.file = file

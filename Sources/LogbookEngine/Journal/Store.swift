@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 /// An append-only journal of versioned records under 64-bit keys, with in-memory indexes,
 /// O(1) snapshots, checkpoints, online compaction and crash recovery.
@@ -30,15 +29,15 @@ public final class Store: Sendable {
     let fileSystem: any FileSystem
     let cache: FrameCache
     let lock: (any FileLock)?
-    let writer: Mutex<WriterState>
-    let published: Mutex<Published>
+    let writer: Locked<WriterState>
+    let published: Locked<Published>
     let registry = SnapshotRegistry()
     let groupSync = GroupSync()
     /// Serializes checkpoints and compactions; the flag says one is queued in the background.
-    let maintenance = Mutex<Void>(())
+    let maintenance = Locked<Void>(())
     /// The background maintenance's schedule, apart from `maintenance` so that a committer
     /// asking whether to queue a task never waits for a running one.
-    let maintenanceSchedule = Mutex(MaintenanceSchedule())
+    let maintenanceSchedule = Locked(MaintenanceSchedule())
     let background = DispatchQueue(label: "logbook.maintenance")
 
     /// Whether a background checkpoint or compaction is queued, and how the last ones failed.
@@ -113,8 +112,8 @@ public final class Store: Sendable {
         self.recoveryReport = report
         self.isReadOnly = options.readOnly || options.salvage
         self.cache = cache
-        self.published = Mutex(Published(state: writer.working, segments: writer.segments))
-        self.writer = Mutex(writer)
+        self.published = Locked(Published(state: writer.working, segments: writer.segments))
+        self.writer = Locked(writer)
         groupSync.setSynced(writer.working.version)
     }
 
@@ -309,7 +308,7 @@ final class SnapshotRegistry: Sendable {
         var next = 0
         var pinned: [Int: (version: UInt64, since: ContinuousClock.Instant)] = [:]
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func pin(version: UInt64) -> Int {
         state.withLock { s in

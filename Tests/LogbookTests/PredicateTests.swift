@@ -210,3 +210,32 @@ import Testing
         #expect(try f.context.fetch(request).map(\.age) == [48, 34, 30, 27])
     }
 }
+
+/// Inputs the predicate fuzzer found: nesting deep enough to run the recursive parser out of
+/// stack is refused with an error instead.
+@Suite struct PredicateNestingTests {
+    @Test func nestingPastTheLimitIsAnErrorNotACrash() {
+        let deep = PredicateParser.maxNesting * 50
+        let inputs = [
+            String(repeating: "(", count: deep) + "age == 1" + String(repeating: ")", count: deep),
+            String(repeating: "NOT ", count: deep) + "age == 1",
+            "age IN " + String(repeating: "{", count: deep) + "1" + String(repeating: "}", count: deep),
+            String(repeating: "{{  { ", count: deep)
+        ]
+        for input in inputs {
+            #expect {
+                try FetchPredicate(format: input)
+            } throws: { error in
+                (error as? LogbookError)?.code == .invalidPredicate
+                    && (error as? LogbookError)?.message.contains("nests more than") == true
+            }
+        }
+    }
+
+    @Test func nestingWithinTheLimitParses() throws {
+        let depth = PredicateParser.maxNesting - 5
+        let predicate = try FetchPredicate(
+            format: String(repeating: "(", count: depth) + "age == 1" + String(repeating: ")", count: depth))
+        #expect(predicate.format.hasSuffix(")"))
+    }
+}

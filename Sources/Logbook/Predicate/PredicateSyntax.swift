@@ -242,7 +242,20 @@ struct PredicateParser {
         }
     }
 
+    /// Deepest nesting of parentheses, NOTs, aggregates and subqueries a predicate may have: a
+    /// deeper one is refused rather than run the parser (which recurses) out of stack.
+    static let maxNesting = 100
+    var depth = 0
+
+    /// Enters one level of nesting (the caller leaves it with `depth -= 1`).
+    mutating func enterNesting() throws {
+        depth += 1
+        guard depth <= Self.maxNesting else { throw fail("the predicate nests more than \(Self.maxNesting) levels") }
+    }
+
     mutating func parseOr() throws -> PredicateNode {
+        try enterNesting()
+        defer { depth -= 1 }
         var parts = [try parseAnd()]
         while isKeyword("OR") || isOp("||") {
             position += 1
@@ -263,6 +276,8 @@ struct PredicateParser {
     mutating func parseNot() throws -> PredicateNode {
         if isKeyword("NOT") || isOp("!") {
             position += 1
+            try enterNesting()
+            defer { depth -= 1 }
             return .not(try parseNot())
         }
         return try parsePrimary()
@@ -376,6 +391,8 @@ struct PredicateParser {
     }
 
     mutating func parseExpression() throws -> PredicateExpression {
+        try enterNesting()
+        defer { depth -= 1 }
         let t = current
         switch t.kind {
         case .string(let s):

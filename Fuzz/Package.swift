@@ -20,17 +20,19 @@ let package = Package(
         .executableTarget(
             name: name,
             dependencies: [
-                "FuzzDriver",
+                "FuzzDriver", "FuzzModel",
                 .product(name: "LogbookEngine", package: "Logbook"),
                 .product(name: "Logbook", package: "Logbook")
             ]
         )
     } + [
         .target(name: "FuzzDriver"),
+        .target(name: "FuzzModel", dependencies: [.product(name: "Logbook", package: "Logbook")]),
         // Writes the seed corpus (Corpus/) from real encoder output; built without sanitizers.
         .executableTarget(
             name: "FuzzSeeds",
             dependencies: [
+                "FuzzModel",
                 .product(name: "LogbookEngine", package: "Logbook"),
                 .product(name: "Logbook", package: "Logbook")
             ]

@@ -61,6 +61,24 @@ func populatedStore() throws -> String {
     return dir
 }
 
+/// An engine store (no syncs) holding `itemCount` values, with an index entry each if asked.
+func engineStore(_ dir: String, indexed: Bool) throws -> Store {
+    var options = StoreOptions()
+    options.durability = .none
+    let store = try Store.open(at: dir, options: options)
+    var t = Transaction()
+    for i in 1...itemCount {
+        let key = EngineKey(keyspace: 1, id: UInt64(i))
+        if indexed {
+            t.put(key, value: Array("Item \(i)".utf8), indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
+        } else {
+            t.put(key, value: Array("Item \(i)".utf8))
+        }
+    }
+    try store.commit(t)
+    return store
+}
+
 func configuration() -> Benchmark.Configuration {
     Benchmark.Configuration(
         metrics: [.wallClock, .mallocCountTotal, .peakMemoryResident],
@@ -125,12 +143,7 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("engine-snapshot-read-10k-values") { benchmark in
         let dir = freshDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var options = StoreOptions()
-        options.durability = .none
-        let store = try Store.open(at: dir, options: options)
-        var t = Transaction()
-        for i in 1...itemCount { t.put(EngineKey(keyspace: 1, id: UInt64(i)), value: Array("Item \(i)".utf8)) }
-        try store.commit(t)
+        let store = try engineStore(dir, indexed: false)
         let snapshot = store.snapshot()
         let keys = (1...itemCount).map { EngineKey(keyspace: 1, id: UInt64($0)).rawValue }
         benchmark.startMeasurement()
@@ -144,16 +157,7 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark("engine-index-walk-10k") { benchmark in
         let dir = freshDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var options = StoreOptions()
-        options.durability = .none
-        let store = try Store.open(at: dir, options: options)
-        var t = Transaction()
-        for i in 1...itemCount {
-            t.put(
-                EngineKey(keyspace: 1, id: UInt64(i)), value: [1],
-                indexKey: IndexKey(index: 1, orderedUInt64: UInt64(i)))
-        }
-        try store.commit(t)
+        let store = try engineStore(dir, indexed: true)
         let snapshot = store.snapshot()
         benchmark.startMeasurement()
         let keys = snapshot.primaryKeys(index: 1)

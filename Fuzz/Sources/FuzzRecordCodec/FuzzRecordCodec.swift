@@ -1,31 +1,11 @@
-import Foundation
 // The record codec: a managed object's record, decoded with the layout of an entity that has
 // an attribute of every type and a to-one relationship, then encoded again.
+import Foundation
 import FuzzDriver
-
+import FuzzModel
 @testable import Logbook
 
-let layout: EntityLayout = {
-    let model = try! ManagedObjectModel {
-        EntityDescription("Everything") {
-            AttributeDescription("string", .string, optional: true)
-            AttributeDescription("int16", .int16, optional: true)
-            AttributeDescription("int32", .int32, optional: true)
-            AttributeDescription("int64", .int64, optional: true)
-            AttributeDescription("double", .double, optional: true)
-            AttributeDescription("float", .float, optional: true)
-            AttributeDescription("bool", .bool, optional: true)
-            AttributeDescription("date", .date, optional: true)
-            AttributeDescription("data", .data, optional: true)
-            AttributeDescription("uuid", .uuid, optional: true)
-            AttributeDescription("url", .url, optional: true)
-            AttributeDescription("decimal", .decimal, optional: true)
-            RelationshipDescription("other", to: "Everything", inverse: "others")
-            RelationshipDescription("others", to: "Everything", inverse: "other", toMany: true)
-        }
-    }
-    return model.layouts[0]
-}()
+let layout: EntityLayout = try! everythingModel().layouts[0]
 
 @_cdecl("FuzzRecordCodec_main")
 public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {

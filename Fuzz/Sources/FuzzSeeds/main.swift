@@ -1,6 +1,7 @@
 // Writes the seed corpus of each fuzz target (Fuzz/Corpus/<target>/) from what the encoders
 // really produce: swift run --package-path Fuzz FuzzSeeds
 import Foundation
+import FuzzModel
 
 @testable import Logbook
 @testable import LogbookEngine
@@ -54,24 +55,7 @@ write(manifest.encoded(), "manifest", "three-segments")
 write(FileHeader(magic: JournalFormat.segmentMagic, number: 1, salt: 0x0102_0304).encoded(), "manifest", "header")
 
 // Records of every attribute type.
-let model = try! ManagedObjectModel {
-    EntityDescription("Everything") {
-        AttributeDescription("string", .string, optional: true)
-        AttributeDescription("int16", .int16, optional: true)
-        AttributeDescription("int32", .int32, optional: true)
-        AttributeDescription("int64", .int64, optional: true)
-        AttributeDescription("double", .double, optional: true)
-        AttributeDescription("float", .float, optional: true)
-        AttributeDescription("bool", .bool, optional: true)
-        AttributeDescription("date", .date, optional: true)
-        AttributeDescription("data", .data, optional: true)
-        AttributeDescription("uuid", .uuid, optional: true)
-        AttributeDescription("url", .url, optional: true)
-        AttributeDescription("decimal", .decimal, optional: true)
-        RelationshipDescription("other", to: "Everything", inverse: "others")
-        RelationshipDescription("others", to: "Everything", inverse: "other", toMany: true)
-    }
-}
+let model = try! everythingModel()
 let layout = model.layouts[0]
 let values: [Any?] = [
     "text", Int16(-3), Int32(70_000), Int64.max, 2.5, Float(1.5), true, Date(timeIntervalSince1970: 1_700_000_000),

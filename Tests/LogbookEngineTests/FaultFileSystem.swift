@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 @testable import LogbookEngine
 
@@ -23,7 +22,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     // Everything below is guarded by `mutex`.
-    private let mutex = Mutex(())
+    private let mutex = Locked(())
     private var files: [Int: FileData] = [:]
     private var entries: [String: Int] = [:]
     private var durableEntries: [String: Int] = [:]
@@ -314,7 +313,7 @@ final class FaultLock: FileLock, @unchecked Sendable {
     let fs: FaultFileSystem
     let path: String
     let token: Int
-    private let released = Mutex(false)
+    private let released = Locked(false)
     init(fs: FaultFileSystem, path: String, token: Int) {
         self.fs = fs
         self.path = path

@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 import Testing
 
 @testable import LogbookEngine
@@ -297,7 +296,7 @@ import Testing
     @Test func aFailingBackgroundCompactionBacksOffAndIsReported() throws {
         let fs = FaultFileSystem()
         fs.freeSpace = 0
-        let lines = Mutex<[String]>([])
+        let lines = Locked<[String]>([])
         var options = quietOptions(.full)
         options.segmentSize = 4096
         options.compaction = .automatic(deadRatio: 0.2, minimumBytes: 0)

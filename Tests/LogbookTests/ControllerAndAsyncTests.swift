@@ -1,6 +1,5 @@
 import Foundation
 import LogbookEngine
-import Synchronization
 import Testing
 
 @testable import Logbook
@@ -173,7 +172,7 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
         var fetch = FetchRequest<TodoItem>()
         fetch.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
         let context = container.newBackgroundContext()
-        let seen = Mutex<[Int64]>([])
+        let seen = Locked<[Int64]>([])
         let (done, _) = try await run(context, fetch) { running in
             running.progress.observe { p in seen.withLock { $0.append(p.completedUnitCount) } }
         }
@@ -207,7 +206,7 @@ final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendabl
         }
         var fetch = FetchRequest<TodoItem>()
         fetch.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
-        let waits = Mutex<[Double]>([])
+        let waits = Locked<[Double]>([])
         let (result, names) = try await run(context, fetch) { running in
             // The queue stays free: blocks sent to it while the fetch runs start at once.
             Thread.detachNewThread {

@@ -47,7 +47,7 @@ extension FetchSortDescriptor {
         guard let keyPath = descriptor.keyPath, let key = KeyProbe.key(of: keyPath, in: T.self) else {
             throw LogbookError(
                 .invalidPredicate,
-                "the sort descriptor \(descriptor) does not name a property of \(T.self) declared with @Attribute, @ToOne or @Transformable"
+                "the sort descriptor \(descriptor) does not name a property of \(T.self) declared with @Managed, @ToOne or @Transformable"
             )
         }
         self.init(key: key, ascending: descriptor.order == .forward)
@@ -208,7 +208,7 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
             guard let key = objectType.probeKey(keyPath) else {
                 throw LogbookError(
                     .invalidPredicate,
-                    "\(keyPath) is not a property declared with @Attribute, @ToOne, @ToMany or @Transformable")
+                    "\(keyPath) is not a property declared with @Managed, @ToOne, @ToMany or @Transformable")
             }
             component = key
         } else if let collection = Root.Output.self as? any CountedCollectionKeyPaths.Type,

@@ -4,19 +4,8 @@ import Testing
 
 /// The persistent structures against plain Swift collections, with random operations.
 @Suite struct StructureTests {
-    struct Rng: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     @Test func radixMapMatchesADictionaryAndSnapshotsNeverChange() {
-        var rng = Rng(state: 1)
+        var rng = SeededGenerator(seed: 1)
         var map = RadixMap<UInt64>()
         var model: [UInt64: UInt64] = [:]
         var snapshots: [(RadixMap<UInt64>, [UInt64: UInt64])] = []
@@ -63,7 +52,7 @@ import Testing
     }
 
     @Test func orderedIndexMatchesASortedArray() {
-        var rng = Rng(state: 7)
+        var rng = SeededGenerator(seed: 7)
         var index = OrderedIndex()
         var model: [([UInt8], UInt64)] = []
         func less(_ a: ([UInt8], UInt64), _ b: ([UInt8], UInt64)) -> Bool {

@@ -46,6 +46,8 @@ public final class PersistentContainer: Sendable {
     /// Next serial number per entity (by model index), shared by all contexts.
     private let counters: Locked<[UInt64]>
     private let contexts = Locked<[WeakContext]>([])
+    /// Held from a save's conflict check to its commit; holds the keys recent saves replaced.
+    private let writeLog = Locked(WriteLog())
     private let viewContextBox = Locked<ManagedObjectContext?>(nil)
 
     struct WeakContext: @unchecked Sendable {
@@ -113,6 +115,20 @@ public final class PersistentContainer: Sendable {
             list.append(WeakContext(context: c))
         }
         return c
+    }
+
+    /// Runs `body` under the save lock: a conflict check and the commit it allows, with no
+    /// other save in between.
+    func withSaveLock<R>(_ body: (inout WriteLog) throws -> R) rethrows -> R {
+        try writeLog.withLock { try body(&$0) }
+    }
+
+    /// Registers a context made elsewhere (a child context) to hear of saves.
+    func adopt(_ c: ManagedObjectContext) {
+        contexts.withLock { list in
+            list.removeAll { $0.context == nil }
+            list.append(WeakContext(context: c))
+        }
     }
 
     /// Runs `body` with a new background context, on its queue.

@@ -59,6 +59,9 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         public static let invalidFetch = Code("invalidFetch")
         /// An argument out of its range (a negative limit, an empty name…).
         public static let invalidArgument = Code("invalidArgument")
+        /// A save found objects another save changed or deleted since they were read, and the
+        /// merge policy is `.error`; see `conflicts`. Nothing was written.
+        public static let mergeConflict = Code("mergeConflict")
 
         /// Whether `error` is a `LogbookError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool { (error as? LogbookError)?.code == code }
@@ -76,6 +79,8 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
     public var objectID: ObjectID?
     /// For `.validation`: every failure of every object, so that one save reports them all.
     public var validationFailures: [ValidationFailure] = []
+    /// For `.mergeConflict`: every object in conflict, with the values read and the store's.
+    public var conflicts: [MergeConflict] = []
     /// For `.store`: the engine's error (file, offset, code).
     public var underlying: EngineError?
 
@@ -96,6 +101,7 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         if let key { place.append("key \(key)") }
         if !place.isEmpty { text += " (" + place.joined(separator: ", ") + ")" }
         if !validationFailures.isEmpty { text += "\n" + validationFailures.map { "  - \($0)" }.joined(separator: "\n") }
+        if !conflicts.isEmpty { text += "\n" + conflicts.map { "  - \($0)" }.joined(separator: "\n") }
         if let underlying { text += " [\(underlying)]" }
         return text
     }

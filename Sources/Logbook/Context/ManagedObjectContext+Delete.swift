@@ -63,6 +63,8 @@ extension ManagedObjectContext {
     /// Forgets every unsaved change: inserted objects go away, changed ones get their saved
     /// values back, deleted ones come back.
     public func rollback() {
+        let dropped = hasObservers ? Array(inserted.values) : []
+        let refreshed = hasObservers ? Array(updated.values) + Array(deleted.values) : []
         for o in inserted.values {
             o.flags = [.invalid]
             unregister(o.engineKey)
@@ -73,6 +75,12 @@ extension ManagedObjectContext {
             o.flags.subtract([.updated, .deleted])
         }
         clearChanges()
+        if hasObservers {
+            var changes = ContextChanges()
+            changes.refreshed = Set(refreshed.map(\.objectID))
+            changes.invalidated = Set(dropped.map(\.objectID))
+            if !changes.isEmpty { post(.objectsDidChange(changes)) }
+        }
     }
 
     /// Forgets the change sets (the objects were dealt with by the caller).
@@ -93,16 +101,53 @@ extension ManagedObjectContext {
         for o in inserted.values { o.flags = [.invalid] }
         registry.withLock { $0 = RegistryTable() }
         clearChanges()
+        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        var changes = ContextChanges()
+        changes.invalidatedAll = true
+        post(.objectsDidChange(changes))
     }
 
-    /// Reloads an object's values from the store, dropping its unsaved changes if `mergeChanges` is false.
+    /// Reloads an object from the store (Core Data's `refresh(_:mergeChanges:)`).
+    ///
+    /// With `mergeChanges` false the object drops its unsaved changes (a deletion included)
+    /// and becomes a fault that reads the store's current values when next touched. With
+    /// `true` an object without changes does the same, and one with changes takes the store's
+    /// current values and applies its own changes over them.
     public func refresh(_ object: ManagedObject, mergeChanges: Bool) {
-        guard !object.flags.contains(.inserted), object.contextRef === self else { return }
-        if !mergeChanges || !object.hasChanges {
-            object.flags.insert(.fault)
-            object.flags.subtract([.updated])
-            object.committed = nil
-            updated[object.engineKey] = nil
+        guard !object.flags.contains(.inserted), !object.flags.contains(.invalid), object.contextRef === self else {
+            return
         }
+        var changes = ContextChanges()
+        changes.refreshed = [object.objectID]
+        if mergeChanges && object.hasChanges {
+            do { try mergeStoreValues(into: object, from: readSnapshot()) } catch {
+                turnIntoFault(object)
+            }
+        } else {
+            if object.flags.contains(.deleted) {
+                object.flags.remove(.deleted)
+                deleted[object.engineKey] = nil
+            }
+            for r in object.layout.toMany {
+                let k = setKey(object.engineKey, object.layout, r)
+                setAdds[k] = nil
+                setRemoves[k] = nil
+            }
+            turnIntoFault(object)
+        }
+        post(.objectsDidChange(changes))
+    }
+
+    /// Refreshes every registered object, merging its changes (Core Data's
+    /// `refreshAllObjects()`): unchanged objects become faults that read the latest values.
+    public func refreshAllObjects() {
+        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        let snapshot = container.store.snapshot()
+        var changes = ContextChanges()
+        for o in registeredObjects where !o.flags.contains(.inserted) && !o.flags.contains(.invalid) {
+            do { try mergeStoreValues(into: o, from: snapshot) } catch { turnIntoFault(o) }
+            changes.refreshed.insert(o.objectID)
+        }
+        if !changes.isEmpty { post(.objectsDidChange(changes)) }
     }
 }

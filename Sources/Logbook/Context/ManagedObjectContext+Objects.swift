@@ -66,20 +66,30 @@ extension ManagedObjectContext {
             throw LogbookError(.objectNotFound, "no entity has keyspace \(EngineKey(rawValue: key).keyspace)")
         }
         let layout = model.layouts[entity]
-        let snapshot = container.store.snapshot()
+        if let parent, let found = try parentState(of: key, parent: parent) {
+            guard let slots = found.slots else { throw notFound(key, layout) }
+            return materialize(key: key, layout: layout, slots: slots, version: found.version)
+        }
+        let snapshot = readSnapshot()
         guard let slots = try decode(snapshot, key: key, layout: layout) else {
             throw LogbookError(
                 .objectNotFound, "no \(layout.name) with serial \(EngineKey(rawValue: key).id) in the store",
                 entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
         }
-        return materialize(key: key, layout: layout, slots: slots)
+        return materialize(key: key, layout: layout, slots: slots, version: snapshot.version)
     }
 
-    func materialize(key: UInt64, layout: EntityLayout, slots: [Slot]) -> ManagedObject {
+    func notFound(_ key: UInt64, _ layout: EntityLayout) -> LogbookError {
+        LogbookError(
+            .objectNotFound, "no \(layout.name) with serial \(EngineKey(rawValue: key).id) in the store",
+            entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
+    }
+
+    func materialize(key: UInt64, layout: EntityLayout, slots: [Slot], version: UInt64) -> ManagedObject {
         if let o = registered(key) { return o }
         let object = layout.managedClass.init(
             ManagedObject.Bootstrap(
-                layout: layout, key: key, token: token, slots: slots, fault: false))
+                layout: layout, key: key, token: token, slots: slots, fault: false, version: version))
         register(object)
         return object
     }
@@ -122,6 +132,19 @@ extension ManagedObjectContext {
             object.flags.remove(.fault)
             return
         }
+        if let parent, let found = try parentState(of: object.engineKey, parent: parent) {
+            guard let slots = found.slots else {
+                throw LogbookError(
+                    .objectNotFound, "the object was deleted in the parent context", entity: object.layout.name,
+                    objectID: object.objectID)
+            }
+            object.batch?.forget(object)
+            object.batch = nil
+            object.slots = slots
+            object.baseVersion = found.version
+            object.flags.remove(.fault)
+            return
+        }
         if let batch = object.batch {
             // Load the whole batch from the fetch's snapshot.
             let members = batch.take()
@@ -130,6 +153,7 @@ extension ManagedObjectContext {
                 o.batch = nil
                 if let slots = try decode(batch.snapshot, key: o.engineKey, layout: o.layout) {
                     o.slots = slots
+                    o.baseVersion = batch.snapshot.version
                     o.flags.remove(.fault)
                     read += 1
                 }
@@ -137,14 +161,14 @@ extension ManagedObjectContext {
             lastFetchRecordsRead += read
             if !object.flags.contains(.fault) { return }
         }
-        guard
-            let slots = try decode(snapshot ?? container.store.snapshot(), key: object.engineKey, layout: object.layout)
-        else {
+        let source = snapshot ?? readSnapshot()
+        guard let slots = try decode(source, key: object.engineKey, layout: object.layout) else {
             throw LogbookError(
                 .objectNotFound, "the object was deleted from the store", entity: object.layout.name,
                 objectID: object.objectID)
         }
         object.slots = slots
+        object.baseVersion = source.version
         object.flags.remove(.fault)
     }
 

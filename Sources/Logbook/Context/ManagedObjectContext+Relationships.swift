@@ -56,7 +56,12 @@ extension ManagedObjectContext {
     /// The members of a to-many relationship: the store's, plus unsaved additions, minus removals.
     func relatedKeys(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> Set<UInt64> {
         let k = setKey(owner, layout, r)
-        var members = Set(container.store.snapshot().members(ofSet: k))
+        var members: Set<UInt64>
+        if let parent {
+            members = parent.performAndWait { parent.relatedKeys(owner, layout, r) }
+        } else {
+            members = Set(readSnapshot().members(ofSet: k))
+        }
         if let removes = setRemoves[k] { members.subtract(removes) }
         if let adds = setAdds[k] { members.formUnion(adds) }
         return members
@@ -65,7 +70,7 @@ extension ManagedObjectContext {
     /// The number of related objects: the stored set's count, corrected by unsaved changes.
     func relatedCount(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) -> Int {
         let k = setKey(owner, layout, r)
-        if setRemoves[k] == nil && setAdds[k] == nil { return container.store.snapshot().memberCount(ofSet: k) }
+        if parent == nil && setRemoves[k] == nil && setAdds[k] == nil { return readSnapshot().memberCount(ofSet: k) }
         return relatedKeys(owner, layout, r).count
     }
 
@@ -83,11 +88,10 @@ extension ManagedObjectContext {
                 result.append(o)
                 continue
             }
-            if batch == nil { batch = FaultBatch(snapshot: container.store.snapshot()) }
+            if batch == nil { batch = FaultBatch(snapshot: readSnapshot()) }
             let o = destination.managedClass.init(
                 ManagedObject.Bootstrap(
                     layout: destination, key: key, token: token, slots: [], fault: true))
-            o.batch = batch
             batch!.append(o)
             register(o)
             result.append(o)

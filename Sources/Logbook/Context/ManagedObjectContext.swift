@@ -38,8 +38,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public let container: PersistentContainer
     /// A name for logs and debugging.
     public var name: String?
-    /// Merge the saves of other contexts of the container into this one (on this context's queue).
+    /// Merge the saves of other contexts of the container into this one (on this context's
+    /// queue). Core Data's `automaticallyMergesChangesFromParent`; on by default here.
     public var automaticallyMergesChangesFromOtherContexts = true
+    /// How a save resolves conflicts with other saves (`.error` by default, as in Core Data).
+    public var mergePolicy: MergePolicy = .error
+    /// The context a child context saves into (nil for a context that saves to the store).
+    public let parent: ManagedObjectContext?
     /// Undo and redo of unsaved changes; nil (no undo) by default.
     public var undoHistory: UndoHistory?
 
@@ -91,6 +96,11 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public internal(set) var lastFetchRecordsRead = 0
     /// Called after this context saves and after it merges another context's save.
     var changeObservers: [(ContextChanges) -> Void] = []
+    /// Observers of `ContextEvent`s, by registration number (streams remove theirs when they end).
+    let eventObservers = Locked<[Int: (ContextEvent) -> Void]>([:])
+    var nextObserver = 0
+    /// The snapshot a context pinned to a query generation reads (nil: the latest).
+    var pinnedSnapshot: Snapshot?
 
     /// Calls `handler` (on the context's queue) with the changes of each save of this context
     /// and of each save of another context merged into it.
@@ -98,12 +108,15 @@ public final class ManagedObjectContext: @unchecked Sendable {
         changeObservers.append(handler)
     }
 
-    init(container: PersistentContainer, concurrencyType: ConcurrencyType) {
+    init(container: PersistentContainer, concurrencyType: ConcurrencyType, parent: ManagedObjectContext? = nil) {
         self.container = container
         self.concurrencyType = concurrencyType
+        self.parent = parent
         self.token = Token(identity: container.storeLayout.identity)
         switch concurrencyType {
-        case .mainQueue: queue = .main
+        case .mainQueue:
+            queue = .main
+            Self.markMainQueue()
         case .privateQueue: queue = DispatchQueue(label: "logbook.context")
         case .confinement: queue = nil
         }
@@ -111,6 +124,10 @@ public final class ManagedObjectContext: @unchecked Sendable {
         token.owner = Unmanaged.passUnretained(self)
         token.alive = true
     }
+
+    /// The snapshot reads use: the pinned query generation's, or the store's latest.
+    @inline(__always)
+    func readSnapshot() -> Snapshot { pinnedSnapshot ?? container.store.snapshot() }
 
     // MARK: Queues
 
@@ -128,20 +145,32 @@ public final class ManagedObjectContext: @unchecked Sendable {
         if let queue { queue.async(execute: body) } else { body() }
     }
 
-    /// Runs `body` on the context's queue and waits for it (inline when already there).
+    /// Runs `body` on the context's queue and waits for it (inline when already there, as
+    /// from `@MainActor` code for the view context, on whichever thread runs the main queue).
     public func performAndWait<T>(_ body: () throws -> T) rethrows -> T {
         guard let queue else { return try body() }
-        if queue === DispatchQueue.main && Thread.isMainThread { return try body() }
         if isOnQueue { return try body() }
         return try queue.sync { try body() }
     }
 
-    /// True when running on the context's own queue.
+    /// True when running on the context's own queue. Told by a queue-specific value, not by
+    /// the thread: after an `await`, the main queue may run on a thread that is not the main one.
     var isOnQueue: Bool {
         guard let queue else { return true }
-        if queue === DispatchQueue.main { return Thread.isMainThread }
+        if concurrencyType == .mainQueue {
+            // (Not `queue === DispatchQueue.main`: on Linux that is a new wrapper each time.)
+            return DispatchQueue.getSpecific(key: Self.mainQueueKey) != nil || Thread.isMainThread
+        }
         return DispatchQueue.getSpecific(key: Self.queueKey)?.context === self
     }
+
+    /// Marks the main queue once, so that code running on it knows it.
+    static func markMainQueue() { _ = mainQueueMarked }
+    static let mainQueueKey = DispatchSpecificKey<Bool>()
+    private static let mainQueueMarked: Bool = {
+        DispatchQueue.main.setSpecific(key: mainQueueKey, value: true)
+        return true
+    }()
 
     final class QueueOwner: @unchecked Sendable {
         // Written once at creation; weak so that the queue does not keep the context alive.

@@ -2,16 +2,47 @@ import Dispatch
 import Foundation
 import LogbookEngine
 
-/// What a save changed, by object ID: handed to the other contexts to merge, and to observers.
+/// What a save (or a merge, a refresh, a reset) changed, by object ID: handed to the other
+/// contexts to merge, and to observers (Core Data's `NSManagedObjectContextDidSave` user info).
+///
+/// A client can make one to merge changes made outside contexts, for example the object IDs a
+/// batch request returned:
+///
+/// ```swift
+/// let result = try context.execute(update)                       // resultType: .objectIDs
+/// viewContext.mergeChanges(ContextChanges(updated: Set(result.objectIDs)))
+/// ```
 public struct ContextChanges: Sendable {
-    /// Objects inserted by the save.
+    /// Objects inserted.
     public var inserted: Set<ObjectID>
-    /// Objects whose values or relationships the save changed.
+    /// Objects whose values or relationships changed.
     public var updated: Set<ObjectID>
-    /// Objects the save deleted.
+    /// Objects deleted.
     public var deleted: Set<ObjectID>
-    /// The store version the save committed.
+    /// Objects a merge or a refresh reloaded from the store (`NSRefreshedObjectsKey`).
+    public var refreshed: Set<ObjectID> = []
+    /// Objects that can no longer be used (`NSInvalidatedObjectsKey`).
+    public var invalidated: Set<ObjectID> = []
+    /// Every object of the context was invalidated (a reset: `NSInvalidatedAllObjectsKey`).
+    public var invalidatedAll = false
+    /// The store version the save committed (0 when not from a save).
     public var version: UInt64
+
+    /// Changes by object ID, for `mergeChanges(_:)` and observers.
+    public init(
+        inserted: Set<ObjectID> = [], updated: Set<ObjectID> = [], deleted: Set<ObjectID> = [], version: UInt64 = 0
+    ) {
+        self.inserted = inserted
+        self.updated = updated
+        self.deleted = deleted
+        self.version = version
+    }
+
+    /// Whether nothing changed.
+    public var isEmpty: Bool {
+        inserted.isEmpty && updated.isEmpty && deleted.isEmpty && refreshed.isEmpty && invalidated.isEmpty
+            && !invalidatedAll
+    }
 }
 
 extension ManagedObjectContext {
@@ -37,40 +68,64 @@ extension ManagedObjectContext {
             e.validationFailures = failures
             throw e
         }
-        var transaction = Transaction()
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(256)
-        let layout = storeLayout
-        for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
-        // Changed objects in key order: records read together later (by key) then sit together.
-        for key in updated.keys.sorted() {
-            let object = updated[key].unsafelyUnwrapped  // the key comes from `updated.keys`
-            if !object.flags.contains(.fault) { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+        if let parent {
+            try pushToParent(parent)
+            return
         }
-        for object in deleted.values {
-            transaction.delete(object.engineKey)
-            for r in object.layout.toMany {
-                transaction.replaceMembers(
-                    EmptyCollection(),
-                    ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
+        post(.willSave)
+        // Conflict check, transaction and commit under the container's save lock: no other
+        // save can write between the check and the commit.
+        let (version, written) = try container.withSaveLock { log -> (UInt64, [UInt64]) in
+            var round = 0
+            while true {
+                let (conflicts, seen) = try findConflicts(log)
+                if conflicts.isEmpty { break }
+                // Resolving can change more objects (inverse sides): check those too.
+                try resolve(conflicts, version: seen)
+                round += 1
+                if round > 8 { break }
             }
+            var transaction = Transaction()
+            var buffer: [UInt8] = []
+            buffer.reserveCapacity(256)
+            let layout = storeLayout
+            for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+            var written: [UInt64] = []
+            // Changed objects in key order: records read together later (by key) then sit together.
+            for key in updated.keys.sorted() {
+                let object = updated[key].unsafelyUnwrapped  // the key comes from `updated.keys`
+                if object.recordChanged {
+                    encode(object, into: &transaction, buffer: &buffer, layout: layout)
+                    written.append(key)
+                }
+            }
+            for object in deleted.values {
+                transaction.delete(object.engineKey)
+                written.append(object.engineKey)
+                for r in object.layout.toMany {
+                    transaction.replaceMembers(
+                        EmptyCollection(),
+                        ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
+                }
+            }
+            let deletedKeys = Set(deleted.keys)
+            for (k, members) in setRemoves where !deletedKeys.contains(setOwner(k)) {
+                transaction.removeMembers(members, fromSet: k)
+            }
+            for (k, members) in setAdds where !deletedKeys.contains(setOwner(k)) {
+                transaction.addMembers(members, toSet: k)
+            }
+            if !inserted.isEmpty {
+                transaction.put(StoredSchema.countersKey, value: container.countersRecord())
+            }
+            let version: UInt64
+            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            log.record(written, version: version)
+            return (version, written)
         }
-        let deletedKeys = Set(deleted.keys)
-        for (k, members) in setRemoves where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k))
-        {
-            transaction.removeMembers(members, fromSet: k)
-        }
-        for (k, members) in setAdds where !deletedKeys.contains(EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k)) {
-            transaction.addMembers(members, toSet: k)
-        }
-        if !inserted.isEmpty {
-            transaction.put(StoredSchema.countersKey, value: container.countersRecord())
-        }
-        let version: UInt64
-        do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
         // The change sets, only when someone will read them.
         let changes: ContextChanges? =
-            container.hasListeners(besides: self) || !changeObservers.isEmpty
+            container.hasListeners(besides: self) || hasObservers
             ? ContextChanges(
                 inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
                 deleted: Set(deleted.values.map(\.objectID)), version: version)
@@ -78,6 +133,7 @@ extension ManagedObjectContext {
         // Inserted objects that live on (someone holds them) join the registry; the others go.
         let released = inserted.drain { o, unique in
             o.flags.remove(.inserted)
+            o.baseVersion = version
             if !unique { register(o) }
         }
         // The objects only the list held go away on another thread: nothing else can reach
@@ -90,6 +146,8 @@ extension ManagedObjectContext {
             o.flags.remove(.updated)
             o.committed = nil
         }
+        // Only records this save wrote are known to hold these values now.
+        for key in written { updated[key]?.baseVersion = version }
         for o in deleted.values {
             o.flags = [.invalid, .deleted]
             unregister(o.engineKey)
@@ -99,11 +157,15 @@ extension ManagedObjectContext {
         setAdds = [:]
         setRemoves = [:]
         undoHistory?.removeAll()
-        if let changes { container.didSave(changes, from: self) }
+        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        if let changes {
+            container.didSave(changes, from: self)
+            post(.didSave(changes))
+        }
     }
 
     /// The keyspace (high bits) of the owner of a set key, for skipping sets of deleted owners.
-    private func ownerKeyspace(ofSet setKey: UInt64) -> UInt64 {
+    func ownerKeyspace(ofSet setKey: UInt64) -> UInt64 {
         let ks = EngineKey(rawValue: setKey).keyspace
         for (e, sets) in storeLayout.setKeyspace.enumerated() where sets.contains(ks) {
             return EngineKey.first(inKeyspace: storeLayout.keyspace[e]).rawValue
@@ -190,31 +252,82 @@ extension ManagedObjectContext {
         return failures
     }
 
-    /// Brings a save of another context into this one: registered objects that were updated
-    /// reload their values (keeping their own unsaved changes), deleted ones are marked deleted.
+    /// Brings a save of another context into this one (Core Data's
+    /// `mergeChanges(fromContextDidSave:)`): registered objects the save updated take the new
+    /// values of every attribute and relationship they have not changed here, and keep their
+    /// own changes; unchanged ones become faults that read the new values; deleted ones become
+    /// deleted and unusable.
     public func mergeChanges(_ changes: ContextChanges) {
-        refreshObjects(changes)
+        let merged = refreshObjects(changes)
         for observer in changeObservers { observer(changes) }
+        if !merged.isEmpty { post(.objectsDidChange(merged)) }
     }
 
-    /// The registered objects a save changed reload (updated) or go (deleted).
-    func refreshObjects(_ changes: ContextChanges) {
-        for id in changes.updated {
-            guard let o = registered(id.key) else { continue }
-            if o.hasChanges {
-                // Keep local changes; refresh the baseline they will be compared with.
-                o.committed = nil
-            } else {
-                o.flags.insert(.fault)
-                o.rawArena = nil
+    /// Core Data's name for `mergeChanges(_:)`.
+    public func mergeChanges(fromContextDidSave changes: ContextChanges) { mergeChanges(changes) }
+
+    /// The registered objects a save changed reload (updated) or go (deleted). Returns what
+    /// changed here.
+    @discardableResult
+    func refreshObjects(_ changes: ContextChanges) -> ContextChanges {
+        // A context pinned to a query generation moves to the latest one when it merges.
+        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        var merged = ContextChanges(version: changes.version)
+        var snapshot: Snapshot?
+        for id in changes.updated.union(changes.inserted) {
+            guard let o = registered(id.key), !o.flags.contains(.inserted) else { continue }
+            if snapshot == nil { snapshot = container.store.snapshot() }
+            do {
+                try mergeStoreValues(into: o, from: snapshot!)
+                merged.refreshed.insert(id)
+            } catch {
+                // The record is gone or unreadable: the object becomes a fault, and reading
+                // it reports the problem.
+                turnIntoFault(o)
             }
         }
         for id in changes.deleted {
             guard let o = registered(id.key) else { continue }
-            o.flags = [.deleted, .invalid]
-            updated[id.key] = nil
-            unregister(id.key)
+            forgetDeletedInStore(o)
+            merged.invalidated.insert(id)
+            merged.deleted.insert(id)
         }
+        return merged
+    }
+
+    /// Reloads `o` from `snapshot`: without unsaved changes it becomes a fault that reads the
+    /// stored values when next touched; with them, it takes the stored values of what it has
+    /// not changed and keeps its changes (they are compared from then on with the new values).
+    func mergeStoreValues(into o: ManagedObject, from snapshot: Snapshot) throws {
+        if o.flags.contains(.fault) || !(o.flags.contains(.updated) || o.flags.contains(.deleted)) {
+            turnIntoFault(o)
+            return
+        }
+        guard let store = try decode(snapshot, key: o.engineKey, layout: o.layout) else {
+            forgetDeletedInStore(o)
+            return
+        }
+        let base = o.committed ?? o.slots
+        let local = o.slots
+        var merged = local
+        for i in local.indices where local[i] == base[i] { merged[i] = store[i] }
+        o.slots = merged
+        o.committed = store
+        o.baseVersion = snapshot.version
+    }
+
+    /// Makes `o` a fault that reads the store when next touched (its cached bytes and batch
+    /// are dropped, so it cannot read an older version).
+    func turnIntoFault(_ o: ManagedObject) {
+        o.batch?.forget(o)
+        o.batch = nil
+        o.rawArena = nil
+        o.committed = nil
+        if o.flags.contains(.updated) {
+            o.flags.remove(.updated)
+            updated[o.engineKey] = nil
+        }
+        o.flags.insert(.fault)
     }
 }
 

@@ -117,6 +117,22 @@ extension ManagedObjectContext {
             )
         }
         let fetch = request.fetchRequest
+        if parent != nil {
+            // A child's view is its parents' unsaved state over the store: fetched on its queue.
+            let result = AsynchronousFetchResult<T>(progress: FetchProgress())
+            let job = UncheckedSendable((self, request, result))
+            queue.async {
+                let (context, request, result) = job.value
+                do { result.finalResult = try context.fetch(request.fetchRequest) } catch let e as LogbookError {
+                    result.error = e
+                } catch {
+                    result.error = LogbookError(.store, "\(error)")
+                }
+                result.progress.update(finished: true)
+                request.completion(result)
+            }
+            return result
+        }
         let layout = try model.layout(named: fetch.entityName)
         guard layout.managedClass is T.Type else {
             throw LogbookError(
@@ -124,7 +140,7 @@ extension ManagedObjectContext {
         }
         let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout)
         let plan = try plan(fetch, layout: layout)
-        let snapshot = container.store.snapshot()
+        let snapshot = readSnapshot()
         let result = AsynchronousFetchResult<T>(progress: FetchProgress())
         // A context of its own reads on the worker thread (objects never cross threads).
         let worker = container.newContext(concurrencyType: .confinement)
@@ -146,10 +162,33 @@ extension ManagedObjectContext {
             queue.async {
                 switch rows.value {
                 case .success(let found):
-                    result.finalResult = context.finishAsynchronousFetch(
-                        found, request: fetch, sortKeys: sortKeys, layout: layout, snapshot: snapshot
-                    )
-                    .map { unsafeDowncast($0, to: T.self) }
+                    // The objects are made in steps of `handOverStep`, each a block of its own on
+                    // the queue, so that the queue is never held for long.
+                    let keys = context.finalKeys(found, request: fetch, sortKeys: sortKeys, layout: layout)
+                    let built = UncheckedSendable(Box<[ManagedObject]>([]))
+                    built.value.value.reserveCapacity(keys.count)
+                    var paged = fetch
+                    paged.fetchBatchSize = max(fetch.fetchBatchSize, 1000)
+                    paged.fetchOffset = 0
+                    paged.fetchLimit = 0
+                    let step = max(
+                        paged.fetchBatchSize, Self.handOverStep / paged.fetchBatchSize * paged.fetchBatchSize)
+                    let pagedRequest = paged
+                    @Sendable func handOver(from start: Int) {
+                        let end = min(start + step, keys.count)
+                        built.value.value.append(
+                            contentsOf: context.batchedFaults(
+                                Array(keys[start..<end]), request: pagedRequest, layout: layout, snapshot: snapshot))
+                        if end < keys.count {
+                            queue.async { handOver(from: end) }
+                            return
+                        }
+                        result.finalResult = Self.typed(built.value.value, as: T.self)
+                        result.progress.update(finished: true)
+                        request.completion(result)
+                    }
+                    handOver(from: 0)
+                    return
                 case .failure(let e):
                     result.error = e
                 }
@@ -196,13 +235,14 @@ extension ManagedObjectContext {
         return found
     }
 
-    /// On the context's queue: the result as batched faults (objects the context holds as they
-    /// are), with the context's own unsaved inserts that match placed in order and its
-    /// deletions left out.
-    func finishAsynchronousFetch<T>(
-        _ found: [(UInt64, [Slot])], request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout,
-        snapshot: Snapshot
-    ) -> [ManagedObject] {
+    /// How many objects an asynchronous fetch's hand-over makes in one block on the queue.
+    static let handOverStep = 20_000
+
+    /// On the context's queue: the keys of the result, with the context's own unsaved inserts
+    /// that match placed in order and its deletions left out, after offset and limit.
+    func finalKeys<T>(
+        _ found: [(UInt64, [Slot])], request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout
+    ) -> [UInt64] {
         var rows = found
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
         for o in inserted.values where o.layout === layout {
@@ -219,10 +259,17 @@ extension ManagedObjectContext {
         }
         var keys = rows.map(\.0)
         if !deleted.isEmpty { keys.removeAll { deleted[$0] != nil } }
-        var paged = request
-        paged.fetchBatchSize = max(request.fetchBatchSize, 1000)
-        return batchedFaults(keys, request: paged, layout: layout, snapshot: snapshot)
+        var slice = keys[...]
+        if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
+        return Array(slice)
     }
+}
+
+/// A mutable value shared by the steps of a hand-over (all on one queue).
+final class Box<Value> {
+    var value: Value
+    init(_ value: Value) { self.value = value }
 }
 
 extension Array {

@@ -8,7 +8,7 @@ import Foundation
 /// let people = try context.fetch(request)
 /// ```
 ///
-/// A fetch sees the context's unsaved inserts, changes and deletions.
+/// A fetch sees the context's unsaved inserts, changes and deletions (`includesPendingChanges`).
 public struct FetchRequest<Result: ManagedObject>: Sendable {
     /// The name of the entity fetched.
     public var entityName: String
@@ -26,6 +26,10 @@ public struct FetchRequest<Result: ManagedObject>: Sendable {
     /// For `fetchDictionaries`: the attributes and expressions each dictionary holds (all
     /// attributes when empty).
     public var propertiesToFetch: [FetchProperty] = []
+    /// Whether the fetch sees the context's unsaved inserts, changes and deletions (`true`,
+    /// as in Core Data). With `false` objects are matched on the values the store holds, and
+    /// unsaved inserts are left out; the objects returned are still the context's own.
+    public var includesPendingChanges = true
     /// For `fetchDictionaries`: one dictionary per distinct combination of these keys.
     public var propertiesToGroupBy: [String] = []
 

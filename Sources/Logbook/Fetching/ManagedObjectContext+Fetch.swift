@@ -21,11 +21,11 @@ extension ManagedObjectContext {
     /// order, nothing is unsaved and the context holds none of the objects, they are read
     /// straight into the result, in order, with no intermediate array. Nil when it does not apply.
     func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [T]? {
-        guard request.fetchBatchSize == 0, !hasUnsavedChanges(layout) else { return nil }
+        guard request.fetchBatchSize == 0, !considersPendingChanges(request, layout) else { return nil }
         let plan = try plan(request, layout: layout)
         guard plan.residual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
         _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
-        let snapshot = container.store.snapshot()
+        let snapshot = readSnapshot()
         let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
         var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
         if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
@@ -53,11 +53,11 @@ extension ManagedObjectContext {
     public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
-        if plan.residual == nil && !hasUnsavedChanges(layout)
+        if plan.residual == nil && !considersPendingChanges(request, layout)
             && (plan.orderFromIndex || request.sortDescriptors.isEmpty)
         {
             let keys = try candidateKeys(
-                plan, layout: layout, snapshot: container.store.snapshot(),
+                plan, layout: layout, snapshot: readSnapshot(),
                 stopAfter: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
             lastFetchRecordsRead = 0
             var slice = keys[...]
@@ -76,8 +76,8 @@ extension ManagedObjectContext {
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
         var n: Int
-        if plan.residual == nil && !hasUnsavedChanges(layout) {
-            let snapshot = container.store.snapshot()
+        if plan.residual == nil && !considersPendingChanges(request, layout) {
+            let snapshot = readSnapshot()
             if let index = plan.index {
                 n = snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)
             } else {
@@ -115,13 +115,18 @@ extension ManagedObjectContext {
             let o = layout.managedClass.init(
                 ManagedObject.Bootstrap(
                     layout: layout, key: key, token: token, slots: [], fault: true))
-            o.batch = batch
             batch!.append(o)
             register(o)
             result.append(o)
         }
         lastFetchRecordsRead = 0
         return result
+    }
+
+    /// Whether a request must take unsaved changes into account (a child context always does:
+    /// its parents' unsaved changes are its view of the store).
+    func considersPendingChanges<T>(_ request: FetchRequest<T>, _ layout: EntityLayout) -> Bool {
+        parent != nil || (request.includesPendingChanges && hasUnsavedChanges(layout))
     }
 
     func hasUnsavedChanges(_ layout: EntityLayout) -> Bool {
@@ -156,13 +161,14 @@ extension ManagedObjectContext {
         let attributeCount = layout.attributeCount
         let token = self.token
         let managedClass = layout.managedClass
+        let version = snapshot.version
         try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
                 try snapshot.forEachValue(forKeys: keys) { i, key, raw in
                     let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
                     let o = managedClass.init(
                         ManagedObject.Bootstrap(
-                            layout: layout, key: key, token: token, slots: slots, fault: false))
+                            layout: layout, key: key, token: token, slots: slots, fault: false, version: version))
                     if inOrder && i == created.count {
                         created.append(o)
                     } else {
@@ -203,7 +209,8 @@ extension ManagedObjectContext {
         created.reserveCapacity(keys.count)
         for i in keys.indices where spans[i].offset != .max {
             let o = managedClass.init(
-                ManagedObject.Bootstrap(layout: layout, key: keys[i], token: token, slots: [], fault: true))
+                ManagedObject.Bootstrap(
+                    layout: layout, key: keys[i], token: token, slots: [], fault: true, version: snapshot.version))
             o.rawArena = arena
             o.rawOffset = spans[i].offset
             o.rawCount = spans[i].count
@@ -228,7 +235,7 @@ extension ManagedObjectContext {
         _ body: (ManagedObject) throws -> Void
     ) throws {
         let layout = try model.layout(named: entityName)
-        let snapshot = container.store.snapshot()
+        let snapshot = readSnapshot()
         let keyspace = storeLayout.keyspace[layout.index]
         var next: UInt64 = 0
         var keys: [UInt64] = []
@@ -269,8 +276,9 @@ extension ManagedObjectContext {
     ) throws -> [ManagedObject] {
         let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let plan = try plan(request, layout: layout)
-        let snapshot = given ?? container.store.snapshot()
-        let dirty = hasUnsavedChanges(layout)
+        if let parent { return try fetchInChild(request, layout: layout, parent: parent) }
+        let snapshot = given ?? readSnapshot()
+        let dirty = considersPendingChanges(request, layout)
         if request.fetchBatchSize > 0 {
             if plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
                 // The index gives the keys in order: no object is read until the result is walked.
@@ -313,8 +321,20 @@ extension ManagedObjectContext {
         }
         for i in keys.indices {
             if let o = known[i] {
-                // Changed objects are judged below on their current values.
-                if o.flags.contains(.deleted) || o.flags.contains(.updated) { continue }
+                if o.flags.contains(.deleted) || o.flags.contains(.updated) {
+                    // Changed objects are judged below on their current values, or here on
+                    // the stored ones when pending changes are not wanted.
+                    if request.includesPendingChanges { continue }
+                    if let residual = plan.residual {
+                        let stored = layout.managedClass.init(
+                            ManagedObject.Bootstrap(
+                                layout: layout, key: o.engineKey, token: token, slots: o.committed ?? o.slots,
+                                fault: false))
+                        if try !evaluator.test(residual, object: stored) { continue }
+                    }
+                    objects.append(o)
+                    continue
+                }
                 if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
                 if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
                 objects.append(o)
@@ -326,8 +346,10 @@ extension ManagedObjectContext {
         lastFetchRecordsRead = read
         var added = false
         let changed =
-            Array(updated.values.filter { $0.layout === layout && !$0.flags.contains(.deleted) })
-            + Array(inserted.values.filter { $0.layout === layout })
+            !request.includesPendingChanges
+            ? []
+            : Array(updated.values.filter { $0.layout === layout && !$0.flags.contains(.deleted) })
+                + Array(inserted.values.filter { $0.layout === layout })
         for o in changed {
             if o.flags.contains(.fault) { try fulfill(o) }
             if let p = request.predicate, try !evaluator.test(p.node, object: o) { continue }

@@ -39,8 +39,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The values as last saved (or fetched), kept once the object changes.
     @exclusivity(unchecked) var committed: [Slot]?
     @exclusivity(unchecked) var flags: Flags
-    /// For a fault from a batched fetch: the objects that load with it.
+    /// For a fault from a batched fetch: the objects that load with it, and its place there.
     var batch: FaultBatch?
+    var batchSlot: Int32 = -1
+    /// The store version the values in `committed` (or `slots`, while unchanged) were read at:
+    /// a save checks for a conflict when another save wrote the record after it.
+    @exclusivity(unchecked) var baseVersion: UInt64 = 0
     /// For a fault from a direct fetch: its record's bytes, read already (typed reads decode
     /// single values from them; anything else decodes the whole record).
     @exclusivity(unchecked) var rawArena: RecordArena?
@@ -69,6 +73,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         token = bootstrap.token
         slots = bootstrap.slots
         flags = bootstrap.fault ? [.fault] : []
+        baseVersion = bootstrap.version
     }
 
     /// What a context hands a new object (opaque to subclasses).
@@ -78,6 +83,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         let token: ManagedObjectContext.Token
         let slots: [Slot]
         let fault: Bool
+        /// The store version the slots were read at (0: not read from the store).
+        var version: UInt64 = 0
     }
 
     deinit {

@@ -226,36 +226,42 @@ extension ManagedObjectContext {
         var fetch = FetchRequest<ManagedObject>(entityName: request.entityName)
         fetch.predicate = request.predicate
         let plan = try plan(fetch, layout: layout)
-        let snapshot = container.store.snapshot()
-        let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
+        // Read and written under the save lock: no save comes between (its values would be lost).
         let store = storeLayout
-        let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
-        let attributeCount = layout.attributeCount
-        var transaction = Transaction()
-        var buffer: [UInt8] = []
-        var updatedKeys: [UInt64] = []
-        updatedKeys.reserveCapacity(keys.count)
-        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
-        try RecordCodec.readingRecords(of: layout) {
-            try snapshot.forEachValue(forKeys: keys) { _, key, raw in
-                var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
-                if let residual = plan.residual {
-                    // The conditions the index does not settle, checked on a detached object.
-                    let o = layout.managedClass.init(
-                        ManagedObject.Bootstrap(
-                            layout: layout, key: key,
-                            token: token, slots: slots, fault: false))
-                    let passes = try evaluator.test(residual, object: o)
-                    if !passes { return }
+        let (version, updatedKeys) = try container.withSaveLock { log -> (UInt64, [UInt64]) in
+            let snapshot = container.store.snapshot()
+            let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
+            let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
+            let attributeCount = layout.attributeCount
+            var transaction = Transaction()
+            var buffer: [UInt8] = []
+            var updatedKeys: [UInt64] = []
+            updatedKeys.reserveCapacity(keys.count)
+            var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+            try RecordCodec.readingRecords(of: layout) {
+                try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+                    var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                    if let residual = plan.residual {
+                        // The conditions the index does not settle, checked on a detached object.
+                        let o = layout.managedClass.init(
+                            ManagedObject.Bootstrap(
+                                layout: layout, key: key,
+                                token: token, slots: slots, fault: false))
+                        let passes = try evaluator.test(residual, object: o)
+                        if !passes { return }
+                    }
+                    for c in changes { slots[c.slot] = c.value }
+                    Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
+                    updatedKeys.append(key)
                 }
-                for c in changes { slots[c.slot] = c.value }
-                Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
-                updatedKeys.append(key)
             }
+            guard !updatedKeys.isEmpty else { return (0, []) }
+            let version: UInt64
+            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            log.record(updatedKeys, version: version)
+            return (version, updatedKeys)
         }
         guard !updatedKeys.isEmpty else { return BatchResult(count: 0, objectIDs: []) }
-        let version: UInt64
-        do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
         // Objects that contexts hold reload the new values (their unsaved changes stay).
         let holdsObjects = !registry.withLock { $0.isEmpty }
         let listeners = container.hasListeners(besides: self) || !changeObservers.isEmpty

@@ -1,0 +1,237 @@
+import Foundation
+import LogbookEngine
+
+extension ManagedObjectContext {
+    /// A new context whose saves go into this one instead of the store (Core Data's child
+    /// context: `parent`). Its fetches and faults see this context's unsaved changes; saving it
+    /// pushes its changes here, where they stay unsaved until this context saves. An edit
+    /// sheet with Cancel is a child context per edit, saved or dropped:
+    ///
+    /// ```swift
+    /// let sheet = container.viewContext.newChildContext(concurrencyType: .mainQueue)
+    /// let person = try sheet.existingObject(with: personID)
+    /// try person.setValue("Tony", forKey: "firstName")
+    /// try sheet.save()                        // into the view context (Cancel: just drop `sheet`)
+    /// try container.viewContext.save()        // into the store
+    /// ```
+    ///
+    /// Objects inserted in a child keep their IDs when they reach the parent and the store:
+    /// Logbook's object IDs are permanent from the start. A child reads its parent's unsaved
+    /// state on the parent's queue (`performAndWait`), so the parent's queue must not be
+    /// blocked waiting for the child.
+    public func newChildContext(concurrencyType: ConcurrencyType = .privateQueue) -> ManagedObjectContext {
+        let child = ManagedObjectContext(container: container, concurrencyType: concurrencyType, parent: self)
+        child.name = name.map { "\($0).child" }
+        child.mergePolicy = mergePolicy
+        container.adopt(child)
+        return child
+    }
+
+    /// Makes the IDs of the objects permanent (Core Data's `obtainPermanentIDs(for:)`).
+    /// Logbook assigns permanent IDs at insertion, so there is nothing to do; it is here so
+    /// that code written for Core Data runs unchanged.
+    public func obtainPermanentIDs(for objects: [ManagedObject]) throws {}
+
+    // MARK: Reading through the parent
+
+    /// The unsaved state of `key` in this context and its ancestors: nil when none of them
+    /// holds a change (read the store), `slots` nil when one deleted the object.
+    func pendingState(of key: UInt64) throws -> (slots: [Slot]?, version: UInt64)? {
+        if deleted[key] != nil { return (nil, 0) }
+        if let o = registered(key), !o.flags.contains(.fault),
+            o.flags.contains(.inserted) || o.flags.contains(.updated)
+        {
+            return (o.slots, o.baseVersion)
+        }
+        if let parent { return try parentState(of: key, parent: parent) }
+        return nil
+    }
+
+    func parentState(of key: UInt64, parent: ManagedObjectContext) throws -> (slots: [Slot]?, version: UInt64)? {
+        try parent.performAndWait { try parent.pendingState(of: key) }
+    }
+
+    /// The unsaved objects of an entity in this context and its ancestors: values of the
+    /// inserted and changed ones, keys of the deleted ones.
+    struct PendingOverlay {
+        var changed: [UInt64: [Slot]] = [:]
+        var deleted: Set<UInt64> = []
+    }
+
+    func pendingOverlay(entity: Int) -> PendingOverlay {
+        var overlay = parent.map { p in p.performAndWait { p.pendingOverlay(entity: entity) } } ?? PendingOverlay()
+        for o in inserted.values where o.layout.index == entity {
+            overlay.changed[o.engineKey] = o.slots
+            overlay.deleted.remove(o.engineKey)
+        }
+        for (k, o) in updated where o.layout.index == entity && !o.flags.contains(.fault) {
+            overlay.changed[k] = o.slots
+        }
+        for (k, o) in deleted where o.layout.index == entity {
+            overlay.deleted.insert(k)
+            overlay.changed[k] = nil
+        }
+        return overlay
+    }
+
+    /// A fetch in a child context: the store's objects with the parents' unsaved changes over
+    /// them, then this context's own; every condition checked on the current values.
+    func fetchInChild<T: ManagedObject>(
+        _ request: FetchRequest<T>, layout: EntityLayout, parent: ManagedObjectContext
+    ) throws -> [ManagedObject] {
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let overlay = parent.performAndWait { parent.pendingOverlay(entity: layout.index) }
+        let snapshot = readSnapshot()
+        var keys = Set(snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index]))
+        keys.formUnion(overlay.changed.keys)
+        keys.subtract(overlay.deleted)
+        for o in inserted.values where o.layout === layout { keys.insert(o.engineKey) }
+        let ordered = keys.sorted()
+        let known = registered(keys: ordered)
+        var fromStore: [UInt64] = []
+        for (i, k) in ordered.enumerated() where known[i] == nil && overlay.changed[k] == nil { fromStore.append(k) }
+        var read: [UInt64: ManagedObject] = [:]
+        for o in try materialize(fromStore, layout: layout, snapshot: snapshot) { read[o.engineKey] = o }
+        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        var objects: [ManagedObject] = []
+        for (i, k) in ordered.enumerated() {
+            let o: ManagedObject
+            if let r = known[i] {
+                o = r
+                if o.flags.contains(.deleted) { continue }
+                if o.flags.contains(.fault) { try fulfill(o) }
+            } else if let slots = overlay.changed[k] {
+                o = materialize(key: k, layout: layout, slots: slots, version: 0)
+            } else if let r = read[k] {
+                o = r
+            } else {
+                continue
+            }
+            if let p = request.predicate, try !evaluator.test(p.node, object: o) { continue }
+            objects.append(o)
+        }
+        if !sortKeys.isEmpty { SortKey.sort(&objects, by: sortKeys) }
+        var result = objects[...]
+        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
+        lastFetchRecordsRead = read.count
+        return Array(result)
+    }
+
+    // MARK: Saving into the parent
+
+    /// What a child's save hands its parent.
+    struct ChildChanges {
+        var inserted: [(key: UInt64, entity: Int, slots: [Slot])] = []
+        var updated: [(key: UInt64, changes: [(slot: Int, value: Slot)])] = []
+        var deleted: [UInt64] = []
+        var setAdds: [UInt64: Set<UInt64>] = [:]
+        var setRemoves: [UInt64: Set<UInt64>] = [:]
+    }
+
+    /// A child's save: its changes become the parent's unsaved changes (property by property,
+    /// so the parent's own changes to other properties stay), and this context starts afresh.
+    func pushToParent(_ parent: ManagedObjectContext) throws {
+        post(.willSave)
+        var changes = ChildChanges()
+        for o in inserted.values { changes.inserted.append((o.engineKey, o.layout.index, o.slots)) }
+        for (k, o) in updated where !o.flags.contains(.fault) {
+            let base = o.committed ?? o.slots
+            let diff = o.slots.indices.filter { o.slots[$0] != base[$0] }.map { ($0, o.slots[$0]) }
+            if !diff.isEmpty { changes.updated.append((k, diff)) }
+        }
+        changes.deleted = Array(deleted.keys)
+        changes.setAdds = setAdds
+        changes.setRemoves = setRemoves
+        let handed = UncheckedSendable(changes)
+        try parent.performAndWait { try parent.apply(childChanges: handed.value) }
+        let saved = ContextChanges(
+            inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
+            deleted: Set(deleted.values.map(\.objectID)))
+        _ = inserted.drain { o, _ in
+            o.flags.remove(.inserted)
+            register(o)
+        }
+        for o in updated.values {
+            o.flags.remove(.updated)
+            o.committed = nil
+        }
+        for o in deleted.values {
+            o.flags = [.invalid, .deleted]
+            unregister(o.engineKey)
+        }
+        updated = [:]
+        deleted = [:]
+        setAdds = [:]
+        setRemoves = [:]
+        undoHistory?.removeAll()
+        for observer in changeObservers { observer(saved) }
+        post(.didSave(saved))
+    }
+
+    /// On the parent's queue: a child's saved changes become unsaved changes here.
+    func apply(childChanges c: ChildChanges) throws {
+        var report = ContextChanges()
+        for (key, entity, slots) in c.inserted {
+            let layout = model.layouts[entity]
+            if let o = registered(key) {
+                // Already here (a grandchild's insert that came through): take the values.
+                for i in slots.indices { setSlot(o, i, slots[i]) }
+                continue
+            }
+            let o = layout.managedClass.init(
+                ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: slots, fault: false))
+            willChange(o)
+            o.flags.insert(.inserted)
+            inserted.append(o)
+            report.inserted.insert(o.objectID)
+        }
+        for (key, slotChanges) in c.updated {
+            let o = try object(forKey: key)
+            try fulfill(o)
+            for (i, value) in slotChanges { setSlot(o, i, value) }
+            report.updated.insert(o.objectID)
+        }
+        for (k, members) in c.setRemoves { for m in members { removeMember(m, fromSet: k) } }
+        for (k, members) in c.setAdds { for m in members { addMember(m, toSet: k) } }
+        for key in c.deleted {
+            guard let o = try? object(forKey: key) else { continue }
+            try markDeleted(o)
+            report.deleted.insert(o.objectID)
+        }
+        post(.objectsDidChange(report))
+    }
+
+    /// Adds `member` to the set `k` as an unsaved change (the owner, if here, is changed).
+    func addMember(_ member: UInt64, toSet k: UInt64) {
+        if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+        setAdds[k, default: []].insert(member)
+        if let o = registered(setOwner(k)) { touch(o) }
+    }
+
+    func removeMember(_ member: UInt64, fromSet k: UInt64) {
+        if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
+        setRemoves[k, default: []].insert(member)
+        if let o = registered(setOwner(k)) { touch(o) }
+    }
+
+    /// The key of the object that owns the set `k`.
+    func setOwner(_ k: UInt64) -> UInt64 { EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k) }
+
+    /// Marks an object deleted without applying delete rules (a child applied them already).
+    func markDeleted(_ object: ManagedObject) throws {
+        guard !object.flags.contains(.deleted) else { return }
+        try fulfill(object)
+        willChange(object)
+        object.flags.insert(.deleted)
+        if object.flags.contains(.inserted) {
+            object.flags.remove(.inserted)
+            inserted.removeOne()
+        } else {
+            if object.committed == nil { object.committed = object.slots }
+            updated[object.engineKey] = nil
+            object.flags.remove(.updated)
+            deleted[object.engineKey] = object
+        }
+    }
+}

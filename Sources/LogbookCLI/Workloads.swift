@@ -376,3 +376,79 @@ func snapshotWorkload(store path: String, count: Int, durability: Durability) th
     while readerThread.isExecuting { usleep(1000) }
     try container.close()
 }
+
+/// W13: on the W1 store, in a background context: fetch all Items sorted by createdAt and time
+/// dropping the result on the context's queue, once as a direct fetch (every name read first)
+/// and once batched (`fetchBatchSize` 1,000, faults not touched); then an asynchronous fetch of all Items while a probe
+/// queues a block on the context every 2 ms and records how long each waited (the longest wait
+/// is the longest the queue was held).
+func contextsWorkload(store path: String) throws {
+    let container = try openItems(path)
+    let context = container.newBackgroundContext()
+    var request = FetchRequest<Item>()
+    request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+    for batchSize in [0, 1000] {
+        request.fetchBatchSize = batchSize
+        let sorted = request
+        let (n, fetchSeconds, release) = try context.performAndWait { () throws -> (Int, Double, Double) in
+            let t0 = now()
+            var items = try context.fetch(sorted)
+            var chars = 0
+            // The batched result is released as it came: faults whose batches were not loaded.
+            if batchSize == 0 { for item in items { chars &+= item.name.utf8.count } }
+            let t1 = now()
+            let n = items.count + chars * 0
+            items = []
+            let t2 = now()
+            context.reset()
+            return (n, t1 - t0, t2 - t1)
+        }
+        report(
+            batchSize == 0 ? "release_direct" : "release_batched",
+            ["records": n, "seconds": release, "fetch_seconds": fetchSeconds, "peak_rss_mb": peakRSSMegabytes()])
+    }
+    // The asynchronous fetch, with the probe running until its completion has run.
+    let done = Mutex(false)
+    let waits = Mutex<[Double]>([])
+    let probe = Thread {
+        while !done.withLock({ $0 }) {
+            let queued = now()
+            context.perform { waits.withLock { $0.append(now() - queued) } }
+            usleep(2000)
+        }
+    }
+    let finished = DispatchSemaphore(value: 0)
+    let outcome = Mutex<(count: Int, seconds: Double)>((0, 0))
+    // The result is kept past the probe (released with the context's objects at the end), so
+    // that the measured waits are the fetch's, not the release of what it returned.
+    let kept = Mutex<[Item]>([])
+    var all = FetchRequest<Item>()
+    all.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+    let start = now()
+    let async = AsynchronousFetchRequest(fetchRequest: all) { result in
+        outcome.withLock { $0 = (result.finalResult?.count ?? -1, now() - start) }
+        kept.withLock { $0 = result.finalResult ?? [] }
+        finished.signal()
+    }
+    probe.start()
+    context.perform { _ = try? context.execute(async) }
+    finished.wait()
+    // A few more probes after the completion, then stop.
+    usleep(20_000)
+    done.withLock { $0 = true }
+    while probe.isExecuting { usleep(1000) }
+    context.performAndWait {
+        kept.withLock { $0 = [] }
+        context.reset()
+    }
+    let measured = waits.withLock { $0 }
+    let result = outcome.withLock { $0 }
+    report(
+        "async_handover",
+        [
+            "records": result.count, "seconds": result.seconds, "probes": measured.count,
+            "queue_wait_max_ms": (measured.max() ?? 0) * 1000, "queue_wait_median_ms": median(measured) * 1000,
+            "peak_rss_mb": peakRSSMegabytes()
+        ])
+    try container.close()
+}

@@ -289,25 +289,39 @@ import Testing
         }
     }
 
-    @Test func anAttributeAgainstARelationship() throws {
+    @Test(arguments: [
+        MergePolicy.error, .mergeByPropertyObjectTrump, .mergeByPropertyStoreTrump, .overwrite, .rollback
+    ])
+    func anAttributeAgainstARelationship(policy: MergePolicy) throws {
+        // A renames the employee; B moves it to the second manager and saves first.
         let s = try Staff()
-        let a = s.context(.mergeByPropertyObjectTrump)
+        let a = s.context(policy)
         let b = s.context()
         let mine = try a.existingObject(with: s.employee) as! Employee
         mine.firstName = "Eva"
         let theirs = try b.existingObject(with: s.employee) as! Employee
         theirs.manager = try b.existingObject(with: s.second) as? Manager
         try b.save()
+        if policy == .error {
+            #expect(throws: LogbookError.self) { try a.save() }
+            #expect(try s.stored().name == "Eve")
+            return
+        }
         try a.save()
         let stored = try s.stored()
-        #expect(stored.name == "Eva")
-        #expect(stored.manager == s.second)
-        #expect(stored.reports[s.second] == [s.employee])
-        #expect(stored.reports[s.first] == [])
+        // Overwrite writes A's whole object back (its manager too); rollback drops A's rename.
+        #expect(stored.name == (policy == .rollback ? "Eve" : "Eva"))
+        let manager = policy == .overwrite ? s.first : s.second
+        #expect(stored.manager == manager)
+        for m in [s.first, s.second, s.third] {
+            #expect(stored.reports[m] == (m == manager ? [s.employee] : []), "reports of \(m)")
+        }
         try s.container.close()
     }
 
-    @Test(arguments: [MergePolicy.mergeByPropertyObjectTrump, .overwrite, .mergeByPropertyStoreTrump, .rollback])
+    @Test(arguments: [
+        MergePolicy.error, .mergeByPropertyObjectTrump, .overwrite, .mergeByPropertyStoreTrump, .rollback
+    ])
     func bothSidesOfAnInverse(policy: MergePolicy) throws {
         // A moves the employee to the second manager, B to the third and saves first.
         let s = try Staff()
@@ -318,6 +332,12 @@ import Testing
         (try b.existingObject(with: s.employee) as! Employee).manager =
             try b.existingObject(with: s.third) as? Manager
         try b.save()
+        if policy == .error {
+            #expect(throws: LogbookError.self) { try a.save() }
+            #expect(try s.stored().manager == s.third)
+            #expect(try s.stored().reports[s.second] == [])
+            return
+        }
         try a.save()
         let stored = try s.stored()
         let winner = policy == .mergeByPropertyObjectTrump || policy == .overwrite ? s.second : s.third

@@ -68,14 +68,17 @@ public final class FetchProgress: Sendable {
 /// let running = try context.execute(request)   // returns at once
 /// running.progress.observe { print($0.completedUnitCount) }
 /// ```
-public final class AsynchronousFetchRequest<Result: ManagedObject>: @unchecked Sendable {
-    // @unchecked: immutable once made; the completion runs on the context's queue only.
+public final class AsynchronousFetchRequest<Result: ManagedObject>: Sendable {
     /// The request the fetch runs.
     public let fetchRequest: FetchRequest<Result>
-    let completion: (AsynchronousFetchResult<Result>) -> Void
+    let completion: @Sendable (AsynchronousFetchResult<Result>) -> Void
 
-    /// A request whose `completion` runs on the context's queue with the result (or the error).
-    public init(fetchRequest: FetchRequest<Result>, completion: @escaping (AsynchronousFetchResult<Result>) -> Void) {
+    /// A request whose `completion` runs on the context's queue with the result (or the
+    /// error). The completion is `@Sendable`: it is made where the fetch starts and runs on
+    /// the context's queue, which may be another thread.
+    public init(
+        fetchRequest: FetchRequest<Result>, completion: @escaping @Sendable (AsynchronousFetchResult<Result>) -> Void
+    ) {
         self.fetchRequest = fetchRequest
         self.completion = completion
     }
@@ -147,7 +150,7 @@ extension ManagedObjectContext {
         let job = UncheckedSendable((self, worker, request, result))
         DispatchQueue.global(qos: .userInitiated).async {
             let (context, worker, request, result) = job.value
-            let outcome: Swift.Result<[(UInt64, [Slot])], LogbookError>
+            let outcome: Swift.Result<FoundRows, LogbookError>
             do {
                 outcome = .success(
                     try worker.readInBatches(
@@ -199,15 +202,28 @@ extension ManagedObjectContext {
         return result
     }
 
+    /// What the worker of an asynchronous fetch found: keys in order and their sort values,
+    /// `width` per key, in one flat array (a million rows are two allocations, not a million).
+    struct FoundRows {
+        var keys: [UInt64] = []
+        var values: [Slot] = []
+        var width = 0
+
+        func value(_ row: Int, _ n: Int) -> Slot { values[row * width + n] }
+    }
+
     /// On the worker: the keys that match, with their sort values, read 2,000 at a time.
     func readInBatches<T>(
         _ fetch: FetchRequest<T>, plan: FetchPlan, sortKeys: [SortKey], layout: EntityLayout,
         snapshot: Snapshot, progress: FetchProgress
-    ) throws -> [(UInt64, [Slot])] {
+    ) throws -> FoundRows {
         let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
         progress.update(completed: 0, total: Int64(keys.count))
-        var found: [(UInt64, [Slot])] = []
-        found.reserveCapacity(plan.residual == nil ? keys.count : 0)
+        var found = FoundRows(width: sortKeys.count)
+        if plan.residual == nil {
+            found.keys.reserveCapacity(keys.count)
+            found.values.reserveCapacity(keys.count * sortKeys.count)
+        }
         var evaluator = PredicateEvaluator(format: fetch.predicate?.format ?? "")
         var done = 0
         while done < keys.count {
@@ -217,20 +233,27 @@ extension ManagedObjectContext {
             let chunk = Array(keys[done..<min(done + 2000, keys.count)])
             for o in try materialize(chunk, layout: layout, snapshot: snapshot) {
                 if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
-                found.append((o.engineKey, sortKeys.map { o.slots[$0.slot] }))
+                found.keys.append(o.engineKey)
+                for k in sortKeys { found.values.append(o.slots[k.slot]) }
             }
             reset()
             done += chunk.count
             progress.update(completed: Int64(done))
         }
         if !sortKeys.isEmpty && !plan.orderFromIndex {
-            found.sort { a, b in
+            var order = Array(found.keys.indices)
+            order.sort { a, b in
                 for (n, k) in sortKeys.enumerated() {
-                    let c = SortKey.compare(a.1[n], b.1[n], k.comparison)
+                    let c = SortKey.compare(found.value(a, n), found.value(b, n), k.comparison)
                     if c != 0 { return k.ascending ? c < 0 : c > 0 }
                 }
-                return a.0 < b.0
+                return found.keys[a] < found.keys[b]
             }
+            var sorted = FoundRows(width: found.width)
+            sorted.keys = order.map { found.keys[$0] }
+            sorted.values.reserveCapacity(found.values.count)
+            for i in order { for n in 0..<found.width { sorted.values.append(found.value(i, n)) } }
+            found = sorted
         }
         return found
     }
@@ -241,23 +264,28 @@ extension ManagedObjectContext {
     /// On the context's queue: the keys of the result, with the context's own unsaved inserts
     /// that match placed in order and its deletions left out, after offset and limit.
     func finalKeys<T>(
-        _ found: [(UInt64, [Slot])], request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout
+        _ found: FoundRows, request: FetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout
     ) -> [UInt64] {
-        var rows = found
+        var keys = found.keys
+        // Inserted objects that match, placed by binary search among the found rows.
+        var placed: [(at: Int, key: UInt64)] = []
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
         for o in inserted.values where o.layout === layout {
             if let p = request.predicate, (try? evaluator.test(p.node, object: o)) != true { continue }
             let values = sortKeys.map { o.slots[$0.slot] }
-            let at = rows.partitioningIndex { row in
+            let at = found.keys.indices.partitioningIndex { row in
                 for (n, k) in sortKeys.enumerated() {
-                    let c = SortKey.compare(row.1[n], values[n], k.comparison)
+                    let c = SortKey.compare(found.value(row, n), values[n], k.comparison)
                     if c != 0 { return k.ascending ? c > 0 : c < 0 }
                 }
-                return row.0 > o.engineKey
+                return found.keys[row] > o.engineKey
             }
-            rows.insert((o.engineKey, values), at: at)
+            placed.append((at, o.engineKey))
         }
-        var keys = rows.map(\.0)
+        if !placed.isEmpty {
+            // Inserted from the back, so that earlier positions stay valid.
+            for p in placed.sorted(by: { ($0.at, $0.key) > ($1.at, $1.key) }) { keys.insert(p.key, at: p.at) }
+        }
         if !deleted.isEmpty { keys.removeAll { deleted[$0] != nil } }
         var slice = keys[...]
         if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
@@ -272,11 +300,11 @@ final class Box<Value> {
     init(_ value: Value) { self.value = value }
 }
 
-extension Array {
+extension RandomAccessCollection where Index == Int {
     /// The first index whose element satisfies `belongsAfter` (which must be false, then true).
     func partitioningIndex(where belongsAfter: (Element) -> Bool) -> Int {
-        var low = 0
-        var high = count
+        var low = startIndex
+        var high = endIndex
         while low < high {
             let mid = (low + high) / 2
             if belongsAfter(self[mid]) { high = mid } else { low = mid + 1 }

@@ -156,20 +156,24 @@ public final class PersistentContainer: Sendable {
 
     // MARK: Serial numbers
 
-    /// `count` consecutive keys of an entity (its keyspace in the high bits).
+    /// `count` consecutive keys of an entity (its keyspace in the high bits). Serial numbers
+    /// are counted per inheritance tree (by its root), so that the objects of a tree never
+    /// share a serial: inherited to-many relationships share one set keyspace.
     func reserveKeys(entity: Int, count: UInt64) -> Range<UInt64> {
+        let counter = model.root[entity]
         let first = counters.withLock { c -> UInt64 in
-            defer { c[entity] += count }
-            return c[entity]
+            defer { c[counter] += count }
+            return c[counter]
         }
         let base = EngineKey.first(inKeyspace: storeLayout.keyspace[entity]).rawValue
         return (base | first)..<(base | (first + count))
     }
 
     func allocateKey(entity: Int) -> UInt64 {
+        let counter = model.root[entity]
         let serial = counters.withLock { c -> UInt64 in
-            defer { c[entity] += 1 }
-            return c[entity]
+            defer { c[counter] += 1 }
+            return c[counter]
         }
         return EngineKey(keyspace: storeLayout.keyspace[entity], id: serial).rawValue
     }
@@ -178,9 +182,9 @@ public final class PersistentContainer: Sendable {
     func countersRecord() -> [UInt8] {
         let values = counters.withLock { $0 }
         var out: [UInt8] = []
-        for (i, next) in values.enumerated() {
+        for i in values.indices {
             RecordCodec.appendVarint(UInt64(storeLayout.keyspace[i]), &out)
-            RecordCodec.appendVarint(next, &out)
+            RecordCodec.appendVarint(values[model.root[i]], &out)
         }
         return out
     }
@@ -256,6 +260,8 @@ enum Migration {
             }
             next[e] = max(next[e], EngineKey(rawValue: last).id + 1)
         }
+        // One counter per inheritance tree: its root's, above every serial of the tree.
+        for e in next.indices where model.root[e] != e { next[model.root[e]] = max(next[model.root[e]], next[e]) }
         return (layout, next)
     }
 
@@ -273,7 +279,7 @@ enum Migration {
             guard let old = stored.entities.first(where: { $0.keyspace == e.keyspace }) else { continue }
             let hasObjects = snapshot.count(inKeyspace: e.keyspace) > 0
             for (j, a) in e.attributes.enumerated() {
-                let description = model.entities[i].attributes[j]
+                let description = model.flattened[i].attributes[j]
                 if let oldA = old.attributes.first(where: {
                     $0.name == a.name || $0.name == description.renamingIdentifier
                 }) {
@@ -363,26 +369,37 @@ enum Migration {
                     }
                 }
             }
+            let oldPolymorphic = old.relationships.map { $0.polymorphic ?? false }
+            let newPolymorphic = newEntity.relationships.map { $0.polymorphic ?? false }
             guard
                 old.attributes != newEntity.attributes
                     || old.relationships.map(\.name) != newEntity.relationships.map(\.name)
+                    || oldPolymorphic != newPolymorphic
             else { continue }
             let oldLayout = oldModel.layouts[oi]
             let layout = model.layouts[ni]
-            let description = model.entities[ni]
+            let description = model.flattened[ni]
             var keys: [UInt64] = []
             snapshot.forEachKey(inKeyspace: old.keyspace) {
                 keys.append($0)
                 return true
             }
             var buffer: [UInt8] = []
+            // The old records' to-one slots as they were written (with keyspaces where the
+            // destination had sub-entities then).
+            var oldKinds = oldLayout.slotKinds
+            for (n, r) in oldLayout.toOne.enumerated() where old.relationships[r].polymorphic == true {
+                oldKinds[oldLayout.attributeCount + n] = .anyObject
+            }
             for key in keys {
                 let oldSlots: [Slot]? =
                     try snapshot.withValue(forKey: key) { raw -> [Slot]? in
-                        try? RecordCodec.decode(raw, layout: oldLayout) { slot in
-                            let r = oldLayout.toOne[slot - oldLayout.attributeCount]
-                            let dest = old.relationships[r].destination
-                            return stored.entity(dest)?.keyspace ?? 0
+                        try? oldKinds.withUnsafeBufferPointer { kinds in
+                            try RecordCodec.decode(raw, kinds: kinds) { slot in
+                                let r = oldLayout.toOne[slot - oldLayout.attributeCount]
+                                let dest = old.relationships[r].destination
+                                return stored.entity(dest)?.keyspace ?? 0
+                            }
                         }
                     } ?? nil
                 guard let oldSlots else { continue }

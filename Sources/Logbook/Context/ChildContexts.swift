@@ -206,17 +206,14 @@ extension ManagedObjectContext {
     func addMember(_ member: UInt64, toSet k: UInt64) {
         if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
         setAdds[k, default: []].insert(member)
-        if let o = registered(setOwner(k)) { touch(o) }
+        for owner in possibleOwners(ofSet: k) { if let o = registered(owner) { touch(o) } }
     }
 
     func removeMember(_ member: UInt64, fromSet k: UInt64) {
         if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
         setRemoves[k, default: []].insert(member)
-        if let o = registered(setOwner(k)) { touch(o) }
+        for owner in possibleOwners(ofSet: k) { if let o = registered(owner) { touch(o) } }
     }
-
-    /// The key of the object that owns the set `k`.
-    func setOwner(_ k: UInt64) -> UInt64 { EngineKey(rawValue: k).id | ownerKeyspace(ofSet: k) }
 
     /// Marks an object deleted without applying delete rules (a child applied them already).
     func markDeleted(_ object: ManagedObject) throws {

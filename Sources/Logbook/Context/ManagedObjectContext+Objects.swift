@@ -6,13 +6,13 @@ extension ManagedObjectContext {
 
     /// Inserts a new object of the named entity. An unknown name is an error.
     public func insertNewObject(forEntityName name: String) throws -> ManagedObject {
-        let layout = try model.layout(named: name)
+        let layout = try insertable(model.layout(named: name))
         return try undoable { makeInserted(layout) }
     }
 
     /// Inserts a new object of a typed class (`Person.self`).
     public func insert<T: ManagedObject>(_ type: T.Type) throws -> T {
-        let layout = try model.layout(for: type)
+        let layout = try insertable(model.layout(for: type))
         if undoHistory == nil && layout.managedClass == T.self {
             return unsafeDowncast(makeInserted(layout), to: T.self)
         }
@@ -23,6 +23,22 @@ extension ManagedObjectContext {
                 entity: layout.name)
         }
         return object
+    }
+
+    /// The layout, unless its entity is abstract (it has no objects of its own).
+    func insertable(_ layout: EntityLayout) throws -> EntityLayout {
+        guard !layout.entity.isAbstract else {
+            throw LogbookError(
+                .invalidArgument,
+                "entity \(layout.name) is abstract: insert one of its sub-entities (\(model.subentities(of: layout.name).joined(separator: ", ")))",
+                entity: layout.name)
+        }
+        return layout
+    }
+
+    /// The layout of the entity whose keyspace a key is in.
+    func layout(forKey key: UInt64) -> EntityLayout? {
+        storeLayout.entityByKeyspace[EngineKey(rawValue: key).keyspace].map { model.layouts[$0] }
     }
 
     func makeInserted(_ layout: EntityLayout) -> ManagedObject {

@@ -42,7 +42,7 @@ extension ManagedObjectContext {
                     : "\(rel.name) cannot point to an object of another context; use existingObject(with:) to get it here",
                 entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
         }
-        guard other.layout.index == owner.layout.relationshipDestination[r] else {
+        guard model.layouts[owner.layout.relationshipDestination[r]].descendants.contains(other.layout.index) else {
             throw LogbookError(
                 .invalidRelationship, "\(rel.name) points to \(rel.destination) objects, not \(other.layout.name)",
                 entity: owner.layout.name, key: rel.name, objectID: owner.objectID)
@@ -79,7 +79,7 @@ extension ManagedObjectContext {
     /// counting or walking a relationship reads no record it does not need.
     func relatedObjects(_ owner: ManagedObject, relationship r: Int) throws -> [ManagedObject] {
         let keys = relatedKeys(owner.engineKey, owner.layout, r).sorted()
-        let destination = model.layouts[owner.layout.relationshipDestination[r]]
+        let declared = model.layouts[owner.layout.relationshipDestination[r]]
         var batch: FaultBatch?
         var result: [ManagedObject] = []
         result.reserveCapacity(keys.count)
@@ -89,6 +89,8 @@ extension ManagedObjectContext {
                 continue
             }
             if batch == nil { batch = FaultBatch(snapshot: readSnapshot()) }
+            // A member may be of a sub-entity of the declared destination.
+            let destination = declared.inTree ? (layout(forKey: key) ?? declared) : declared
             let o = destination.managedClass.init(
                 ManagedObject.Bootstrap(
                     layout: destination, key: key, token: token, slots: [], fault: true))
@@ -116,7 +118,10 @@ extension ManagedObjectContext {
     /// The inverse side: `other`'s relationship `inverse` gains or loses `owner`.
     func linkInverse(_ owner: ManagedObject, _ r: Int, _ otherKey: UInt64, adding: Bool) throws {
         guard let inv = owner.layout.relationshipInverse[r] else { return }
-        let destLayout = model.layouts[owner.layout.relationshipDestination[r]]
+        // The other object's own entity (it may be a sub-entity of the declared destination):
+        // inherited relationships keep their index, their slots do not.
+        let declared = model.layouts[owner.layout.relationshipDestination[r]]
+        let destLayout = declared.inTree ? (layout(forKey: otherKey) ?? declared) : declared
         if destLayout.entity.relationships[inv].isToMany {
             if adding {
                 addMember(owner.engineKey, owner: otherKey, destLayout, inv)
@@ -145,7 +150,8 @@ extension ManagedObjectContext {
         throws
     {
         guard let forward = destLayout.relationshipInverse[inverse] else { return }
-        let ownerLayout = model.layouts[destLayout.relationshipDestination[inverse]]
+        let declared = model.layouts[destLayout.relationshipDestination[inverse]]
+        let ownerLayout = declared.inTree ? (layout(forKey: previousOwner) ?? declared) : declared
         if ownerLayout.entity.relationships[forward].isToMany {
             removeMember(other.engineKey, owner: previousOwner, ownerLayout, forward)
         } else {

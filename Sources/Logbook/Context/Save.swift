@@ -99,20 +99,21 @@ extension ManagedObjectContext {
                     written.append(key)
                 }
             }
+            // The sets of deleted objects go with them (their pending changes are skipped).
+            var deletedSets = Set<UInt64>()
             for object in deleted.values {
                 transaction.delete(object.engineKey)
                 written.append(object.engineKey)
                 for r in object.layout.toMany {
-                    transaction.replaceMembers(
-                        EmptyCollection(),
-                        ofSet: layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey))
+                    let k = layout.setKey(entity: object.layout.index, relationship: r, owner: object.engineKey)
+                    transaction.replaceMembers(EmptyCollection(), ofSet: k)
+                    deletedSets.insert(k)
                 }
             }
-            let deletedKeys = Set(deleted.keys)
-            for (k, members) in setRemoves where !deletedKeys.contains(setOwner(k)) {
+            for (k, members) in setRemoves where !deletedSets.contains(k) {
                 transaction.removeMembers(members, fromSet: k)
             }
-            for (k, members) in setAdds where !deletedKeys.contains(setOwner(k)) {
+            for (k, members) in setAdds where !deletedSets.contains(k) {
                 transaction.addMembers(members, toSet: k)
             }
             if !inserted.isEmpty {
@@ -164,13 +165,15 @@ extension ManagedObjectContext {
         }
     }
 
-    /// The keyspace (high bits) of the owner of a set key, for skipping sets of deleted owners.
-    func ownerKeyspace(ofSet setKey: UInt64) -> UInt64 {
-        let ks = EngineKey(rawValue: setKey).keyspace
-        for (e, sets) in storeLayout.setKeyspace.enumerated() where sets.contains(ks) {
-            return EngineKey.first(inKeyspace: storeLayout.keyspace[e]).rawValue
+    /// The keys the owner of a set key may have: one per entity whose to-many relationship
+    /// uses the set's keyspace (several when a sub-entity inherits the relationship).
+    func possibleOwners(ofSet setKey: UInt64) -> [UInt64] {
+        let k = EngineKey(rawValue: setKey)
+        var owners: [UInt64] = []
+        for (e, sets) in storeLayout.setKeyspace.enumerated() where sets.contains(k.keyspace) {
+            owners.append(EngineKey(keyspace: storeLayout.keyspace[e], id: k.id).rawValue)
         }
-        return 0
+        return owners
     }
 
     func encode(_ object: ManagedObject, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout) {

@@ -120,8 +120,9 @@ extension ManagedObjectContext {
             )
         }
         let fetch = request.fetchRequest
-        if parent != nil {
-            // A child's view is its parents' unsaved state over the store: fetched on its queue.
+        if try parent != nil || spansSubentities(fetch, model.layout(named: fetch.entityName)) {
+            // A child's view is its parents' unsaved state over the store, and a fetch across
+            // sub-entities merges several entities: both are fetched on the context's queue.
             let result = AsynchronousFetchResult<T>(progress: FetchProgress())
             let job = UncheckedSendable((self, request, result))
             queue.async {

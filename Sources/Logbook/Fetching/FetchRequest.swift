@@ -30,6 +30,8 @@ public struct FetchRequest<Result: ManagedObject>: Sendable {
     /// as in Core Data). With `false` objects are matched on the values the store holds, and
     /// unsaved inserts are left out; the objects returned are still the context's own.
     public var includesPendingChanges = true
+    /// Whether objects of the entity's sub-entities are fetched too (`true`, as in Core Data).
+    public var includesSubentities = true
     /// For `fetchDictionaries`: one dictionary per distinct combination of these keys.
     public var propertiesToGroupBy: [String] = []
 

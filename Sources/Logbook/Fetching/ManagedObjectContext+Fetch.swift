@@ -9,9 +9,9 @@ extension ManagedObjectContext {
     /// of the context are taken into account.
     public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] {
         let layout = try model.layout(named: request.entityName)
-        guard layout.managedClass is T.Type else {
+        for l in spans(request, layout) where !(l.managedClass is T.Type) {
             throw LogbookError(
-                .typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
+                .typeMismatch, "\(l.name) objects are \(l.managedClass), not \(T.self)", entity: l.name)
         }
         if let direct = try fetchDirectly(request, layout: layout) { return direct }
         return Self.typed(try fetchObjects(request, layout: layout), as: T.self)
@@ -21,7 +21,8 @@ extension ManagedObjectContext {
     /// order, nothing is unsaved and the context holds none of the objects, they are read
     /// straight into the result, in order, with no intermediate array. Nil when it does not apply.
     func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [T]? {
-        guard request.fetchBatchSize == 0, !considersPendingChanges(request, layout) else { return nil }
+        guard request.fetchBatchSize == 0, !spansSubentities(request, layout), !considersPendingChanges(request, layout)
+        else { return nil }
         let plan = try plan(request, layout: layout)
         guard plan.residual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
         _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
@@ -53,7 +54,7 @@ extension ManagedObjectContext {
     public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
-        if plan.residual == nil && !considersPendingChanges(request, layout)
+        if plan.residual == nil && !considersPendingChanges(request, layout) && !spansSubentities(request, layout)
             && (plan.orderFromIndex || request.sortDescriptors.isEmpty)
         {
             let keys = try candidateKeys(
@@ -76,9 +77,23 @@ extension ManagedObjectContext {
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
         var n: Int
-        if plan.residual == nil && !considersPendingChanges(request, layout) {
+        if spansSubentities(request, layout) && plan.residual == nil && !considersPendingChanges(request, layout) {
+            // Each entity of the tree counted on its own, without reading objects.
+            var part = request
+            part.includesSubentities = false
+            part.fetchLimit = 0
+            part.fetchOffset = 0
+            n = 0
+            for k in layout.descendants {
+                part.entityName = model.layouts[k].name
+                n += try count(for: part)
+            }
+        } else if plan.residual == nil && !considersPendingChanges(request, layout) {
             let snapshot = readSnapshot()
-            if let index = plan.index {
+            if layout.inTree, plan.index != nil {
+                // The index is shared with the rest of the tree: its keys are filtered.
+                n = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil).count
+            } else if let index = plan.index {
                 n = snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)
             } else {
                 n = snapshot.count(inKeyspace: storeLayout.keyspace[layout.index])
@@ -134,10 +149,26 @@ extension ManagedObjectContext {
             || deleted.values.contains { $0.layout === layout }
     }
 
+    /// The entities a request covers: the entity, and its sub-entities unless excluded.
+    func spans<T>(_ request: FetchRequest<T>, _ layout: EntityLayout) -> [EntityLayout] {
+        request.includesSubentities ? layout.descendants.map { model.layouts[$0] } : [layout]
+    }
+
+    func spansSubentities<T>(_ request: FetchRequest<T>, _ layout: EntityLayout) -> Bool {
+        request.includesSubentities && layout.descendants.count > 1
+    }
+
     func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64]
     {
         var keys: [UInt64] = []
-        if let index = plan.index {
+        if let index = plan.index, layout.inTree {
+            // An index of an inheritance tree holds the keys of all its entities: keep this one's.
+            let keyspace = storeLayout.keyspace[layout.index]
+            keys = snapshot.primaryKeys(
+                index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: nil)
+            keys.removeAll { EngineKey(rawValue: $0).keyspace != keyspace }
+            if let stopAfter, keys.count > stopAfter { keys.removeLast(keys.count - stopAfter) }
+        } else if let index = plan.index {
             keys = snapshot.primaryKeys(
                 index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: stopAfter)
         } else {
@@ -277,6 +308,7 @@ extension ManagedObjectContext {
         let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let plan = try plan(request, layout: layout)
         if let parent { return try fetchInChild(request, layout: layout, parent: parent) }
+        if spansSubentities(request, layout) { return try fetchAcross(request, layout: layout, snapshot: given) }
         let snapshot = given ?? readSnapshot()
         let dirty = considersPendingChanges(request, layout)
         if request.fetchBatchSize > 0 {
@@ -364,6 +396,53 @@ extension ManagedObjectContext {
         var result = objects[...]
         if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
         if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
+        return Array(result)
+    }
+}
+
+extension ManagedObjectContext {
+    /// A fetch of an entity with sub-entities: each entity of the tree fetched on its own (with
+    /// its index when the predicate allows), from one snapshot, then merged in the requested
+    /// order (key order when none), offset and limit applied to the whole.
+    func fetchAcross<T: ManagedObject>(
+        _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot?
+    ) throws -> [ManagedObject] {
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        if let p = request.predicate {
+            // The predicate's keys are the fetched entity's: tried once on an empty object of it,
+            // so that a key only some sub-entities have is an error naming the fetched entity.
+            let probe = layout.managedClass.init(
+                ManagedObject.Bootstrap(layout: layout, key: 0, token: token, slots: layout.defaultSlots, fault: false))
+            var evaluator = PredicateEvaluator(format: p.format)
+            do { _ = try evaluator.test(p.node, object: probe) } catch let e as LogbookError
+                where e.code == .invalidPredicate
+            {
+                throw e
+            } catch {}
+        }
+        let snapshot = given ?? readSnapshot()
+        var part = request
+        part.includesSubentities = false
+        part.fetchOffset = 0
+        part.fetchBatchSize = 0
+        // Each entity's first offset + limit objects hold the merged result's.
+        part.fetchLimit = request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : 0
+        var all: [ManagedObject] = []
+        var read = 0
+        for k in layout.descendants {
+            part.entityName = model.layouts[k].name
+            all += try fetchObjects(part, layout: model.layouts[k], snapshot: snapshot)
+            read += lastFetchRecordsRead
+        }
+        if sortKeys.isEmpty {
+            all.sort { $0.engineKey < $1.engineKey }
+        } else {
+            SortKey.sort(&all, by: sortKeys, mixedEntities: true)
+        }
+        var result = all[...]
+        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
+        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
+        lastFetchRecordsRead = read
         return Array(result)
     }
 }

@@ -34,6 +34,8 @@ struct SortKey {
     var slot: Int
     var ascending: Bool
     var comparison: StringComparison
+    /// The attribute or to-one relationship sorted by.
+    var name: String = ""
 
     static func resolve(_ descriptors: [FetchSortDescriptor], layout: EntityLayout) throws -> [SortKey] {
         try descriptors.map { s in
@@ -42,13 +44,17 @@ struct SortKey {
                     .unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name,
                     key: s.key)
             }
-            return SortKey(slot: slot, ascending: s.ascending, comparison: s.comparison)
+            return SortKey(slot: slot, ascending: s.ascending, comparison: s.comparison, name: s.key)
         }
     }
 
     /// Sorts objects by the keys in turn, ties by key (the order objects were inserted).
-    static func sort(_ objects: inout [ManagedObject], by keys: [SortKey]) {
-        if keys.allSatisfy({ $0.comparison == .plain }) {
+    ///
+    /// `mixedEntities`: the objects are of an entity and its sub-entities; a to-one
+    /// relationship's slot then differs between them and is looked up by name.
+    static func sort(_ objects: inout [ManagedObject], by keys: [SortKey], mixedEntities: Bool = false) {
+        let byName = mixedEntities && keys.contains { k in objects.contains { $0.layout.attributeCount <= k.slot } }
+        if keys.allSatisfy({ $0.comparison == .plain }) && !byName {
             objects.sort { a, b in
                 for k in keys {
                     let c = Slot.compare(a.slots[k.slot], b.slots[k.slot])
@@ -61,8 +67,9 @@ struct SortKey {
         // Folded strings are computed once per object, not once per comparison.
         let folded: [[Slot]] = objects.map { o in
             keys.map { k in
-                guard let options = k.comparison.foldingOptions, case .string(let s) = o.slots[k.slot] else {
-                    return o.slots[k.slot]
+                let value = byName ? (o.layout.slotByName[k.name].map { o.slots[$0] } ?? .null) : o.slots[k.slot]
+                guard let options = k.comparison.foldingOptions, case .string(let s) = value else {
+                    return value
                 }
                 return .string(s.folding(options: options, locale: nil))
             }

@@ -122,6 +122,11 @@ public struct AttributeDescription: Sendable {
     public var renamingIdentifier: String?
     /// Whether a secondary index orders the entity's objects by this attribute.
     public var isIndexed: Bool
+    /// A transient attribute holds a value in memory only: it is never written to the store,
+    /// and reads no value after a fetch or a refresh (Core Data's `isTransient`).
+    public var isTransient = false
+    /// Free-form information for the app (the model file's `userInfo`).
+    public var userInfo: [String: String] = [:]
 
     /// An attribute named `name` of `type`.
     ///
@@ -130,10 +135,12 @@ public struct AttributeDescription: Sendable {
     /// ```
     public init(
         _ name: String, _ type: AttributeType, optional: Bool = false, default defaultValue: (any Sendable)? = nil,
-        indexed: Bool = false, rules: [ValidationRule] = [], renamedFrom renamingIdentifier: String? = nil
+        indexed: Bool = false, transient: Bool = false, rules: [ValidationRule] = [],
+        renamedFrom renamingIdentifier: String? = nil
     ) {
         self.name = name
         self.type = type
+        self.isTransient = transient
         self.isOptional = optional
         self.defaultValue = defaultValue
         self.rules = rules
@@ -162,6 +169,8 @@ public struct RelationshipDescription: Sendable {
     public var maxCount: Int
     /// The relationship's previous name, for lightweight migration of a rename.
     public var renamingIdentifier: String?
+    /// Free-form information for the app (the model file's `userInfo`).
+    public var userInfo: [String: String] = [:]
 
     /// A relationship named `name` to the entity `destination`, with its inverse.
     ///
@@ -197,16 +206,32 @@ public struct EntityDescription: Sendable {
     public var renamingIdentifier: String?
     /// The class its objects are made of (a `ManagedObject` subclass), if any.
     public var managedClass: ManagedObject.Type?
+    /// The entity this one inherits from (Core Data's `superentity`): its attributes,
+    /// relationships, validation rules and indexes come first, then this entity's own.
+    public var parentEntity: String?
+    /// Whether the entity has no objects of its own, only those of its sub-entities
+    /// (`isAbstract`): inserting one is an error.
+    public var isAbstract: Bool
+    /// Free-form information for the app (the model file's `userInfo`).
+    public var userInfo: [String: String] = [:]
+    /// Properties whose value is a fetch, run when read (Core Data's fetched properties).
+    public var fetchedProperties: [FetchedPropertyDescription] = []
+    /// Sets of attributes whose values no two objects of the entity may share (from the model
+    /// file's `uniquenessConstraints`; recorded, not yet enforced: see `ManagedObjectModel.warnings`).
+    public var uniquenessConstraints: [[String]] = []
 
     /// An entity from lists of attributes and relationships.
     public init(
         _ name: String, attributes: [AttributeDescription] = [], relationships: [RelationshipDescription] = [],
-        class managedClass: ManagedObject.Type? = nil, renamedFrom renamingIdentifier: String? = nil
+        class managedClass: ManagedObject.Type? = nil, parent parentEntity: String? = nil, abstract: Bool = false,
+        renamedFrom renamingIdentifier: String? = nil
     ) {
         self.name = name
         self.attributes = attributes
         self.relationships = relationships
         self.managedClass = managedClass
+        self.parentEntity = parentEntity
+        self.isAbstract = abstract
         self.renamingIdentifier = renamingIdentifier
     }
 
@@ -218,9 +243,15 @@ public struct EntityDescription: Sendable {
     ///     RelationshipDescription("manager", to: "Manager", inverse: "employees")
     /// }
     /// ```
+    ///
+    /// A sub-entity names its parent; it has the parent's properties and adds its own:
+    /// ```swift
+    /// EntityDescription("Vehicle", abstract: true) { AttributeDescription("wheels", .int16) }
+    /// EntityDescription("Car", parent: "Vehicle") { AttributeDescription("plate", .string) }
+    /// ```
     public init(
-        _ name: String, class managedClass: ManagedObject.Type? = nil, renamedFrom: String? = nil,
-        @PropertyListBuilder _ properties: () -> [PropertyDescription]
+        _ name: String, class managedClass: ManagedObject.Type? = nil, parent: String? = nil, abstract: Bool = false,
+        renamedFrom: String? = nil, @PropertyListBuilder _ properties: () -> [PropertyDescription]
     ) {
         var attributes: [AttributeDescription] = []
         var relationships: [RelationshipDescription] = []
@@ -231,7 +262,30 @@ public struct EntityDescription: Sendable {
             }
         }
         self.init(
-            name, attributes: attributes, relationships: relationships, class: managedClass, renamedFrom: renamedFrom)
+            name, attributes: attributes, relationships: relationships, class: managedClass, parent: parent,
+            abstract: abstract, renamedFrom: renamedFrom)
+    }
+}
+
+/// A property whose value is the result of a fetch: the objects of `destination` that match
+/// `predicateFormat`, in which `$FETCH_SOURCE` is the object the property is read on.
+///
+/// ```swift
+/// FetchedPropertyDescription("sameCity", destination: "Person", predicate: "city == $FETCH_SOURCE.city")
+/// ```
+public struct FetchedPropertyDescription: Sendable {
+    /// The property's name (read it with `value(forKey:)`).
+    public var name: String
+    /// The entity fetched.
+    public var destination: String
+    /// The condition, as a predicate format (nil: every object of the destination).
+    public var predicateFormat: String?
+
+    /// A fetched property.
+    public init(_ name: String, destination: String, predicate predicateFormat: String? = nil) {
+        self.name = name
+        self.destination = destination
+        self.predicateFormat = predicateFormat
     }
 }
 
@@ -284,11 +338,24 @@ public enum EntityListBuilder {
 /// The initializer checks the model: unique names, destinations that exist, inverses that
 /// point back, and typed classes whose properties match their attributes.
 public final class ManagedObjectModel: Sendable {
-    /// The model's entities, in the order they were given.
+    /// The model's entities, in the order they were given, each with its own properties
+    /// (not those it inherits; `allProperties(of:)` has them all).
     public let entities: [EntityDescription]
     let byName: [String: Int]
     /// Resolved per-entity facts used on every access (slots, keys, inverses).
     let layouts: [EntityLayout]
+    /// Each entity with its inherited properties first: what records store.
+    let flattened: [EntityDescription]
+    /// Named fetch requests of the model file (`<fetchRequest>`): entity and predicate format,
+    /// which may hold `$variables`; see `fetchRequestFromTemplate(named:substitutionVariables:)`.
+    public let fetchRequestTemplates: [String: (entityName: String, predicateFormat: String?)]
+    /// Named subsets of the entities (the model file's configurations).
+    public let configurations: [String: [String]]
+    /// What the model file holds that Logbook reads but does not act on, in words (empty for
+    /// a model built in code). Loading never fails for these: check them once.
+    public let warnings: [String]
+    /// By entity: the entity at the top of its inheritance tree.
+    let root: [Int]
 
     /// A model from a list of entities, checked (see the type's discussion).
     public convenience init(@EntityListBuilder _ entities: () -> [EntityDescription]) throws {
@@ -296,7 +363,17 @@ public final class ManagedObjectModel: Sendable {
     }
 
     /// A model from an array of entities, checked: an invalid model throws `.invalidModel` naming the entity and property.
-    public init(entities: [EntityDescription]) throws {
+    public convenience init(entities: [EntityDescription]) throws {
+        try self.init(entities: entities, fetchRequestTemplates: [:], configurations: [:], warnings: [])
+    }
+
+    init(
+        entities: [EntityDescription], fetchRequestTemplates: [String: (entityName: String, predicateFormat: String?)],
+        configurations: [String: [String]], warnings: [String]
+    ) throws {
+        self.fetchRequestTemplates = fetchRequestTemplates
+        self.configurations = configurations
+        self.warnings = warnings
         var byName: [String: Int] = [:]
         for (i, e) in entities.enumerated() {
             guard !e.name.isEmpty else { throw LogbookError(.invalidModel, "an entity has no name") }
@@ -306,12 +383,67 @@ public final class ManagedObjectModel: Sendable {
         }
         self.entities = entities
         self.byName = byName
-        var layouts: [EntityLayout] = []
+        // Inheritance: parents that exist, no cycles; each entity flattened, parents first.
+        var parent = [Int?](repeating: nil, count: entities.count)
         for (i, e) in entities.enumerated() {
-            layouts.append(try EntityLayout(entity: e, index: i, entityIndex: byName, entities: entities))
+            guard let p = e.parentEntity else { continue }
+            guard let j = byName[p] else {
+                throw LogbookError(
+                    .invalidModel, "the parent entity \(p) of \(e.name) is not in the model", entity: e.name)
+            }
+            parent[i] = j
+        }
+        var root = Array(entities.indices)
+        var ancestors = [[Int]](repeating: [], count: entities.count)
+        for i in entities.indices {
+            var chain: [Int] = []
+            var at = parent[i]
+            while let p = at {
+                guard p != i, !chain.contains(p) else {
+                    throw LogbookError(
+                        .invalidModel, "entity \(entities[i].name) inherits from itself", entity: entities[i].name)
+                }
+                chain.append(p)
+                at = parent[p]
+            }
+            ancestors[i] = chain
+            root[i] = chain.last ?? i
+        }
+        self.root = root
+        var flattened: [EntityDescription] = []
+        for (i, e) in entities.enumerated() {
+            var f = e
+            let line = ancestors[i].reversed().map { entities[$0] } + [e]
+            f.attributes = line.flatMap(\.attributes)
+            f.relationships = line.flatMap(\.relationships)
+            flattened.append(f)
+        }
+        self.flattened = flattened
+        var descendants = entities.indices.map { [$0] }
+        for i in entities.indices { for a in ancestors[i] { descendants[a].append(i) } }
+        var layouts: [EntityLayout] = []
+        for (i, e) in flattened.enumerated() {
+            layouts.append(
+                try EntityLayout(
+                    entity: e, index: i, entityIndex: byName, entities: flattened, descendants: descendants,
+                    ancestors: ancestors[i], ownAttributeStart: e.attributes.count - entities[i].attributes.count))
         }
         self.layouts = layouts
         for layout in layouts { try layout.checkInverses(layouts) }
+    }
+
+    /// The attributes and relationships of an entity, the inherited ones first (nil for an
+    /// unknown name).
+    public func allProperties(of entityName: String) -> (
+        attributes: [AttributeDescription], relationships: [RelationshipDescription]
+    )? {
+        byName[entityName].map { (flattened[$0].attributes, flattened[$0].relationships) }
+    }
+
+    /// The names of an entity's sub-entities, all levels down, in model order.
+    public func subentities(of entityName: String) -> [String] {
+        guard let i = byName[entityName] else { return [] }
+        return layouts[i].descendants.dropFirst().map { entities[$0].name }
     }
 
     /// The entity named `name`, or nil.
@@ -358,10 +490,26 @@ final class EntityLayout: Sendable {
     let ruleSlots: [Int]
     let hasRelationshipRules: Bool
 
-    init(entity: EntityDescription, index: Int, entityIndex: [String: Int], entities: [EntityDescription]) throws {
+    /// This entity and all its sub-entities (all levels), this one first.
+    let descendants: [Int]
+    /// Its parent, the parent's parent, and so on.
+    let ancestors: [Int]
+    /// Whether it inherits or is inherited from: then its indexes and sets are shared with
+    /// the others of its tree, and a plan filters what an index finds by keyspace.
+    var inTree: Bool { descendants.count > 1 || !ancestors.isEmpty }
+    /// Where its own attributes start (the inherited ones come first).
+    let ownAttributeStart: Int
+
+    init(
+        entity: EntityDescription, index: Int, entityIndex: [String: Int], entities: [EntityDescription],
+        descendants: [[Int]] = [], ancestors: [Int] = [], ownAttributeStart: Int = 0
+    ) throws {
         self.entity = entity
         self.index = index
         self.name = entity.name
+        self.descendants = descendants.isEmpty ? [index] : descendants[index]
+        self.ancestors = ancestors
+        self.ownAttributeStart = ownAttributeStart
         self.managedClass = entity.managedClass ?? ManagedObject.self
         attributeCount = entity.attributes.count
         var slots: [String: Int] = [:]
@@ -424,7 +572,12 @@ final class EntityLayout: Sendable {
         }
         self.defaultSlots = defaults
         self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
-        self.slotKinds = Self.kinds(entity, toOneCount: toOne.count)
+        // A to-one relationship to an entity with sub-entities records the keyspace too.
+        self.slotKinds = Self.kinds(
+            entity,
+            toOne: toOne.map { r in
+                descendants.isEmpty ? false : descendants[entityIndex[entity.relationships[r].destination]!].count > 1
+            })
         self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
         self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
         self.hasRelationshipRules = entity.relationships.contains { r in
@@ -440,9 +593,9 @@ final class EntityLayout: Sendable {
     var slotCount: Int { attributeCount + toOne.count }
 
     /// How each slot is stored, for decoding without reading the attribute descriptions.
-    enum SlotKind: UInt8 { case string, int, double, float, bool, data, uuid, url, decimal, object }
+    enum SlotKind: UInt8 { case string, int, double, float, bool, data, uuid, url, decimal, object, anyObject }
 
-    static func kinds(_ entity: EntityDescription, toOneCount: Int) -> [SlotKind] {
+    static func kinds(_ entity: EntityDescription, toOne: [Bool]) -> [SlotKind] {
         entity.attributes.map { a -> SlotKind in
             switch a.type {
             case .string: .string
@@ -455,7 +608,7 @@ final class EntityLayout: Sendable {
             case .url: .url
             case .decimal: .decimal
             }
-        } + Array(repeating: .object, count: toOneCount)
+        } + toOne.map { $0 ? .anyObject : .object }
     }
 
     func checkInverses(_ layouts: [EntityLayout]) throws {
@@ -463,7 +616,9 @@ final class EntityLayout: Sendable {
             guard let j = relationshipInverse[i] else { continue }
             let dest = layouts[relationshipDestination[i]]
             let back = dest.entity.relationships[j]
-            guard back.destination == name, back.inverse == r.name else {
+            // The inverse points to this entity, or to the ancestor that declared the relationship.
+            let pointsBack = back.destination == name || ancestors.contains { layouts[$0].name == back.destination }
+            guard pointsBack, back.inverse == r.name else {
                 throw LogbookError(
                     .invalidModel, "\(r.name) and \(dest.name).\(back.name) are not each other's inverse", entity: name,
                     key: r.name)

@@ -19,11 +19,16 @@ struct StoredSchema: Codable, Equatable {
         var inverse: String?
         var toMany: Bool
         var deleteRule: String
-        /// For to-many relationships: the keyspace of the membership sets.
+        /// For to-many relationships: the keyspace of the membership sets (shared by the
+        /// entity that declares the relationship and its sub-entities).
         var setKeyspace: UInt16?
+        /// For to-one relationships to an entity with sub-entities: records hold the keyspace too.
+        var polymorphic: Bool?
     }
     struct Entity: Codable, Equatable {
         var name: String
+        /// The entity it inherits from, if any.
+        var parent: String?
         var keyspace: UInt16
         var attributes: [Attribute]
         var relationships: [Relationship]
@@ -52,8 +57,15 @@ struct StoredSchema: Codable, Equatable {
     static func make(for model: ManagedObjectModel, previous: StoredSchema?) -> StoredSchema {
         var nextKeyspace = previous?.nextKeyspace ?? 1
         var nextIndex = previous?.nextIndex ?? 1
-        var entities: [Entity] = []
-        for e in model.entities {
+        var made = [Entity?](repeating: nil, count: model.entities.count)
+        // Parents first: a sub-entity shares the index numbers and set keyspaces of what it inherits.
+        let order = model.entities.indices.sorted {
+            model.layouts[$0].ancestors.count < model.layouts[$1].ancestors.count
+        }
+        for i in order {
+            let e = model.flattened[i]
+            let layout = model.layouts[i]
+            let inherited = layout.ancestors.first.flatMap { made[$0] }
             let old = previous.flatMap { p in p.entity(e.name) ?? e.renamingIdentifier.flatMap { p.entity($0) } }
             let keyspace: UInt16
             if let old {
@@ -63,7 +75,11 @@ struct StoredSchema: Codable, Equatable {
                 nextKeyspace += 1
             }
             var attributes: [Attribute] = []
-            for a in e.attributes {
+            for (j, a) in e.attributes.enumerated() {
+                if let inherited, j < inherited.attributes.count {
+                    attributes.append(inherited.attributes[j])
+                    continue
+                }
                 let oldA = old?.attributes.first { $0.name == a.name || $0.name == a.renamingIdentifier }
                 var index: UInt32?
                 if a.isIndexed {
@@ -79,7 +95,17 @@ struct StoredSchema: Codable, Equatable {
                     Attribute(name: a.name, type: type, transformer: transformer, optional: a.isOptional, index: index))
             }
             var relationships: [Relationship] = []
-            for r in e.relationships {
+            for (j, r) in e.relationships.enumerated() {
+                let polymorphic: Bool? =
+                    !r.isToMany
+                        && (model.byName[r.destination].map { model.layouts[$0].descendants.count > 1 } ?? false)
+                    ? true : nil
+                if let inherited, j < inherited.relationships.count {
+                    var copy = inherited.relationships[j]
+                    copy.polymorphic = polymorphic
+                    relationships.append(copy)
+                    continue
+                }
                 let oldR = old?.relationships.first { $0.name == r.name || $0.name == r.renamingIdentifier }
                 var setKeyspace: UInt16?
                 if r.isToMany {
@@ -93,13 +119,14 @@ struct StoredSchema: Codable, Equatable {
                 relationships.append(
                     Relationship(
                         name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
-                        deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace))
+                        deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic))
             }
-            entities.append(
-                Entity(name: e.name, keyspace: keyspace, attributes: attributes, relationships: relationships))
+            made[i] = Entity(
+                name: e.name, parent: e.parentEntity, keyspace: keyspace, attributes: attributes,
+                relationships: relationships)
         }
         return StoredSchema(
-            storeUUID: previous?.storeUUID ?? UUID(), entities: entities, nextKeyspace: nextKeyspace,
+            storeUUID: previous?.storeUUID ?? UUID(), entities: made.map { $0! }, nextKeyspace: nextKeyspace,
             nextIndex: nextIndex)
     }
 

@@ -34,7 +34,8 @@ final class RecordArena: @unchecked Sendable {
 /// The binary record of a managed object: a format byte, a bitmap of the slots that hold a
 /// value, then each value: strings and data as length-prefixed bytes, integers as zigzag
 /// varints, doubles and dates as 8 bytes, floats as 4, booleans as 1, UUIDs as 16, decimals as
-/// their decimal string, to-one relationships as the destination's serial number.
+/// their decimal string, to-one relationships as the destination's serial number (or, when the
+/// destination entity has sub-entities, as a varint of `serial << 16 | keyspace`).
 enum RecordCodec {
     static let format: UInt8 = 1
 
@@ -78,9 +79,17 @@ enum RecordCodec {
                     appendVarint(UInt64(s.count), &out)
                     out.append(contentsOf: s)
                 }
-            case .object(let key): appendVarint(EngineKey(rawValue: key).id, &out)
+            case .object(let key): appendVarint(objectCode(key, layout.slotKinds[i]), &out)
             }
         }
+    }
+
+    /// How a to-one value is written: the serial, or serial and keyspace for a destination
+    /// with sub-entities (whose objects live in several keyspaces).
+    @inline(__always)
+    static func objectCode(_ key: UInt64, _ kind: EntityLayout.SlotKind) -> UInt64 {
+        let k = EngineKey(rawValue: key)
+        return kind == .anyObject ? k.id << 16 | UInt64(k.keyspace) : k.id
     }
 
     /// The size `write` needs, or nil when a slot has a form `write` does not handle (boxed values).
@@ -97,7 +106,7 @@ enum RecordCodec {
             case .bool: size += 1
             case .data(let d): size += varintSize(UInt64(d.count)) + d.count
             case .boxed: return nil
-            case .object(let k): size += varintSize(EngineKey(rawValue: k).id)
+            case .object(let k): size += varintSize(objectCode(k, layout.slotKinds[i]))
             }
         }
         return size
@@ -149,7 +158,7 @@ enum RecordCodec {
                 varint(UInt64(d.count))
                 d.withUnsafeBytes { if $0.count > 0 { (p + o).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
                 o += d.count
-            case .object(let k): varint(EngineKey(rawValue: k).id)
+            case .object(let k): varint(objectCode(k, layout.slotKinds[i]))
             }
         }
     }
@@ -219,7 +228,7 @@ enum RecordCodec {
                 let length = try varint(raw, &o)
                 guard length <= UInt64(raw.count - o) else { throw Malformed() }
                 o += Int(length)
-            case .int, .object: _ = try varint(raw, &o)
+            case .int, .object, .anyObject: _ = try varint(raw, &o)
             case .double: o += 8
             case .float: o += 4
             case .bool: o += 1
@@ -267,6 +276,9 @@ enum RecordCodec {
             let serial = try varint(raw, &o)
             guard serial <= EngineKey.maxID else { throw Malformed() }
             return .object(EngineKey(keyspace: destinationKeyspace(), id: serial).rawValue)
+        case .anyObject:
+            let code = try varint(raw, &o)
+            return .object(EngineKey(keyspace: UInt16(truncatingIfNeeded: code), id: code >> 16).rawValue)
         case .string:
             let b = try bytes(try length(raw, &o))
             return .string(String(decoding: b, as: UTF8.self))

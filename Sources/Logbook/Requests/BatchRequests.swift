@@ -146,7 +146,7 @@ public struct BatchResult: Sendable {
 extension ManagedObjectContext {
     /// Runs a batch insert in one transaction; see `BatchInsertRequest`.
     public func execute(_ request: BatchInsertRequest) throws -> BatchResult {
-        let layout = try model.layout(named: request.entityName)
+        let layout = try insertable(model.layout(named: request.entityName))
         guard request.count > 0 else { return BatchResult(count: 0, objectIDs: []) }
         let keys = container.reserveKeys(entity: layout.index, count: UInt64(request.count))
         var transaction = Transaction()
@@ -225,34 +225,42 @@ extension ManagedObjectContext {
         }
         var fetch = FetchRequest<ManagedObject>(entityName: request.entityName)
         fetch.predicate = request.predicate
-        let plan = try plan(fetch, layout: layout)
+        // The entity and its sub-entities (whose records hold the inherited attributes at the
+        // same slots), each with its own plan.
+        let parts = try spans(fetch, layout).map { l -> (EntityLayout, FetchPlan) in
+            var f = fetch
+            f.entityName = l.name
+            return (l, try plan(f, layout: l))
+        }
         // Read and written under the save lock: no save comes between (its values would be lost).
         let store = storeLayout
         let (version, updatedKeys) = try container.withSaveLock { log -> (UInt64, [UInt64]) in
             let snapshot = container.store.snapshot()
-            let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
-            let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
-            let attributeCount = layout.attributeCount
             var transaction = Transaction()
             var buffer: [UInt8] = []
             var updatedKeys: [UInt64] = []
-            updatedKeys.reserveCapacity(keys.count)
             var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
-            try RecordCodec.readingRecords(of: layout) {
-                try snapshot.forEachValue(forKeys: keys) { _, key, raw in
-                    var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
-                    if let residual = plan.residual {
-                        // The conditions the index does not settle, checked on a detached object.
-                        let o = layout.managedClass.init(
-                            ManagedObject.Bootstrap(
-                                layout: layout, key: key,
-                                token: token, slots: slots, fault: false))
-                        let passes = try evaluator.test(residual, object: o)
-                        if !passes { return }
+            for (layout, plan) in parts {
+                let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
+                let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
+                let attributeCount = layout.attributeCount
+                updatedKeys.reserveCapacity(updatedKeys.count + keys.count)
+                try RecordCodec.readingRecords(of: layout) {
+                    try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+                        var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                        if let residual = plan.residual {
+                            // The conditions the index does not settle, checked on a detached object.
+                            let o = layout.managedClass.init(
+                                ManagedObject.Bootstrap(
+                                    layout: layout, key: key,
+                                    token: token, slots: slots, fault: false))
+                            let passes = try evaluator.test(residual, object: o)
+                            if !passes { return }
+                        }
+                        for c in changes { slots[c.slot] = c.value }
+                        Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
+                        updatedKeys.append(key)
                     }
-                    for c in changes { slots[c.slot] = c.value }
-                    Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
-                    updatedKeys.append(key)
                 }
             }
             guard !updatedKeys.isEmpty else { return (0, []) }

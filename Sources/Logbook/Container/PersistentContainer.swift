@@ -359,6 +359,17 @@ enum Migration {
                 continue
             }
             let newEntity = new.entities[ni]
+            // Order records of relationships no longer ordered (or gone) go.
+            for r in old.relationships {
+                guard let k = r.orderKeyspace, !newEntity.relationships.contains(where: { $0.orderKeyspace == k })
+                else {
+                    continue
+                }
+                snapshot.forEachKey(inKeyspace: k) {
+                    t.delete($0)
+                    return true
+                }
+            }
             for r in old.relationships
             where !newEntity.relationships.contains(where: { $0.setKeyspace == r.setKeyspace && r.setKeyspace != nil })
             {

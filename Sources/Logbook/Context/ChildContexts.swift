@@ -127,6 +127,7 @@ extension ManagedObjectContext {
         var deleted: [UInt64] = []
         var setAdds: [UInt64: Set<UInt64>] = [:]
         var setRemoves: [UInt64: Set<UInt64>] = [:]
+        var orders: [UInt64: [UInt64]] = [:]
     }
 
     /// A child's save: its changes become the parent's unsaved changes (property by property,
@@ -143,6 +144,7 @@ extension ManagedObjectContext {
         changes.deleted = Array(deleted.keys)
         changes.setAdds = setAdds
         changes.setRemoves = setRemoves
+        changes.orders = orderOverrides
         let handed = UncheckedSendable(changes)
         try parent.performAndWait { try parent.apply(childChanges: handed.value) }
         let saved = ContextChanges(
@@ -164,6 +166,7 @@ extension ManagedObjectContext {
         deleted = [:]
         setAdds = [:]
         setRemoves = [:]
+        orderOverrides = [:]
         undoHistory?.removeAll()
         for observer in changeObservers { observer(saved) }
         post(.didSave(saved))
@@ -194,6 +197,7 @@ extension ManagedObjectContext {
         }
         for (k, members) in c.setRemoves { for m in members { removeMember(m, fromSet: k) } }
         for (k, members) in c.setAdds { for m in members { addMember(m, toSet: k) } }
+        for (k, keys) in c.orders { orderOverrides[k] = keys }
         for key in c.deleted {
             guard let o = try? object(forKey: key) else { continue }
             try markDeleted(o)

@@ -90,6 +90,7 @@ extension ManagedObjectContext {
         deleted = [:]
         setAdds = [:]
         setRemoves = [:]
+        orderOverrides = [:]
         pendingErrors = []
         undoHistory?.removeAll()
     }
@@ -132,6 +133,7 @@ extension ManagedObjectContext {
                 let k = setKey(object.engineKey, object.layout, r)
                 setAdds[k] = nil
                 setRemoves[k] = nil
+                orderOverrides[k] = nil
             }
             turnIntoFault(object)
         }

@@ -105,6 +105,7 @@ extension ManagedObjectContext {
         let k = setKey(owner, layout, r)
         if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
         setAdds[k, default: []].insert(member)
+        if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
         if let o = registered(owner) { touch(o) }
     }
 
@@ -112,6 +113,7 @@ extension ManagedObjectContext {
         let k = setKey(owner, layout, r)
         if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
         setRemoves[k, default: []].insert(member)
+        if !orderOverrides.isEmpty { orderMemberRemoved(member, setKey: k) }
         if let o = registered(owner) { touch(o) }
     }
 

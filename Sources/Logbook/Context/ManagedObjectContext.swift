@@ -88,6 +88,8 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// Unsaved changes of to-many relationships, by set key: members added and removed.
     var setAdds: [UInt64: Set<UInt64>] = [:]
     var setRemoves: [UInt64: Set<UInt64>] = [:]
+    /// Unsaved orders of ordered relationships, by set key: the members in their new order.
+    var orderOverrides: [UInt64: [UInt64]] = [:]
     /// Errors of typed property setters (which cannot throw), reported by the next save.
     var pendingErrors: [LogbookError] = []
     var groupDepth = 0
@@ -192,6 +194,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// True when there is anything unsaved.
     public var hasChanges: Bool {
         !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty || !setAdds.isEmpty || !setRemoves.isEmpty
+            || !orderOverrides.isEmpty
     }
 
     func recordError(_ error: LogbookError) { pendingErrors.append(error) }

@@ -219,6 +219,7 @@ extension ManagedObjectContext {
             }
             setAdds[k] = nil
             setRemoves[k] = nil
+            orderOverrides[k] = nil
         }
         updated[o.engineKey] = nil
         deleted[o.engineKey] = nil

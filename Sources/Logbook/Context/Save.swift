@@ -116,6 +116,15 @@ extension ManagedObjectContext {
             for (k, members) in setAdds where !deletedSets.contains(k) {
                 transaction.addMembers(members, toSet: k)
             }
+            writeOrders(into: &transaction, skipping: deletedSets)
+            // The order records of deleted owners go with their sets.
+            for object in deleted.values {
+                for r in object.layout.toMany {
+                    if let k = layout.orderKey(entity: object.layout.index, relationship: r, owner: object.engineKey) {
+                        transaction.delete(k)
+                    }
+                }
+            }
             if !inserted.isEmpty {
                 transaction.put(StoredSchema.countersKey, value: container.countersRecord())
             }
@@ -157,6 +166,7 @@ extension ManagedObjectContext {
         deleted = [:]
         setAdds = [:]
         setRemoves = [:]
+        orderOverrides = [:]
         undoHistory?.removeAll()
         if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
         if let changes {
@@ -183,9 +193,12 @@ extension ManagedObjectContext {
 
     /// Puts a record and its index keys into a transaction.
     static func encode(
-        _ slots: [Slot], key: UInt64, entity: EntityLayout, into t: inout Transaction, buffer: inout [UInt8],
+        _ given: [Slot], key: UInt64, entity: EntityLayout, into t: inout Transaction, buffer: inout [UInt8],
         layout: StoreLayout
     ) {
+        var slots = given
+        // Transient attributes are never stored.
+        for i in entity.transientSlots { slots[i] = .null }
         let indexed = layout.indexedAttributes[entity.index]
         if indexed.count <= 1, let size = RecordCodec.encodedSize(slots, layout: entity) {
             // The common case: the record written straight into the transaction.

@@ -26,6 +26,7 @@ public final class UndoHistory {
         var deleted: [UInt64: ManagedObject]
         var setAdds: [UInt64: Set<UInt64>]
         var setRemoves: [UInt64: Set<UInt64>]
+        var orderOverrides: [UInt64: [UInt64]]
     }
 
     struct Step {
@@ -76,7 +77,9 @@ public final class UndoHistory {
 
 extension ManagedObjectContext {
     var contextState: UndoHistory.ContextState {
-        .init(inserted: inserted, updated: updated, deleted: deleted, setAdds: setAdds, setRemoves: setRemoves)
+        .init(
+            inserted: inserted, updated: updated, deleted: deleted, setAdds: setAdds, setRemoves: setRemoves,
+            orderOverrides: orderOverrides)
     }
 
     /// Runs a change as one undo step (unless inside a larger step).
@@ -122,6 +125,7 @@ extension ManagedObjectContext {
         deleted = step.context.deleted
         setAdds = step.context.setAdds
         setRemoves = step.context.setRemoves
+        orderOverrides = step.context.orderOverrides
         return inverse
     }
 

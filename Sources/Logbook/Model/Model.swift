@@ -171,6 +171,10 @@ public struct RelationshipDescription: Sendable {
     public var renamingIdentifier: String?
     /// Free-form information for the app (the model file's `userInfo`).
     public var userInfo: [String: String] = [:]
+    /// For to-many relationships: the members keep an order (Core Data's `isOrdered`, an
+    /// ordered set): read them with `orderedObjects(forKey:)`, change the order with
+    /// `insert(_:at:inRelationship:)`, `moveObject(at:to:inRelationship:)`, …
+    public var isOrdered = false
 
     /// A relationship named `name` to the entity `destination`, with its inverse.
     ///
@@ -178,11 +182,12 @@ public struct RelationshipDescription: Sendable {
     /// RelationshipDescription("employees", to: "Employee", inverse: "manager", toMany: true, deleteRule: .cascade)
     /// ```
     public init(
-        _ name: String, to destination: String, inverse: String?, toMany: Bool = false,
+        _ name: String, to destination: String, inverse: String?, toMany: Bool = false, ordered: Bool = false,
         deleteRule: DeleteRule = .nullify,
         optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil
     ) {
         self.name = name
+        self.isOrdered = ordered && toMany
         self.destination = destination
         self.inverse = inverse
         self.isToMany = toMany
@@ -488,6 +493,8 @@ final class EntityLayout: Sendable {
     /// to-one relationships that must be set, to-many relationships with count bounds.
     let requiredSlots: [Int]
     let ruleSlots: [Int]
+    /// Transient attributes: written as no value.
+    let transientSlots: [Int]
     let hasRelationshipRules: Bool
 
     /// This entity and all its sub-entities (all levels), this one first.
@@ -580,6 +587,7 @@ final class EntityLayout: Sendable {
             })
         self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
         self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
+        self.transientSlots = entity.attributes.indices.filter { entity.attributes[$0].isTransient }
         self.hasRelationshipRules = entity.relationships.contains { r in
             r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
         }

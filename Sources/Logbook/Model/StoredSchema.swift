@@ -24,6 +24,8 @@ struct StoredSchema: Codable, Equatable {
         var setKeyspace: UInt16?
         /// For to-one relationships to an entity with sub-entities: records hold the keyspace too.
         var polymorphic: Bool?
+        /// For ordered to-many relationships: the keyspace of the order records (one per owner).
+        var orderKeyspace: UInt16?
     }
     struct Entity: Codable, Equatable {
         var name: String
@@ -82,7 +84,7 @@ struct StoredSchema: Codable, Equatable {
                 }
                 let oldA = old?.attributes.first { $0.name == a.name || $0.name == a.renamingIdentifier }
                 var index: UInt32?
-                if a.isIndexed {
+                if a.isIndexed && !a.isTransient {
                     if let i = oldA?.index {
                         index = i
                     } else {
@@ -116,10 +118,20 @@ struct StoredSchema: Codable, Equatable {
                         nextKeyspace += 1
                     }
                 }
+                var orderKeyspace: UInt16?
+                if r.isOrdered {
+                    if let k = oldR?.orderKeyspace {
+                        orderKeyspace = k
+                    } else {
+                        orderKeyspace = nextKeyspace
+                        nextKeyspace += 1
+                    }
+                }
                 relationships.append(
                     Relationship(
                         name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
-                        deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic))
+                        deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic,
+                        orderKeyspace: orderKeyspace))
             }
             made[i] = Entity(
                 name: e.name, parent: e.parentEntity, keyspace: keyspace, attributes: attributes,
@@ -153,6 +165,8 @@ final class StoreLayout: Sendable {
     let attributeIndex: [[IndexID?]]
     /// By model entity index, by relationship index: the set keyspace of to-many relationships.
     let setKeyspace: [[UInt16?]]
+    /// By model entity index, by relationship index: the order keyspace of ordered ones.
+    let orderKeyspace: [[UInt16?]]
     let entityByKeyspace: [UInt16: Int]
     /// By model entity index: the indexed attributes and their index numbers.
     let indexedAttributes: [[(attribute: Int, index: IndexID)]]
@@ -162,6 +176,7 @@ final class StoreLayout: Sendable {
         var ks: [UInt16] = []
         var ai: [[IndexID?]] = []
         var sk: [[UInt16?]] = []
+        var ok: [[UInt16?]] = []
         var byKs: [UInt16: Int] = [:]
         var names: [String: UInt16] = [:]
         for (i, e) in model.entities.enumerated() {
@@ -171,11 +186,13 @@ final class StoreLayout: Sendable {
             names[e.name] = stored.keyspace
             ai.append(stored.attributes.map { $0.index.map(IndexID.init(rawValue:)) })
             sk.append(stored.relationships.map(\.setKeyspace))
+            ok.append(stored.relationships.map(\.orderKeyspace))
         }
         keyspace = ks
         attributeIndex = ai
         indexedAttributes = ai.map { list in list.enumerated().compactMap { i, x in x.map { (i, $0) } } }
         setKeyspace = sk
+        orderKeyspace = ok
         entityByKeyspace = byKs
         identity = StoreIdentity(uuid: schema.storeUUID, keyspaces: names)
     }
@@ -183,5 +200,10 @@ final class StoreLayout: Sendable {
     @inline(__always)
     func setKey(entity: Int, relationship: Int, owner: UInt64) -> UInt64 {
         EngineKey(rawValue: owner).inKeyspace(setKeyspace[entity][relationship]!).rawValue
+    }
+
+    /// The key of the record that holds the order of an ordered relationship's members.
+    func orderKey(entity: Int, relationship: Int, owner: UInt64) -> UInt64? {
+        orderKeyspace[entity][relationship].map { EngineKey(rawValue: owner).inKeyspace($0).rawValue }
     }
 }

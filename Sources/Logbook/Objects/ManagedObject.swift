@@ -157,7 +157,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             return try context.object(forKey: k)
         }
         if let r = layout.relationshipByName[key] {
+            // An ordered relationship's members come as an array, in order.
+            if layout.entity.relationships[r].isOrdered { return try orderedObjects(forKey: key) }
             return Set(try context.relatedObjects(self, relationship: r))
+        }
+        if let fetched = layout.entity.fetchedProperties.first(where: { $0.name == key }) {
+            return try context.evaluate(fetched, source: self)
         }
         throw LogbookError(
             .unknownKey, "\(layout.name) has no property named \(key)", entity: layout.name, key: key,
@@ -206,7 +211,23 @@ open class ManagedObject: Hashable, CustomStringConvertible {
                         }
                         objects = found
                     }
-                    try context.replaceRelated(self, relationship: r, with: objects)
+                    if layout.entity.relationships[r].isOrdered {
+                        // An array sets the order; a set keeps the current order of the members
+                        // that stay and puts new ones last, in key order.
+                        var ordered = objects
+                        if !(value is [ManagedObject]) {
+                            let current = try context.orderedKeys(engineKey, layout, r)
+                            let position = Dictionary(uniqueKeysWithValues: current.enumerated().map { ($1, $0) })
+                            ordered.sort { a, b in
+                                (position[a.engineKey] ?? Int.max, a.engineKey) < (
+                                    position[b.engineKey] ?? Int.max, b.engineKey
+                                )
+                            }
+                        }
+                        try context.setOrder(self, r, ordered)
+                    } else {
+                        try context.replaceRelated(self, relationship: r, with: objects)
+                    }
                 } else {
                     guard value == nil || value is ManagedObject || (value as? any OptionalProtocol)?.isNil == true
                     else {

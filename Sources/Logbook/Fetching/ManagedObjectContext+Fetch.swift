@@ -179,7 +179,9 @@ extension ManagedObjectContext {
 
     /// Objects for keys that no object of the context holds, read from `snapshot` and
     /// registered, in the order of `keys`.
-    func materialize(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot) throws -> [ManagedObject] {
+    func materialize(_ keys: [UInt64], layout: EntityLayout, snapshot: Snapshot, register: Bool = true) throws
+        -> [ManagedObject]
+    {
         var created: [ManagedObject] = []
         created.reserveCapacity(keys.count)
         // Values come in storage order, which is the keys' order when they were written in that
@@ -216,7 +218,7 @@ extension ManagedObjectContext {
             for (i, o) in zip(stray, strayObjects) { placed[i] = o }
             created = placed.compactMap { $0 }
         }
-        register(all: created)
+        if register { self.register(all: created) }
         return created
     }
 

@@ -83,7 +83,6 @@ final class Step: ManagedObject {
         // What is read but not acted on is said, not refused.
         #expect(model.warnings.contains { $0.contains("Undefined") })
         #expect(model.warnings.contains { $0.contains("compound index") })
-        #expect(model.warnings.contains { $0.contains("uniqueness constraints") })
     }
 
     @Test func anOrderedRelationshipKeepsItsOrderThroughSaveReopenUndoAndInverses() throws {

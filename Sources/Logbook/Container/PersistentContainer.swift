@@ -322,6 +322,7 @@ enum Migration {
         }
         var t = Transaction()
         let newLayout = StoreLayout(schema: new, model: model)
+        var seenConstraintKeys: [IndexKey: UInt64] = [:]
         // A model of the stored schema, to decode the old records.
         var oldEntities: [EntityDescription] = []
         for e in stored.entities {
@@ -385,7 +386,7 @@ enum Migration {
             guard
                 old.attributes != newEntity.attributes
                     || old.relationships.map(\.name) != newEntity.relationships.map(\.name)
-                    || oldPolymorphic != newPolymorphic
+                    || oldPolymorphic != newPolymorphic || old.constraints != newEntity.constraints
             else { continue }
             let oldLayout = oldModel.layouts[oi]
             let layout = model.layouts[ni]
@@ -433,11 +434,15 @@ enum Migration {
                     }
                 }
                 RecordCodec.encode(slots, layout: layout, into: &buffer)
-                var indexKeys: [IndexKey] = []
-                for (j, index) in newLayout.attributeIndex[ni].enumerated() {
-                    if let index {
-                        indexKeys.append(
-                            RecordCodec.indexKey(slots[j], type: description.attributes[j].type, index: index))
+                let indexKeys = newLayout.indexKeys(slots, entity: layout)
+                // Objects already stored must satisfy a new uniqueness constraint.
+                for c in newLayout.constraintIndexes[ni] where !c.slots.contains(where: { slots[$0].isNull }) {
+                    let entry = newLayout.constraintKey(slots, c.slots, entity: layout, index: c.index)
+                    if let other = seenConstraintKeys.updateValue(key, forKey: entry) {
+                        throw LogbookError(
+                            .incompatibleModel,
+                            "the stored objects \(EngineKey(rawValue: other).id) and \(EngineKey(rawValue: key).id) share the values of a uniqueness constraint of the new model",
+                            entity: description.name)
                     }
                 }
                 t.put(key, value: buffer, indexKeys: indexKeys)

@@ -62,6 +62,9 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         /// A save found objects another save changed or deleted since they were read, and the
         /// merge policy is `.error`; see `conflicts`. Nothing was written.
         public static let mergeConflict = Code("mergeConflict")
+        /// A save would give two objects the values of a uniqueness constraint; see
+        /// `constraintConflicts`. Nothing was written.
+        public static let constraintConflict = Code("constraintConflict")
 
         /// Whether `error` is a `LogbookError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool { (error as? LogbookError)?.code == code }
@@ -81,6 +84,8 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
     public var validationFailures: [ValidationFailure] = []
     /// For `.mergeConflict`: every object in conflict, with the values read and the store's.
     public var conflicts: [MergeConflict] = []
+    /// For `.constraintConflict`: every object whose constraint values another object has.
+    public var constraintConflicts: [ConstraintConflict] = []
     /// For `.store`: the engine's error (file, offset, code).
     public var underlying: EngineError?
 
@@ -102,6 +107,9 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         if !place.isEmpty { text += " (" + place.joined(separator: ", ") + ")" }
         if !validationFailures.isEmpty { text += "\n" + validationFailures.map { "  - \($0)" }.joined(separator: "\n") }
         if !conflicts.isEmpty { text += "\n" + conflicts.map { "  - \($0)" }.joined(separator: "\n") }
+        if !constraintConflicts.isEmpty {
+            text += "\n" + constraintConflicts.map { "  - \($0)" }.joined(separator: "\n")
+        }
         if let underlying { text += " [\(underlying)]" }
         return text
     }

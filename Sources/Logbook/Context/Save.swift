@@ -76,6 +76,7 @@ extension ManagedObjectContext {
         // Conflict check, transaction and commit under the container's save lock: no other
         // save can write between the check and the commit.
         let (version, written) = try container.withSaveLock { log -> (UInt64, [UInt64]) in
+            try enforceConstraints()
             var round = 0
             while true {
                 let (conflicts, seen) = try findConflicts(log)
@@ -200,7 +201,9 @@ extension ManagedObjectContext {
         // Transient attributes are never stored.
         for i in entity.transientSlots { slots[i] = .null }
         let indexed = layout.indexedAttributes[entity.index]
-        if indexed.count <= 1, let size = RecordCodec.encodedSize(slots, layout: entity) {
+        if indexed.count <= 1, layout.constraintIndexes[entity.index].isEmpty,
+            let size = RecordCodec.encodedSize(slots, layout: entity)
+        {
             // The common case: the record written straight into the transaction.
             let indexKey = indexed.first.map {
                 RecordCodec.indexKey(
@@ -212,11 +215,7 @@ extension ManagedObjectContext {
             return
         }
         RecordCodec.encode(slots, layout: entity, into: &buffer)
-        let keys = indexed.map {
-            RecordCodec.indexKey(
-                slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index)
-        }
-        t.put(key, value: buffer, indexKeys: keys)
+        t.put(key, value: buffer, indexKeys: layout.indexKeys(slots, entity: entity))
     }
 
     /// Every reason the changed objects cannot be saved.

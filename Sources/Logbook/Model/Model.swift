@@ -221,8 +221,9 @@ public struct EntityDescription: Sendable {
     public var userInfo: [String: String] = [:]
     /// Properties whose value is a fetch, run when read (Core Data's fetched properties).
     public var fetchedProperties: [FetchedPropertyDescription] = []
-    /// Sets of attributes whose values no two objects of the entity may share (from the model
-    /// file's `uniquenessConstraints`; recorded, not yet enforced: see `ManagedObjectModel.warnings`).
+    /// Sets of attributes (or to-one relationships) whose values no two objects of the entity
+    /// (and its sub-entities) may share: checked at save with an index (Core Data's
+    /// `uniquenessConstraints`). A value left empty is not constrained.
     public var uniquenessConstraints: [[String]] = []
 
     /// An entity from lists of attributes and relationships.
@@ -421,6 +422,7 @@ public final class ManagedObjectModel: Sendable {
             let line = ancestors[i].reversed().map { entities[$0] } + [e]
             f.attributes = line.flatMap(\.attributes)
             f.relationships = line.flatMap(\.relationships)
+            f.uniquenessConstraints = line.flatMap(\.uniquenessConstraints)
             flattened.append(f)
         }
         self.flattened = flattened
@@ -496,6 +498,9 @@ final class EntityLayout: Sendable {
     /// Transient attributes: written as no value.
     let transientSlots: [Int]
     let hasRelationshipRules: Bool
+    /// Uniqueness constraints (inherited ones first), as the slots of their attributes and
+    /// to-one relationships.
+    let constraints: [[Int]]
 
     /// This entity and all its sub-entities (all levels), this one first.
     let descendants: [Int]
@@ -588,6 +593,22 @@ final class EntityLayout: Sendable {
         self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
         self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
         self.transientSlots = entity.attributes.indices.filter { entity.attributes[$0].isTransient }
+        var constraints: [[Int]] = []
+        for keys in entity.uniquenessConstraints {
+            var slotsOfKeys: [Int] = []
+            for key in keys {
+                guard let slot = slots[key], slot >= entity.attributes.count || !entity.attributes[slot].isTransient
+                else {
+                    throw LogbookError(
+                        .invalidModel,
+                        "the uniqueness constraint (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
+                        entity: entity.name, key: key)
+                }
+                slotsOfKeys.append(slot)
+            }
+            if !slotsOfKeys.isEmpty { constraints.append(slotsOfKeys) }
+        }
+        self.constraints = constraints
         self.hasRelationshipRules = entity.relationships.contains { r in
             r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
         }

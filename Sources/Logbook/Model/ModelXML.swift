@@ -290,11 +290,6 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
                     entity.attributes[i].isIndexed = true
                 }
             }
-            if !entity.uniquenessConstraints.isEmpty {
-                warnings.append(
-                    "\(entity.name): uniqueness constraints (\(entity.uniquenessConstraints.map { $0.joined(separator: "+") }.joined(separator: "; "))) are recorded but not yet enforced"
-                )
-            }
             entities.append(entity)
             current = nil
         default: break

@@ -27,8 +27,15 @@ struct StoredSchema: Codable, Equatable {
         /// For ordered to-many relationships: the keyspace of the order records (one per owner).
         var orderKeyspace: UInt16?
     }
+    struct Constraint: Codable, Equatable {
+        var keys: [String]
+        /// The index of the constraint's values.
+        var index: UInt32
+    }
     struct Entity: Codable, Equatable {
         var name: String
+        /// Uniqueness constraints, each with its index (shared with sub-entities).
+        var constraints: [Constraint]?
         /// The entity it inherits from, if any.
         var parent: String?
         var keyspace: UInt16
@@ -133,9 +140,22 @@ struct StoredSchema: Codable, Equatable {
                         deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic,
                         orderKeyspace: orderKeyspace))
             }
+            var constraints: [Constraint] = []
+            for (j, keys) in e.uniquenessConstraints.enumerated() {
+                if let inherited, let parentConstraints = inherited.constraints, j < parentConstraints.count {
+                    constraints.append(parentConstraints[j])
+                    continue
+                }
+                if let c = old?.constraints?.first(where: { $0.keys == keys }) {
+                    constraints.append(c)
+                } else {
+                    constraints.append(Constraint(keys: keys, index: nextIndex))
+                    nextIndex += 1
+                }
+            }
             made[i] = Entity(
-                name: e.name, parent: e.parentEntity, keyspace: keyspace, attributes: attributes,
-                relationships: relationships)
+                name: e.name, constraints: constraints.isEmpty ? nil : constraints, parent: e.parentEntity,
+                keyspace: keyspace, attributes: attributes, relationships: relationships)
         }
         return StoredSchema(
             storeUUID: previous?.storeUUID ?? UUID(), entities: made.map { $0! }, nextKeyspace: nextKeyspace,
@@ -170,6 +190,8 @@ final class StoreLayout: Sendable {
     let entityByKeyspace: [UInt16: Int]
     /// By model entity index: the indexed attributes and their index numbers.
     let indexedAttributes: [[(attribute: Int, index: IndexID)]]
+    /// By model entity index: each uniqueness constraint's slots and index.
+    let constraintIndexes: [[(slots: [Int], index: IndexID)]]
 
     init(schema: StoredSchema, model: ManagedObjectModel) {
         self.schema = schema
@@ -177,6 +199,7 @@ final class StoreLayout: Sendable {
         var ai: [[IndexID?]] = []
         var sk: [[UInt16?]] = []
         var ok: [[UInt16?]] = []
+        var ci: [[(slots: [Int], index: IndexID)]] = []
         var byKs: [UInt16: Int] = [:]
         var names: [String: UInt16] = [:]
         for (i, e) in model.entities.enumerated() {
@@ -187,12 +210,17 @@ final class StoreLayout: Sendable {
             ai.append(stored.attributes.map { $0.index.map(IndexID.init(rawValue:)) })
             sk.append(stored.relationships.map(\.setKeyspace))
             ok.append(stored.relationships.map(\.orderKeyspace))
+            let layout = model.layouts[i]
+            ci.append(
+                zip(layout.constraints, stored.constraints ?? []).map { slots, c in (slots, IndexID(rawValue: c.index))
+                })
         }
         keyspace = ks
         attributeIndex = ai
         indexedAttributes = ai.map { list in list.enumerated().compactMap { i, x in x.map { (i, $0) } } }
         setKeyspace = sk
         orderKeyspace = ok
+        constraintIndexes = ci
         entityByKeyspace = byKs
         identity = StoreIdentity(uuid: schema.storeUUID, keyspaces: names)
     }
@@ -205,5 +233,42 @@ final class StoreLayout: Sendable {
     /// The key of the record that holds the order of an ordered relationship's members.
     func orderKey(entity: Int, relationship: Int, owner: UInt64) -> UInt64? {
         orderKeyspace[entity][relationship].map { EngineKey(rawValue: owner).inKeyspace($0).rawValue }
+    }
+}
+
+extension StoreLayout {
+    /// The index entries of a record: one per indexed attribute, one per uniqueness constraint.
+    func indexKeys(_ slots: [Slot], entity: EntityLayout) -> [IndexKey] {
+        var keys = indexedAttributes[entity.index].map {
+            RecordCodec.indexKey(
+                slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index)
+        }
+        for c in constraintIndexes[entity.index] {
+            keys.append(constraintKey(slots, c.slots, entity: entity, index: c.index))
+        }
+        return keys
+    }
+
+    /// A constraint's index entry: each value's index bytes, length-prefixed (two bytes), each
+    /// cut to its share of the longest key (values that differ only past the cut are told
+    /// apart by reading the records).
+    func constraintKey(_ slots: [Slot], _ constrained: [Int], entity: EntityLayout, index: IndexID) -> IndexKey {
+        let share = JournalFormat.maxIndexKeyLength / max(1, constrained.count) - 2
+        var bytes: [UInt8] = []
+        for s in constrained {
+            let part: [UInt8]
+            if s < entity.attributeCount {
+                part = RecordCodec.indexKey(slots[s], type: entity.entity.attributes[s].type, index: index).bytes
+            } else if case .object(let k) = slots[s] {
+                part = [1] + withUnsafeBytes(of: k.bigEndian) { Array($0) }
+            } else {
+                part = [0]
+            }
+            let cut = part.prefix(share)
+            bytes.append(UInt8(cut.count >> 8))
+            bytes.append(UInt8(cut.count & 0xFF))
+            bytes.append(contentsOf: cut)
+        }
+        return IndexKey(index: index, bytes: bytes)
     }
 }

@@ -155,6 +155,9 @@ extension ManagedObjectContext {
         var failures: [ValidationFailure] = []
         let store = storeLayout
         let hasRules = !layout.ruleSlots.isEmpty
+        // With uniqueness constraints, rows are upserted: collected first, written under the lock.
+        let constrained = !store.constraintIndexes[layout.index].isEmpty
+        var rows: [[Slot]] = []
         for i in 0..<request.count {
             row.slots = layout.defaultSlots
             try request.fill(i, &row)
@@ -175,9 +178,14 @@ extension ManagedObjectContext {
                 }
             }
             if !failures.isEmpty { continue }
+            if constrained {
+                rows.append(row.slots)
+                continue
+            }
             Self.encode(row.slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
         }
         if !failures.isEmpty { throw Self.validationError(failures) }
+        if constrained { return try upsertRows(rows, keys: keys, layout: layout, resultType: request.resultType) }
         transaction.put(StoredSchema.countersKey, value: container.countersRecord())
         let version: UInt64
         do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
@@ -289,5 +297,88 @@ extension ManagedObjectContext {
             .validation, failures.count == 1 ? "1 record failed validation" : "\(failures.count) validation failures")
         e.validationFailures = failures
         return e
+    }
+}
+
+extension ManagedObjectContext {
+    /// A batch insert into an entity with uniqueness constraints: a row whose constraint
+    /// values a stored object (or an earlier row) has replaces that object's attributes (an
+    /// upsert; its relationships stay); the others are inserted. A row that matches two
+    /// different objects is a `.constraintConflict` error.
+    func upsertRows(_ rows: [[Slot]], keys: Range<UInt64>, layout: EntityLayout, resultType: BatchResultType) throws
+        -> BatchResult
+    {
+        let store = storeLayout
+        let constraints = store.constraintIndexes[layout.index]
+        let (version, targets, updatedKeys) = try container.withSaveLock {
+            log -> (UInt64, [UInt64], [UInt64]) in
+            let snapshot = container.store.snapshot()
+            var written: [UInt64: [Slot]] = [:]
+            var order: [UInt64] = []
+            var inOrder = Set<UInt64>()
+            var targets: [UInt64] = []
+            var existing: Set<UInt64> = []
+            var claimed: [IndexKey: UInt64] = [:]
+            for (i, row) in rows.enumerated() {
+                var target: UInt64?
+                var entries: [IndexKey] = []
+                for c in constraints where !c.slots.contains(where: { row[$0].isNull }) {
+                    let entry = store.constraintKey(row, c.slots, entity: layout, index: c.index)
+                    entries.append(entry)
+                    var found = claimed[entry]
+                    if found == nil {
+                        let bound = IndexBound(entry.bytes, inclusive: true)
+                        for k in snapshot.primaryKeys(index: c.index, from: bound, to: bound) {
+                            guard let l = self.layout(forKey: k), l === layout,
+                                let s = try decode(snapshot, key: k, layout: l),
+                                c.slots.allSatisfy({ s[$0] == row[$0] })
+                            else { continue }
+                            found = k
+                            if written[k] == nil { written[k] = s }
+                            existing.insert(k)
+                            break
+                        }
+                    }
+                    if let f = found {
+                        if let t = target, t != f {
+                            var e = LogbookError(
+                                .constraintConflict,
+                                "row \(i) of the batch insert has the constraint values of two different objects")
+                            e.entity = layout.name
+                            throw e
+                        }
+                        target = f
+                    }
+                }
+                let key = target ?? (keys.lowerBound + UInt64(i))
+                if var current = written[key], target != nil {
+                    // Attributes from the row; relationships as they were.
+                    for s in 0..<layout.attributeCount { current[s] = row[s] }
+                    written[key] = current
+                } else {
+                    written[key] = row
+                }
+                if inOrder.insert(key).inserted { order.append(key) }
+                for entry in entries { claimed[entry] = key }
+                targets.append(key)
+            }
+            var transaction = Transaction()
+            var buffer: [UInt8] = []
+            for key in order {
+                Self.encode(written[key]!, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
+            }
+            transaction.put(StoredSchema.countersKey, value: container.countersRecord())
+            let version: UInt64
+            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            log.record(existing, version: version)
+            return (version, targets, Array(existing))
+        }
+        let ids = targets.map { ObjectID(store: store.identity, key: $0) }
+        let changes = ContextChanges(
+            inserted: Set(ids).subtracting(updatedKeys.map { ObjectID(store: store.identity, key: $0) }),
+            updated: Set(updatedKeys.map { ObjectID(store: store.identity, key: $0) }), version: version)
+        refreshObjects(changes)
+        container.didSave(changes, from: self)
+        return BatchResult(count: rows.count, objectIDs: resultType == .objectIDs ? ids : [])
     }
 }

@@ -115,6 +115,28 @@ struct PredicateEvaluator {
             case "count": return kept.count
             default: throw fail("only @count follows a SUBQUERY", column)
             }
+        case .arithmetic(let op, let a, let b, let column):
+            return try arithmetic(op, try value(a, object: object), try value(b, object: object), column: column)
+        case .unary(let op, let a, let column):
+            return try unary(op, try value(a, object: object), column: column)
+        case .function(let name, let args, let column):
+            return try function(name, try args.map { try value($0, object: object) }, column: column)
+        case .element(let base, let index, let column):
+            let v = try value(base, object: object)
+            guard let items = asCollection(v) else {
+                if v == nil { return nil }
+                throw fail("[FIRST], [LAST], [SIZE] and [n] need a collection", column)
+            }
+            switch index {
+            case .first: return items.first ?? nil
+            case .last: return items.last ?? nil
+            case .size: return items.count
+            case .at(let n):
+                guard n >= 0, n < items.count else { throw fail("index \(n) is outside 0..<\(items.count)", column) }
+                return items[n]
+            }
+        case .path(let base, let path, let column):
+            return try resolve(path, from: try value(base, object: object), column: column)
         }
     }
 
@@ -170,6 +192,13 @@ struct PredicateEvaluator {
 
     func aggregate(_ name: String, _ items: [Any?], column: Int) throws -> Any? {
         if name == "@count" { return items.count }
+        if name.hasPrefix("@distinct") || name == "@unionofobjects" {
+            switch name {
+            case "@distinctunionofobjects": return Self.distinct(items.compactMap { $0 })
+            case "@unionofobjects": return items.compactMap { $0 }
+            default: return Self.distinct(items.flatMap { asCollection($0) ?? [] }.compactMap { $0 })
+            }
+        }
         let numbers = try items.compactMap { item -> Double? in
             guard let item else { return nil }
             guard let d = Self.number(item) else { throw fail("\(name) needs numbers, not \(type(of: item))", column) }
@@ -180,7 +209,10 @@ struct PredicateEvaluator {
         case "@avg": return numbers.isEmpty ? nil : numbers.reduce(0, +) / Double(numbers.count)
         case "@min": return numbers.min()
         case "@max": return numbers.max()
-        default: throw fail("unknown aggregate \(name); use @count, @sum, @avg, @min or @max", column)
+        default:
+            throw fail(
+                "unknown aggregate \(name); use @count, @sum, @avg, @min, @max, @distinctUnionOfObjects or @unionOfObjects",
+                column)
         }
     }
 

@@ -50,6 +50,23 @@ indirect enum PredicateExpression {
     /// SUBQUERY(collection, $variable, predicate), with optional trailing aggregate (`.@count`).
     case subquery(
         collection: PredicateExpression, variable: String, predicate: PredicateNode, aggregate: String?, column: Int)
+    /// `a + b`, `a - b`, `a * b`, `a / b`, `a ** b`, `a & b`, `a | b`, `a ^ b`.
+    case arithmetic(String, PredicateExpression, PredicateExpression, column: Int)
+    /// `-a`, `~a`.
+    case unary(String, PredicateExpression, column: Int)
+    /// A function of NSExpression: `FUNCTION(x, 'lowercase:')`, `lowercase:(x)`, `now()`, `CAST(x, 'NSDate')`
+    /// (the name as NSExpression spells it: `lowercase:`, `castObject:toType:`…).
+    case function(String, [PredicateExpression], column: Int)
+    /// `collection[FIRST]`, `[LAST]`, `[SIZE]`, `[n]`.
+    case element(PredicateExpression, ElementIndex, column: Int)
+    /// A key path from a computed value (`employees[FIRST].name`).
+    case path(PredicateExpression, [String], column: Int)
+}
+
+/// Which element a collection subscript takes.
+enum ElementIndex {
+    case first, last, size
+    case at(Int)
 }
 
 /// Tokens of the predicate format language.
@@ -58,7 +75,7 @@ struct PredicateToken: Equatable {
         case identifier(String)  // keys, keywords (case-insensitive keywords are recognised by the parser)
         case string(String)
         case number(Double, isInteger: Bool)
-        case op(String)  // == = != <> < <= =< > >= => && || ! ( ) { } , . [ ]
+        case op(String)  // == = != <> < <= =< > >= => && || ! ( ) { } , . [ ] + - * / ** & | ^ ~ :
         case format(String)  // %@ %K %d %i %ld %lld %f %lf %u
         case variable(String)  // $name
         case at(String)  // @count @sum @avg @min @max
@@ -112,7 +129,9 @@ enum PredicateLexer {
             }
             if CharacterSet.decimalDigits.contains(c)
                 || (c == "-" && i + 1 < chars.count && CharacterSet.decimalDigits.contains(chars[i + 1])
-                    && (out.last.map { if case .op(let o) = $0.kind { return o != ")" } else { return false } } ?? true))
+                    && (out.last.map {
+                        if case .op(let o) = $0.kind { return o != ")" && o != "]" } else { return false }
+                    } ?? true))
             {
                 var j = i + 1
                 var isInteger = true
@@ -166,12 +185,12 @@ enum PredicateLexer {
                 continue
             }
             let two = i + 1 < chars.count ? String(String.UnicodeScalarView([c, chars[i + 1]])) : ""
-            if ["==", "!=", "<>", "<=", "=<", ">=", "=>", "&&", "||"].contains(two) {
+            if ["==", "!=", "<>", "<=", "=<", ">=", "=>", "&&", "||", "**"].contains(two) {
                 out.append(.init(kind: .op(two), column: start + 1))
                 i += 2
                 continue
             }
-            if "=<>!(){},.[]".unicodeScalars.contains(c) {
+            if "=<>!(){},.[]+-*/&|^~:".unicodeScalars.contains(c) {
                 out.append(.init(kind: .op(String(c)), column: start + 1))
                 i += 1
                 continue
@@ -292,17 +311,19 @@ struct PredicateParser {
             position += 1
             return .constant(false)
         }
-        if isOp("(") {
-            // A parenthesised predicate (a parenthesised expression is not part of the language).
+        // A parenthesised predicate, unless what follows the closing parenthesis continues an
+        // expression or compares it (`(a + b) * 2 > c`): decided by looking ahead, not by
+        // trying both (which nested parentheses would make exponential).
+        if isOp("("), !parenthesisStartsExpression() {
             position += 1
             let inner = try parseOr()
             try expectOp(")")
             return inner
         }
-        return .comparison(try parseComparison())
+        return try parseComparison()
     }
 
-    mutating func parseComparison() throws -> Comparison {
+    mutating func parseComparison() throws -> PredicateNode {
         var modifier = Comparison.Modifier.direct
         if isKeyword("ANY") || isKeyword("SOME") {
             modifier = .any
@@ -330,6 +351,17 @@ struct PredicateParser {
             default: throw fail("expected a comparison operator, found \(describe(current))")
             }
             position += 1
+        case .identifier(let w) where w.uppercased() == "NOT" && position + 1 < tokens.count:
+            // `a NOT IN b`, `a NOT BETWEEN …`, `a NOT LIKE …`: the comparison, negated.
+            position += 1
+            negate = true
+            guard case .identifier(let next) = current.kind,
+                let o = Self.wordOperators[next.uppercased()]
+            else {
+                throw fail("expected IN, BETWEEN, LIKE, MATCHES, CONTAINS, BEGINSWITH or ENDSWITH after NOT")
+            }
+            op = o
+            position += 1
         case .identifier(let w):
             switch w.uppercased() {
             case "BEGINSWITH": op = .beginsWith
@@ -345,8 +377,6 @@ struct PredicateParser {
         default:
             throw fail("expected a comparison operator, found \(describe(current))")
         }
-        _ = negate
-        negate = false
         var ci = false
         var di = false
         if isOp("[") {
@@ -367,17 +397,185 @@ struct PredicateParser {
         if op == .between {
             guard case .list(let items) = rhs, items.count == 2 else {
                 if case .value(let v) = rhs, let a = v as? [Any], a.count == 2 {
-                    return Comparison(
+                    let c = Comparison(
                         modifier: modifier, lhs: lhs, op: op, rhs: .list([.value(a[0]), .value(a[1])]),
                         caseInsensitive: ci, diacriticInsensitive: di, column: opColumn)
+                    return negate ? .not(.comparison(c)) : .comparison(c)
                 }
                 throw fail("BETWEEN needs two bounds, as {low, high}", opColumn)
             }
             _ = items
         }
-        return Comparison(
+        let c = Comparison(
             modifier: modifier, lhs: lhs, op: op, rhs: rhs, caseInsensitive: ci, diacriticInsensitive: di,
             column: opColumn)
+        return negate ? .not(.comparison(c)) : .comparison(c)
+    }
+
+    /// Whether the `(` at the current position opens an expression: the token after its
+    /// matching `)` is an arithmetic or comparison operator.
+    func parenthesisStartsExpression() -> Bool {
+        var depth = 0
+        var i = position
+        while i < tokens.count {
+            switch tokens[i].kind {
+            case .op("("): depth += 1
+            case .op(")"):
+                depth -= 1
+                if depth == 0 {
+                    guard i + 1 < tokens.count else { return false }
+                    switch tokens[i + 1].kind {
+                    case .op(let o):
+                        return [
+                            "+", "-", "*", "/", "**", "&", "|", "^", "==", "=", "!=", "<>", "<", "<=", "=<", ">", ">=",
+                            "=>", "[", "."
+                        ].contains(o)
+                    case .identifier(let w):
+                        return Self.wordOperators[w.uppercased()] != nil || w.uppercased() == "NOT"
+                    default: return false
+                    }
+                }
+            case .end: return false
+            default: break
+            }
+            i += 1
+        }
+        return false
+    }
+
+    static let wordOperators: [String: Comparison.Operator] = [
+        "BEGINSWITH": .beginsWith, "ENDSWITH": .endsWith, "CONTAINS": .contains, "LIKE": .like, "MATCHES": .matches,
+        "IN": .in, "BETWEEN": .between
+    ]
+
+    // MARK: Expressions, by precedence: | ^ & + - * / ** unary postfix
+
+    mutating func parseExpression() throws -> PredicateExpression { try parseBinary(level: 0) }
+
+    static let binaryLevels: [[String]] = [["|"], ["^"], ["&"], ["+", "-"], ["*", "/"]]
+
+    mutating func parseBinary(level: Int) throws -> PredicateExpression {
+        guard level < Self.binaryLevels.count else { return try parseUnary() }
+        var lhs = try parseBinary(level: level + 1)
+        while case .op(let o) = current.kind, Self.binaryLevels[level].contains(o) {
+            let column = current.column
+            position += 1
+            let rhs = try parseBinary(level: level + 1)
+            lhs = .arithmetic(o, lhs, rhs, column: column)
+        }
+        return lhs
+    }
+
+    mutating func parseUnary() throws -> PredicateExpression {
+        if case .op(let o) = current.kind, o == "-" || o == "~" {
+            let column = current.column
+            position += 1
+            try enterNesting()
+            defer { depth -= 1 }
+            return .unary(o, try parseUnary(), column: column)
+        }
+        let base = try parsePostfix()
+        if isOp("**") {
+            // Right-associative: 2 ** 3 ** 2 is 2 ** 9.
+            let column = current.column
+            position += 1
+            return .arithmetic("**", base, try parseUnary(), column: column)
+        }
+        return base
+    }
+
+    /// A primary expression with collection subscripts and key paths after them.
+    mutating func parsePostfix() throws -> PredicateExpression {
+        var e = try parsePrimaryExpression()
+        while isOp("[") {
+            let column = current.column
+            position += 1
+            let index: ElementIndex
+            switch current.kind {
+            case .identifier(let w) where w.uppercased() == "FIRST": index = .first
+            case .identifier(let w) where w.uppercased() == "LAST": index = .last
+            case .identifier(let w) where w.uppercased() == "SIZE": index = .size
+            case .number(let d, true): index = .at(Int(d))
+            case .format(let spec) where ["%d", "%i", "%ld", "%lld", "%u", "%lu"].contains(spec):
+                guard
+                    let n = (try nextArgument(column)).flatMap({ $0 as? any BinaryInteger }).map({
+                        Int(truncatingIfNeeded: $0)
+                    })
+                else {
+                    throw fail("\(spec) needs an integer argument", column)
+                }
+                index = .at(n)
+            default: throw fail("expected FIRST, LAST, SIZE or an index inside [ ]")
+            }
+            position += 1
+            try expectOp("]")
+            e = .element(e, index, column: column)
+            if isOp(".") {
+                var path: [String] = []
+                while isOp(".") {
+                    position += 1
+                    path.append(try keyComponent())
+                }
+                e = .path(e, path, column: column)
+            }
+        }
+        return e
+    }
+
+    /// `FUNCTION(receiver, 'name:', args…)`, `name:(args…)`, `name()`, `CAST(x, 'type')`.
+    mutating func parseFunction(_ word: String, column: Int) throws -> PredicateExpression? {
+        switch word.uppercased() {
+        case "FUNCTION":
+            guard position + 1 < tokens.count, case .op("(") = tokens[position + 1].kind else { return nil }
+            position += 2
+            let receiver = try parseExpression()
+            try expectOp(",")
+            guard case .string(let name) = current.kind else { throw fail("FUNCTION needs a function name string") }
+            position += 1
+            var args = [receiver]
+            while isOp(",") {
+                position += 1
+                args.append(try parseExpression())
+            }
+            try expectOp(")")
+            return .function(name, args, column: column)
+        case "CAST":
+            guard position + 1 < tokens.count, case .op("(") = tokens[position + 1].kind else { return nil }
+            position += 2
+            let value = try parseExpression()
+            try expectOp(",")
+            let type = try parseExpression()
+            try expectOp(")")
+            return .function("castObject:toType:", [value, type], column: column)
+        default:
+            break
+        }
+        // `lowercase:(name)`, `add:to:(1, 2)`: a built-in function by its NSExpression name.
+        var j = position + 1
+        var name = word
+        while j + 1 < tokens.count, case .op(":") = tokens[j].kind {
+            name += ":"
+            if case .identifier(let more) = tokens[j + 1].kind, j + 2 < tokens.count, case .op(":") = tokens[j + 2].kind
+            {
+                name += more
+                j += 2
+                continue
+            }
+            j += 1
+            break
+        }
+        guard j < tokens.count, case .op("(") = tokens[j].kind else { return nil }
+        position = j + 1
+        var args: [PredicateExpression] = []
+        if !isOp(")") {
+            args.append(try parseExpression())
+            while isOp(",") {
+                position += 1
+                args.append(try parseExpression())
+            }
+        }
+        try expectOp(")")
+        return .function(name, args, column: column)
     }
 
     mutating func nextArgument(_ column: Int) throws -> Any? {
@@ -390,7 +588,7 @@ struct PredicateParser {
         return arguments[argumentIndex]
     }
 
-    mutating func parseExpression() throws -> PredicateExpression {
+    mutating func parsePrimaryExpression() throws -> PredicateExpression {
         try enterNesting()
         defer { depth -= 1 }
         let t = current
@@ -450,6 +648,9 @@ struct PredicateParser {
             case "FALSE", "NO":
                 position += 1
                 return .value(false)
+            case "SELF":
+                position += 1
+                return try continueKeyPath([], column: t.column)
             case "SUBQUERY":
                 position += 1
                 try expectOp("(")
@@ -470,12 +671,19 @@ struct PredicateParser {
                 return .subquery(
                     collection: collection, variable: v, predicate: predicate, aggregate: aggregate, column: t.column)
             default:
+                if let f = try parseFunction(w, column: t.column) { return f }
                 position += 1
                 return try continueKeyPath([w], column: t.column)
             }
         case .at(let a):
             position += 1
             return try continueKeyPath(["@" + a], column: t.column)
+        case .op("("):
+            // A parenthesised expression: `(a + b) * c`.
+            position += 1
+            let inner = try parseExpression()
+            try expectOp(")")
+            return inner
         case .end:
             throw fail("the predicate ends where a value or key was expected")
         default:

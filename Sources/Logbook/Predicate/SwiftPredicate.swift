@@ -405,6 +405,26 @@ extension PredicateExpression {
         case .subquery(let collection, let variable, let predicate, let aggregate, _):
             return "SUBQUERY(\(collection.formatDescription), $\(variable), \(predicate.formatDescription))"
                 + (aggregate.map { ".@\($0)" } ?? "")
+        case .arithmetic(let op, let a, let b, _): return "(\(a.formatDescription) \(op) \(b.formatDescription))"
+        case .unary(let op, let a, _): return op + a.formatDescription
+        case .function(let name, let args, _):
+            if name == "castObject:toType:", args.count == 2 {
+                return "CAST(\(args[0].formatDescription), \(args[1].formatDescription))"
+            }
+            return "FUNCTION("
+                + ([args.first?.formatDescription ?? "nil", Self.literal(name)]
+                + args.dropFirst().map(\.formatDescription))
+                .joined(separator: ", ") + ")"
+        case .element(let base, let index, _):
+            let i: String
+            switch index {
+            case .first: i = "FIRST"
+            case .last: i = "LAST"
+            case .size: i = "SIZE"
+            case .at(let n): i = "\(n)"
+            }
+            return base.formatDescription + "[\(i)]"
+        case .path(let base, let path, _): return ([base.formatDescription] + path).joined(separator: ".")
         }
     }
 

@@ -9,7 +9,7 @@ struct Bench: ParsableCommand {
         discussion: """
             Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
             update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
-            compact (W9, after W5), snapshot (W10), contexts (W13: releasing large results, an asynchronous fetch's hand-over), all (each of them, N = --count), and engine \
+            compact (W9, after W5), snapshot (W10), contexts (W13: releasing large results, an asynchronous fetch's hand-over), ordered (W14: moves in a 100,000-member ordered relationship), all (each of them, N = --count), and engine \
             (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
             (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
             """)
@@ -86,11 +86,13 @@ struct Bench: ParsableCommand {
             try snapshotWorkload(store: try populatedStore(), count: count, durability: durability)
         case "contexts":
             try contextsWorkload(store: try populatedStore())
+        case "ordered":
+            try orderedWorkload(store: store ?? freshStore("ordered"), members: 100_000, durability: durability)
         case "all":
             try all()
         default:
             throw ValidationError(
-                "unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, contexts, all or engine"
+                "unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, contexts, ordered, all or engine"
             )
         }
     }
@@ -105,6 +107,7 @@ struct Bench: ParsableCommand {
         try child(["open", "--store", w1])
         try child(["snapshot", "--store", w1])
         try child(["contexts", "--store", w1])
+        try child(["ordered", "--store", freshStore("all-w14")])
         try child(["update", "--store", w1])
         try child(["compact", "--store", w1])
         try child(["relations", "--store", freshStore("all-w6")])

@@ -452,3 +452,57 @@ func contextsWorkload(store path: String) throws {
         ])
     try container.close()
 }
+
+/// W14: an ordered to-many relationship of 100,000 members (one save, durability full), then
+/// 100 moves of a member from the middle to elsewhere in the middle, each saved on its own;
+/// seconds and journal bytes written per move (the store's size growth over the moves).
+func orderedWorkload(store path: String, members: Int, durability: Durability) throws {
+    let model = try ManagedObjectModel {
+        EntityDescription("Playlist") {
+            AttributeDescription("name", .string)
+            RelationshipDescription("tracks", to: "Track", inverse: "playlist", toMany: true, ordered: true)
+        }
+        EntityDescription("Track") {
+            AttributeDescription("title", .string)
+            RelationshipDescription("playlist", to: "Playlist", inverse: "tracks")
+        }
+    }
+    var options = ContainerOptions()
+    options.durability = durability
+    options.compaction = .manual
+    let container = try PersistentContainer(name: "Ordered", model: model, directory: path, options: options)
+    let context = container.newContext(concurrencyType: .confinement)
+    let start = now()
+    let playlist = try context.insertNewObject(forEntityName: "Playlist")
+    try playlist.setValue("long", forKey: "name")
+    var tracks: [ManagedObject] = []
+    tracks.reserveCapacity(members)
+    for i in 0..<members {
+        let t = try context.insertNewObject(forEntityName: "Track")
+        try t.setValue("Track \(i)", forKey: "title")
+        tracks.append(t)
+    }
+    try playlist.setValue(tracks, forKey: "tracks")
+    try context.save()
+    let populated = now()
+    report("ordered_populate", ["members": members, "seconds": populated - start, "file_bytes": directoryBytes(path)])
+    let moves = 100
+    let before = directoryBytes(path)
+    var times: [Double] = []
+    for m in 0..<moves {
+        let from = members / 3 + m * 7
+        let to = members * 2 / 3 - m * 5
+        let t0 = now()
+        try playlist.moveObject(at: from, to: to, inRelationship: "tracks")
+        try context.save()
+        times.append(now() - t0)
+    }
+    let grown = directoryBytes(path) - before
+    report(
+        "ordered_move",
+        [
+            "members": members, "moves": moves, "seconds_per_move": median(times), "max_seconds": times.max() ?? 0,
+            "bytes_per_move": grown / moves
+        ])
+    try container.close()
+}

@@ -52,8 +52,12 @@ final class Step: ManagedObject {
             <entity name="QuickStep" parentEntity="Step">
                 <attribute name="seconds" attributeType="Integer 32" defaultValueString="30"/>
             </entity>
+            <entity name="Note">
+                <attribute name="text" attributeType="String"/>
+            </entity>
             <fetchRequest name="byTitle" entity="Recipe" predicateString="title == $title"/>
             <configuration name="Cloud"><memberEntity name="Recipe"/></configuration>
+            <configuration name="Local"><memberEntity name="Note"/></configuration>
             <elements>
                 <element name="Recipe" positionX="0" positionY="0" width="128" height="90"/>
             </elements>
@@ -143,6 +147,56 @@ final class Step: ManagedObject {
         try container.close()
     }
 
+    @Test func aMoveInALongOrderedRelationshipRewritesTwoPages() throws {
+        let store = TemporaryStore()
+        var container = try makeContainer(store, model: Self.model(), durability: .none)
+        var c = container.newContext(concurrencyType: .confinement)
+        let recipe = try c.insert(Recipe.self)
+        recipe.title = "Long"
+        var steps: [Step] = []
+        for i in 0..<3_000 {
+            let s = try c.insert(Step.self)
+            s.text = "\(i)"
+            steps.append(s)
+        }
+        recipe.steps = steps
+        try c.save()
+        let layout = recipe.layout
+        let r = try recipe.orderedIndex("steps")
+        let directoryKey = try #require(
+            container.storeLayout.orderKey(entity: layout.index, relationship: r, owner: recipe.engineKey))
+        let before = try c.storedOrder(directoryKey, snapshot: container.store.snapshot())
+        #expect(before.count == 3_000 / OrderPages.pageSize + 1)
+        // Move one step from the middle of page 1 to the middle of page 4.
+        try recipe.moveObject(at: 700, to: 2_100, inRelationship: "steps")
+        try c.save()
+        let after = try c.storedOrder(directoryKey, snapshot: container.store.snapshot())
+        let kept = Set(before.map(\.number)).intersection(after.map(\.number))
+        #expect(after.count - kept.count <= 2)  // two pages written again, the others kept
+        var expected = (0..<3_000).map { "\($0)" }
+        expected.insert(expected.remove(at: 700), at: 2_100)
+        #expect(recipe.steps.map(\.text) == expected)
+        let id = recipe.objectID
+        try container.close()
+        container = try makeContainer(store, model: Self.model())
+        c = container.newContext(concurrencyType: .confinement)
+        #expect((try c.existingObject(with: id) as! Recipe).steps.map(\.text) == expected)
+        // Removing most members shrinks the order; deleting the owner removes every page.
+        let again = try c.existingObject(with: id) as! Recipe
+        again.steps = Array(again.steps.prefix(10))
+        try c.save()
+        #expect(try c.storedOrder(directoryKey, snapshot: container.store.snapshot()).flatMap(\.members).count == 10)
+        c.delete(again)
+        try c.save()
+        var pages = 0
+        container.store.snapshot().forEachKey(inKeyspace: EngineKey(rawValue: directoryKey).keyspace) { _ in
+            pages += 1
+            return true
+        }
+        #expect(pages == 0)
+        try container.close()
+    }
+
     @Test func anOrderedRelationshipThroughAChildContext() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: Self.model())
@@ -165,6 +219,39 @@ final class Step: ManagedObject {
         let check = container.newContext(concurrencyType: .confinement)
         #expect((try check.existingObject(with: recipe.objectID) as! Recipe).steps.map(\.text) == ["boil", "chop"])
         try container.close()
+    }
+
+    @Test func aContainerForOneConfiguration() throws {
+        let store = TemporaryStore()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        var options = ContainerOptions()
+        options.configuration = "Local"
+        let container = try PersistentContainer(name: "Local", model: Self.model(), directory: store.path, options: options)
+        let c = container.newContext(concurrencyType: .confinement)
+        let note = try c.insertNewObject(forEntityName: "Note")
+        try note.setValue("kept here", forKey: "text")
+        try c.save()
+        #expect(try c.count(for: FetchRequest<ManagedObject>(entityName: "Note")) == 1)
+        #expect {
+            try c.insertNewObject(forEntityName: "Recipe")
+        } throws: { e in
+            (e as? LogbookError)?.code == .unknownEntity
+        }
+        #expect(throws: LogbookError.self) { try c.fetch(FetchRequest<ManagedObject>(entityName: "Recipe")) }
+        try container.close()
+        // A configuration whose entities point outside it, and one the model lacks.
+        options.configuration = "Cloud"
+        #expect {
+            _ = try PersistentContainer(name: "Cloud", model: Self.model(), directory: store.path, options: options)
+        } throws: { e in
+            (e as? LogbookError)?.code == .invalidModel
+        }
+        options.configuration = "Missing"
+        #expect {
+            _ = try PersistentContainer(name: "Missing", model: Self.model(), directory: store.path, options: options)
+        } throws: { e in
+            (e as? LogbookError)?.code == .invalidArgument
+        }
     }
 
     @Test func transientAttributesAreNeverStored() throws {

@@ -13,6 +13,12 @@ public struct ContainerOptions: Sendable {
     public var checkpointInterval: Int = 32 << 20
     /// Open the store without writing (and without the writer's lock); saves fail.
     public var readOnly = false
+    /// The model configuration whose entities the store holds (a model file's
+    /// `<configuration>`; nil: every entity). The other entities cannot be inserted or fetched
+    /// in this container (an `.unknownEntity` error), and a relationship from a member entity to
+    /// one outside the configuration is an `.invalidModel` error, as Core Data forbids
+    /// relationships across stores.
+    public var configuration: String?
     /// The defaults: full durability, automatic compaction.
     public init() {}
 }
@@ -43,6 +49,8 @@ public final class PersistentContainer: Sendable {
     /// The storage engine underneath, for statistics, verification and compaction.
     public let store: Store
     let storeLayout: StoreLayout
+    /// The entities of the configuration the container was opened for (nil: all).
+    let configurationEntities: Set<Int>?
     /// Next serial number per entity (by model index), shared by all contexts.
     private let counters: Locked<[UInt64]>
     private let contexts = Locked<[WeakContext]>([])
@@ -65,6 +73,7 @@ public final class PersistentContainer: Sendable {
         self.name = name
         self.model = model
         self.storeDirectory = directory ?? Self.defaultDirectory(name)
+        configurationEntities = try Self.entities(of: options.configuration, in: model)
         var storeOptions = StoreOptions()
         storeOptions.durability = options.durability
         storeOptions.compaction = options.compaction
@@ -82,6 +91,43 @@ public final class PersistentContainer: Sendable {
             try? store.close()
             throw error
         }
+    }
+
+    /// The model indexes of a configuration's entities (their sub-entities included), checked.
+    static func entities(of configuration: String?, in model: ManagedObjectModel) throws -> Set<Int>? {
+        guard let configuration else { return nil }
+        guard let names = model.configurations[configuration] else {
+            throw LogbookError(
+                .invalidArgument,
+                "the model has no configuration named \(configuration) (it has \(model.configurations.keys.sorted().joined(separator: ", ")))"
+            )
+        }
+        var members = Set<Int>()
+        for name in names {
+            guard let i = model.byName[name] else {
+                throw LogbookError(.invalidModel, "configuration \(configuration) names unknown entity \(name)")
+            }
+            members.formUnion(model.layouts[i].descendants)
+            members.formUnion(model.layouts[i].ancestors)
+        }
+        for i in members {
+            for (r, rel) in model.flattened[i].relationships.enumerated()
+            where !members.contains(model.layouts[i].relationshipDestination[r]) {
+                throw LogbookError(
+                    .invalidModel,
+                    "\(rel.name) of \(model.entities[i].name) points to \(rel.destination), which is not in configuration \(configuration)",
+                    entity: model.entities[i].name, key: rel.name)
+            }
+        }
+        return members
+    }
+
+    /// Throws unless the entity belongs to the configuration the container was opened for.
+    func checkConfiguration(_ layout: EntityLayout) throws {
+        guard let members = configurationEntities, !members.contains(layout.index) else { return }
+        throw LogbookError(
+            .unknownEntity, "\(layout.name) is not in the configuration this container was opened for",
+            entity: layout.name)
     }
 
     static func defaultDirectory(_ name: String) -> String {
@@ -115,6 +161,28 @@ public final class PersistentContainer: Sendable {
             list.append(WeakContext(context: c))
         }
         return c
+    }
+
+    /// The next page number of each order keyspace (under the save lock; found on first use).
+    private let orderPages = Locked<[UInt16: UInt64]>([:])
+
+    /// A new page number in an order keyspace: above every page the store holds. Called under
+    /// the save lock.
+    func nextOrderPage(keyspace: UInt16, snapshot: Snapshot) -> UInt64 {
+        orderPages.withLock { next in
+            if next[keyspace] == nil {
+                var last: UInt64 = 0
+                snapshot.forEachKey(
+                    inKeyspace: keyspace, from: EngineKey(keyspace: keyspace, id: OrderPages.pageBase).rawValue
+                ) {
+                    last = EngineKey(rawValue: $0).id & (OrderPages.pageBase - 1)
+                    return true
+                }
+                next[keyspace] = last + 1
+            }
+            defer { next[keyspace]! += 1 }
+            return next[keyspace]!
+        }
     }
 
     /// Runs `body` under the save lock: a conflict check and the commit it allows, with no

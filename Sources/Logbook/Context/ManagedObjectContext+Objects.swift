@@ -27,6 +27,7 @@ extension ManagedObjectContext {
 
     /// The layout, unless its entity is abstract (it has no objects of its own).
     func insertable(_ layout: EntityLayout) throws -> EntityLayout {
+        try container.checkConfiguration(layout)
         guard !layout.entity.isAbstract else {
             throw LogbookError(
                 .invalidArgument,

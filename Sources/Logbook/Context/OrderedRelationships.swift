@@ -2,11 +2,51 @@ import Foundation
 import LogbookEngine
 
 /// Ordered to-many relationships. Membership lives in the relationship's set, as for any
-/// to-many relationship (so counts, inverses and merges work alike); the order lives in one
-/// record per owner, in the relationship's order keyspace: a varint count, then each member as
-/// a varint of `serial << 16 | keyspace`. Members the order record does not list (added from
-/// the inverse side by a save that did not rewrite the order) follow, in key order; listed
-/// members no longer in the set are skipped.
+/// to-many relationship (so counts, inverses and merges work alike); the order lives in pages
+/// of at most `OrderPages.pageSize` members, in the relationship's order keyspace:
+///
+/// - the directory, under the owner's serial: a varint page count, then for each page a varint
+///   page number and a varint member count;
+/// - each page, under `1 << 47 | page number`: a varint count, then each member as a varint of
+///   `serial << 16 | keyspace`.
+///
+/// A save rewrites only the pages whose run of members changed (and the directory): moving one
+/// member of a long relationship writes two pages, not the whole order. Members the order does
+/// not list (added from the inverse side by a save that did not rewrite the order) follow, in
+/// key order; listed members no longer in the set are skipped.
+enum OrderPages {
+    static let pageSize = 512
+    /// Page records sit above every owner serial in the order keyspace.
+    static let pageBase: UInt64 = 1 << 47
+
+    struct Directory {
+        var pages: [(number: UInt64, count: Int)] = []
+    }
+
+    static func decodeDirectory(_ raw: UnsafeRawBufferPointer) throws -> Directory {
+        var o = 0
+        var d = Directory()
+        let n = try RecordCodec.length(raw, &o)
+        guard n <= raw.count else { throw RecordCodec.Malformed() }
+        for _ in 0..<n {
+            let number = try RecordCodec.varint(raw, &o)
+            let count = try RecordCodec.length(raw, &o)
+            d.pages.append((number, count))
+        }
+        return d
+    }
+
+    static func encodeDirectory(_ d: Directory) -> [UInt8] {
+        var out: [UInt8] = []
+        RecordCodec.appendVarint(UInt64(d.pages.count), &out)
+        for p in d.pages {
+            RecordCodec.appendVarint(p.number, &out)
+            RecordCodec.appendVarint(UInt64(p.count), &out)
+        }
+        return out
+    }
+}
+
 extension ManagedObjectContext {
     /// The members of an ordered relationship, in order, with unsaved changes.
     func orderedKeys(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) throws -> [UInt64] {
@@ -16,12 +56,10 @@ extension ManagedObjectContext {
         var stored: [UInt64]
         if let parent {
             stored = try parent.performAndWait { try parent.orderedKeys(owner, layout, r) }
+        } else if let directoryKey = storeLayout.orderKey(entity: layout.index, relationship: r, owner: owner) {
+            stored = try storedOrder(directoryKey, snapshot: readSnapshot()).flatMap(\.members)
         } else {
             stored = []
-            if let orderKey = storeLayout.orderKey(entity: layout.index, relationship: r, owner: owner) {
-                stored =
-                    try readSnapshot().withValue(forKey: orderKey) { raw in try Self.decodeOrder(raw) } ?? []
-            }
         }
         var seen = Set<UInt64>()
         var result: [UInt64] = []
@@ -31,6 +69,25 @@ extension ManagedObjectContext {
             result += members.subtracting(seen).sorted()
         }
         return result
+    }
+
+    /// The stored pages of an order, in order: each page's number and members.
+    func storedOrder(_ directoryKey: UInt64, snapshot: Snapshot) throws -> [(number: UInt64, members: [UInt64])] {
+        do {
+            guard let directory = try snapshot.withValue(forKey: directoryKey, OrderPages.decodeDirectory) else {
+                return []
+            }
+            let keyspace = EngineKey(rawValue: directoryKey).keyspace
+            return try directory.pages.map { page in
+                let key = EngineKey(keyspace: keyspace, id: OrderPages.pageBase | page.number).rawValue
+                let members = try snapshot.withValue(forKey: key) { raw in try Self.decodeOrder(raw) } ?? []
+                return (page.number, members)
+            }
+        } catch let e as LogbookError {
+            throw e
+        } catch {
+            throw LogbookError(.store, "the order of an ordered relationship is malformed")
+        }
     }
 
     static func decodeOrder(_ raw: UnsafeRawBufferPointer) throws -> [UInt64] {
@@ -46,11 +103,11 @@ extension ManagedObjectContext {
             }
             return keys
         } catch {
-            throw LogbookError(.store, "the order record of an ordered relationship is malformed")
+            throw LogbookError(.store, "a page of an ordered relationship is malformed")
         }
     }
 
-    static func encodeOrder(_ keys: [UInt64]) -> [UInt8] {
+    static func encodeOrder(_ keys: ArraySlice<UInt64>) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(keys.count * 3 + 4)
         RecordCodec.appendVarint(UInt64(keys.count), &out)
@@ -64,10 +121,11 @@ extension ManagedObjectContext {
         var seen = Set<UInt64>()
         let unique = objects.filter { seen.insert($0.engineKey).inserted }
         for o in unique { try checkRelated(owner, r, o) }
-        let current = try orderedKeys(owner.engineKey, owner.layout, r)
-        let gone = try Set(current).subtracting(seen).map { try object(forKey: $0) }
-        try removeRelated(owner, relationship: r, gone)
-        try addRelated(owner, relationship: r, unique.filter { !current.contains($0.engineKey) })
+        let current = Set(try orderedKeys(owner.engineKey, owner.layout, r))
+        let gone = try current.subtracting(seen).map { try object(forKey: $0) }
+        if !gone.isEmpty { try removeRelated(owner, relationship: r, gone) }
+        let joining = unique.filter { !current.contains($0.engineKey) }
+        if !joining.isEmpty { try addRelated(owner, relationship: r, joining) }
         orderOverrides[setKey(owner.engineKey, owner.layout, r)] = unique.map(\.engineKey)
         touch(owner)
     }
@@ -83,12 +141,69 @@ extension ManagedObjectContext {
         orderOverrides[k]?.removeAll { $0 == member }
     }
 
-    /// The order records a save writes: for each pending order, its record.
-    func writeOrders(into t: inout Transaction, skipping deletedSets: Set<UInt64>) {
+    /// The order pages a save writes: for each pending order, the pages whose run of members
+    /// changed and the directory; pages no longer used are deleted. Runs under the save lock.
+    func writeOrders(into t: inout Transaction, skipping deletedSets: Set<UInt64>) throws {
+        guard !orderOverrides.isEmpty else { return }
+        let snapshot = container.store.snapshot()
         for (k, keys) in orderOverrides where !deletedSets.contains(k) {
-            guard let orderKey = orderKey(ofSet: k) else { continue }
-            t.put(orderKey, value: Self.encodeOrder(keys))
+            guard let directoryKey = orderKey(ofSet: k) else { continue }
+            let keyspace = EngineKey(rawValue: directoryKey).keyspace
+            let old = try storedOrder(directoryKey, snapshot: snapshot)
+            var startOf: [UInt64: Int] = [:]
+            for (i, page) in old.enumerated() { if let first = page.members.first { startOf[first] = i } }
+            var directory = OrderPages.Directory()
+            var used = Set<UInt64>()
+            var dirty: [UInt64] = []
+            func flush() {
+                var start = 0
+                while start < dirty.count {
+                    // A run a little longer than a page stays one page (an insertion into a full
+                    // page rewrites that page, not two).
+                    let rest = dirty.count - start
+                    let end = rest <= OrderPages.pageSize * 3 / 2 ? dirty.count : start + OrderPages.pageSize
+                    let number = container.nextOrderPage(keyspace: keyspace, snapshot: snapshot)
+                    t.put(
+                        EngineKey(keyspace: keyspace, id: OrderPages.pageBase | number).rawValue,
+                        value: Self.encodeOrder(dirty[start..<end]))
+                    directory.pages.append((number, end - start))
+                    start = end
+                }
+                dirty.removeAll(keepingCapacity: true)
+            }
+            var p = 0
+            var nextOld = 0
+            while p < keys.count {
+                // A stored page whose members come next, unchanged, is kept as it is.
+                if let j = startOf[keys[p]], j >= nextOld {
+                    let page = old[j].members
+                    if p + page.count <= keys.count && keys[p..<(p + page.count)].elementsEqual(page) {
+                        flush()
+                        directory.pages.append((old[j].number, page.count))
+                        used.insert(old[j].number)
+                        p += page.count
+                        nextOld = j + 1
+                        continue
+                    }
+                }
+                dirty.append(keys[p])
+                p += 1
+            }
+            flush()
+            for page in old where !used.contains(page.number) {
+                t.delete(EngineKey(keyspace: keyspace, id: OrderPages.pageBase | page.number).rawValue)
+            }
+            t.put(directoryKey, value: OrderPages.encodeDirectory(directory))
         }
+    }
+
+    /// Deletes an owner's order (its directory and pages). Runs under the save lock.
+    func deleteOrder(_ directoryKey: UInt64, snapshot: Snapshot, into t: inout Transaction) throws {
+        let keyspace = EngineKey(rawValue: directoryKey).keyspace
+        for page in try storedOrder(directoryKey, snapshot: snapshot) {
+            t.delete(EngineKey(keyspace: keyspace, id: OrderPages.pageBase | page.number).rawValue)
+        }
+        if snapshot.contains(directoryKey) { t.delete(directoryKey) }
     }
 
     /// The order record's key for a set key (same owner serial, the relationship's order keyspace).
@@ -138,12 +253,18 @@ extension ManagedObject {
         }
     }
 
-    /// Moves the member at `from` to `to` in an ordered relationship.
+    /// Moves the member at `from` to `to` in an ordered relationship. Membership does not
+    /// change: only the order (no object is loaded).
     public func moveObject(at from: Int, to: Int, inRelationship key: String) throws {
-        try changeOrder(key) { members in
-            guard from >= 0, from < members.count else { throw outOfRange(from, members.count, key) }
-            guard to >= 0, to < members.count else { throw outOfRange(to, members.count, key) }
-            members.insert(members.remove(at: from), at: to)
+        let context = try checkUsable(key)
+        let r = try orderedIndex(key)
+        var keys = try context.orderedKeys(engineKey, layout, r)
+        guard from >= 0, from < keys.count else { throw outOfRange(from, keys.count, key) }
+        guard to >= 0, to < keys.count else { throw outOfRange(to, keys.count, key) }
+        try context.undoable {
+            keys.insert(keys.remove(at: from), at: to)
+            context.orderOverrides[context.setKey(engineKey, layout, r)] = keys
+            context.touch(self)
         }
     }
 

@@ -60,6 +60,7 @@ extension ManagedObjectContext {
             }
             throw e
         }
+        try deriveAttributes()
         let failures = validate()
         if !failures.isEmpty {
             var e = LogbookError(
@@ -117,12 +118,13 @@ extension ManagedObjectContext {
             for (k, members) in setAdds where !deletedSets.contains(k) {
                 transaction.addMembers(members, toSet: k)
             }
-            writeOrders(into: &transaction, skipping: deletedSets)
-            // The order records of deleted owners go with their sets.
+            try writeOrders(into: &transaction, skipping: deletedSets)
+            // The orders of deleted owners go with their sets.
+            let orderSnapshot = deleted.isEmpty ? nil : container.store.snapshot()
             for object in deleted.values {
                 for r in object.layout.toMany {
                     if let k = layout.orderKey(entity: object.layout.index, relationship: r, owner: object.engineKey) {
-                        transaction.delete(k)
+                        try deleteOrder(k, snapshot: orderSnapshot!, into: &transaction)
                     }
                 }
             }
@@ -216,6 +218,26 @@ extension ManagedObjectContext {
         }
         RecordCodec.encode(slots, layout: entity, into: &buffer)
         t.put(key, value: buffer, indexKeys: layout.indexKeys(slots, entity: entity))
+    }
+
+    /// Computes the derived attributes of what the save writes.
+    func deriveAttributes() throws {
+        guard model.layouts.contains(where: { !$0.derivedSlots.isEmpty }) else { return }
+        let objects = Array(inserted.values) + updated.values.filter { !$0.flags.contains(.fault) }
+        for o in objects where !o.layout.derivedSlots.isEmpty {
+            for (slot, expression) in o.layout.derivedSlots {
+                let type = o.layout.entity.attributes[slot].type
+                let value: Slot
+                do { value = try Slot(computed: try expression.evaluate(with: o), type: type) } catch let m
+                    as Slot.Mismatch
+                {
+                    throw LogbookError(
+                        .typeMismatch, "the derivation \(expression) gives \(m.got), not \(m.expected)",
+                        entity: o.layout.name, key: o.layout.slotNames[slot], objectID: o.objectID)
+                }
+                if o.slots[slot] != value { setSlot(o, slot, value) }
+            }
+        }
     }
 
     /// Every reason the changed objects cannot be saved.

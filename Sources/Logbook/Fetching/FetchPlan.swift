@@ -56,6 +56,7 @@ extension ManagedObjectContext {
     /// first sort key's range, else any range, else the first sort key's order); and what is
     /// left for a filter, with what the index settles alone (order, limit, count).
     func plan<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> FetchPlan {
+        try container.checkConfiguration(layout)
         let conjuncts = Self.conjuncts(of: request.predicate)
         let indexed = storeLayout.attributeIndex[layout.index]
         let (ranges, settled) = Self.indexRanges(conjuncts, layout: layout, indexed: indexed)

@@ -127,6 +127,11 @@ public struct AttributeDescription: Sendable {
     public var isTransient = false
     /// Free-form information for the app (the model file's `userInfo`).
     public var userInfo: [String: String] = [:]
+    /// A derived attribute's expression (Core Data's `derivationExpression`): computed at
+    /// each save of an object and stored, so it can be fetched and indexed — a key path
+    /// (`manager.name`), an aggregate of a to-many relationship (`employees.@count`), a
+    /// function (`lowercase:(name)`, `canonical:(name)`, `now()`)…
+    public var derivationExpression: String?
 
     /// An attribute named `name` of `type`.
     ///
@@ -497,6 +502,8 @@ final class EntityLayout: Sendable {
     let ruleSlots: [Int]
     /// Transient attributes: written as no value.
     let transientSlots: [Int]
+    /// Derived attributes and their expressions, computed at save.
+    let derivedSlots: [(slot: Int, expression: FetchExpression)]
     let hasRelationshipRules: Bool
     /// Uniqueness constraints (inherited ones first), as the slots of their attributes and
     /// to-one relationships.
@@ -593,6 +600,16 @@ final class EntityLayout: Sendable {
         self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
         self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
         self.transientSlots = entity.attributes.indices.filter { entity.attributes[$0].isTransient }
+        var derived: [(slot: Int, expression: FetchExpression)] = []
+        for (i, a) in entity.attributes.enumerated() {
+            guard let format = a.derivationExpression else { continue }
+            do { derived.append((i, try FetchExpression(format: format))) } catch let e as LogbookError {
+                throw LogbookError(
+                    .invalidModel, "the derivation of \(a.name) does not parse: \(e.message)", entity: entity.name,
+                    key: a.name)
+            }
+        }
+        self.derivedSlots = derived
         var constraints: [[Int]] = []
         for keys in entity.uniquenessConstraints {
             var slotsOfKeys: [Int] = []

@@ -225,16 +225,12 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
                 warnings.append("\(entity).\(name): the default value \"\(d)\" is not a \(type) and is ignored")
             }
         }
-        if a["derived"] == "YES" {
-            warnings.append(
-                "\(entity).\(name): derived (\(a["derivationExpression"] ?? "no expression")); Logbook stores the value set, it does not derive it yet"
-            )
-        }
+
         var attribute = AttributeDescription(
             name, type, optional: a["optional"] == "YES", default: defaultValue,
             indexed: a["indexed"] == "YES" && !transient, transient: transient, rules: rules,
             renamedFrom: a["renamingIdentifier"] ?? a["elementID"])
-        attribute.userInfo = [:]
+        if a["derived"] == "YES" { attribute.derivationExpression = a["derivationExpression"] }
         current!.attributes.append(attribute)
         owner = .attribute
     }

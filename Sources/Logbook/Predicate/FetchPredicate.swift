@@ -160,7 +160,16 @@ struct PredicateEvaluator {
                 if current == nil { return nil }
                 throw fail("\(key) is not a key of \(type(of: current!))", column, key: key)
             }
-            guard object.layout.slotByName[key] != nil || object.layout.relationshipByName[key] != nil else {
+            guard
+                object.layout.slotByName[key] != nil || object.layout.relationshipByName[key] != nil
+                    || object.layout.entity.fetchedProperties.contains(where: { $0.name == key })
+            else {
+                if key == "entity" {
+                    // `entity == 'Car'`, `entity.name == 'Car'`: the object's own entity.
+                    current = object.layout.name
+                    i += (i + 1 < path.count && path[i + 1] == "name") ? 2 : 1
+                    continue
+                }
                 throw fail("\(object.layout.name) has no key \(key)", column, key: key)
             }
             if let slot = object.layout.slotByName[key], slot < object.layout.attributeCount,
@@ -331,6 +340,8 @@ struct PredicateEvaluator {
         if let t = a as? TransformedValue { return try transformedEqual(t, b, c) }
         if let t = b as? TransformedValue { return try transformedEqual(t, a, c) }
         if let x = a as? String, let y = b as? String { return fold(x, c) == fold(y, c) }
+        if let x = a as? String, let y = b as? EntityDescription { return x == y.name }
+        if let x = a as? EntityDescription, let y = b as? String { return x.name == y }
         if let x = Self.number(a), let y = Self.number(b) { return x == y }
         if let x = a as? Bool, let y = b as? Bool { return x == y }
         if let x = a as? Bool, let y = Self.number(b) { return (x ? 1 : 0) == y }

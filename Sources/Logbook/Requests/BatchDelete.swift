@@ -136,7 +136,7 @@ extension ManagedObjectContext {
                     transaction.replaceMembers(
                         EmptyCollection(), ofSet: store.setKey(entity: layout.index, relationship: r, owner: key))
                     if let k = store.orderKey(entity: layout.index, relationship: r, owner: key) {
-                        transaction.delete(k)
+                        try deleteOrder(k, snapshot: snapshot, into: &transaction)
                     }
                 }
             }

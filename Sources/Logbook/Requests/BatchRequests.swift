@@ -202,11 +202,17 @@ extension ManagedObjectContext {
     public func execute(_ request: BatchUpdateRequest) throws -> BatchResult {
         let layout = try model.layout(named: request.entityName)
         var changes: [(slot: Int, value: Slot)] = []
+        var computed: [(slot: Int, expression: FetchExpression)] = []
         for (key, value) in request.propertiesToUpdate.sorted(by: { $0.key < $1.key }) {
             guard let slot = layout.slot(named: key), slot < layout.attributeCount else {
                 throw LogbookError(
                     .unknownKey, "\(layout.name) has no attribute named \(key) (a batch update sets attributes only)",
                     entity: layout.name, key: key)
+            }
+            if let expression = value as? FetchExpression {
+                // Computed for each record, on its current values (checked there).
+                computed.append((slot, expression))
+                continue
             }
             let a = layout.entity.attributes[slot]
             let new: Slot
@@ -256,14 +262,49 @@ extension ManagedObjectContext {
                 try RecordCodec.readingRecords(of: layout) {
                     try snapshot.forEachValue(forKeys: keys) { _, key, raw in
                         var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
-                        if let residual = plan.residual {
-                            // The conditions the index does not settle, checked on a detached object.
-                            let o = layout.managedClass.init(
+                        // The conditions the index does not settle, and the expressions, on a
+                        // detached object.
+                        let detached =
+                            plan.residual != nil || !computed.isEmpty
+                            ? layout.managedClass.init(
                                 ManagedObject.Bootstrap(
-                                    layout: layout, key: key,
-                                    token: token, slots: slots, fault: false))
+                                    layout: layout, key: key, token: token, slots: slots, fault: false))
+                            : nil
+                        if let residual = plan.residual, let o = detached {
                             let passes = try evaluator.test(residual, object: o)
                             if !passes { return }
+                        }
+                        if let o = detached {
+                            for (slot, expression) in computed {
+                                let a = layout.entity.attributes[slot]
+                                let new: Slot
+                                do {
+                                    new = try Slot(computed: try expression.evaluate(with: o), type: a.type)
+                                } catch let m
+                                    as Slot.Mismatch
+                                {
+                                    throw LogbookError(
+                                        .typeMismatch, "\(expression) gives \(m.got); \(a.name) is \(m.expected)",
+                                        entity: layout.name, key: a.name,
+                                        objectID: ObjectID(store: store.identity, key: key))
+                                }
+                                if new.isNull && !a.isOptional {
+                                    throw LogbookError(
+                                        .validation, "\(expression) gives no value for the required \(a.name)",
+                                        entity: layout.name, key: a.name,
+                                        objectID: ObjectID(store: store.identity, key: key))
+                                }
+                                slots[slot] = new
+                            }
+                            if !computed.isEmpty && !layout.ruleSlots.isEmpty {
+                                var failure: String?
+                                layout.checkRules(slots) { k, reason in failure = failure ?? "\(k): \(reason)" }
+                                if let failure {
+                                    throw LogbookError(
+                                        .validation, failure, entity: layout.name,
+                                        objectID: ObjectID(store: store.identity, key: key))
+                                }
+                            }
                         }
                         for c in changes { slots[c.slot] = c.value }
                         Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)

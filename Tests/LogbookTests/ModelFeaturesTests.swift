@@ -226,7 +226,8 @@ final class Step: ManagedObject {
         try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
         var options = ContainerOptions()
         options.configuration = "Local"
-        let container = try PersistentContainer(name: "Local", model: Self.model(), directory: store.path, options: options)
+        let container = try PersistentContainer(
+            name: "Local", model: Self.model(), directory: store.path, options: options)
         let c = container.newContext(concurrencyType: .confinement)
         let note = try c.insertNewObject(forEntityName: "Note")
         try note.setValue("kept here", forKey: "text")

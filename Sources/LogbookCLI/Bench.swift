@@ -228,6 +228,8 @@ struct Stats: ParsableCommand {
                 print("  \(entity) (keyspace \(ks)): \(n) records")
             } else if ks == 0 {
                 print("  keyspace 0 (schema and counters): \(n) records")
+            } else if let relationship = names.relationships[ks] {
+                print("  \(relationship) (keyspace \(ks)): \(n) records")
             } else {
                 print("  keyspace \(ks): \(n) records")
             }

@@ -27,7 +27,10 @@ struct Schema: ParsableCommand {
         do {
             let model = try ManagedObjectModel(recordedIn: directory)
             for e in model.entities {
-                print("entity \(e.name)")
+                print(
+                    "entity \(e.name)" + (e.parentEntity.map { " : \($0)" } ?? "") + (e.isAbstract ? " (abstract)" : "")
+                )
+                for c in e.uniquenessConstraints { print("  unique (\(c.joined(separator: ", ")))") }
                 for a in e.attributes {
                     print(
                         "  attribute \(a.name): \(a.type)\(a.isOptional ? ", optional" : "")\(a.isIndexed ? ", indexed" : "")"
@@ -35,7 +38,7 @@ struct Schema: ParsableCommand {
                 }
                 for r in e.relationships {
                     print(
-                        "  relationship \(r.name): \(r.isToMany ? "to-many" : "to-one") \(r.destination)"
+                        "  relationship \(r.name): \(r.isToMany ? (r.isOrdered ? "ordered to-many" : "to-many") : "to-one") \(r.destination)"
                             + (r.inverse.map { ", inverse \($0)" } ?? "") + ", delete rule \(r.deleteRule.rawValue)")
                 }
             }

@@ -157,6 +157,30 @@ import Testing
         try container.close()
     }
 
+    @Test func theModelRecordedInTheStoreKeepsTheTree() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: Self.model())
+        let c = container.newContext(concurrencyType: .confinement)
+        let (garage, _) = try fill(c)
+        try c.save()
+        let id = garage.objectID
+        try container.close()
+        // A tool without the app's model reads the store through the schema it records.
+        let recorded = try ManagedObjectModel(recordedIn: store.path)
+        #expect(recorded[entity: "SportsCar"]?.parentEntity == "Car")
+        #expect(recorded[entity: "Vehicle"]?.isAbstract == true)
+        #expect(recorded[entity: "SportsCar"]?.attributes.map(\.name) == ["topSpeed"])
+        #expect(
+            recorded.allProperties(of: "SportsCar")?.attributes.map(\.name) == ["name", "wheels", "plate", "topSpeed"])
+        let generic = try makeContainer(store, model: recorded)
+        let reader = generic.newContext(concurrencyType: .confinement)
+        let g = try reader.existingObject(with: id)
+        let favourite = try #require(try g.value(forKey: "favourite") as? ManagedObject)
+        #expect(favourite.entity.name == "SportsCar")
+        #expect(try favourite.value(forKey: "name") as? String == "racer")
+        try generic.close()
+    }
+
     @Test func batchUpdateAndDeleteRulesAcrossTheTree() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: Self.model())

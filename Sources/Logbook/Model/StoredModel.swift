@@ -19,19 +19,27 @@ extension ManagedObjectModel {
             throw LogbookError(.incompatibleModel, "the store holds no Logbook schema")
         }
         let schema = try StoredSchema.decode(bytes)
+        // Each entity records its properties with the inherited ones first: its own are the
+        // rest, after its parent's.
+        func own<T>(_ e: StoredSchema.Entity, _ all: (StoredSchema.Entity) -> [T]) -> ArraySlice<T> {
+            let inherited = e.parent.flatMap { schema.entity($0) }.map { all($0).count } ?? 0
+            return all(e).dropFirst(inherited)
+        }
         try self.init(
             entities: schema.entities.map { e in
-                EntityDescription(
+                var entity = EntityDescription(
                     e.name,
-                    attributes: e.attributes.map { a in
+                    attributes: own(e, \.attributes).map { a in
                         AttributeDescription(
                             a.name, Migration.storedType(a) ?? .data, optional: a.optional, indexed: a.index != nil)
                     },
-                    relationships: e.relationships.map { r in
+                    relationships: own(e, \.relationships).map { r in
                         RelationshipDescription(
                             r.name, to: r.destination, inverse: r.inverse, toMany: r.toMany,
-                            deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify)
-                    })
+                            ordered: r.orderKeyspace != nil, deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify)
+                    }, parent: e.parent, abstract: e.abstract ?? false)
+                entity.uniquenessConstraints = own(e) { $0.constraints ?? [] }.map(\.keys)
+                return entity
             })
     }
 }
@@ -64,7 +72,13 @@ public struct RecordedNames: Sendable {
         for e in schema.entities {
             entities[e.keyspace] = e.name
             for a in e.attributes { if let i = a.index { indexes[IndexID(rawValue: i)] = "\(e.name).\(a.name)" } }
-            for r in e.relationships { if let k = r.setKeyspace { relationships[k] = "\(e.name).\(r.name)" } }
+            for r in e.relationships {
+                if let k = r.setKeyspace, relationships[k] == nil { relationships[k] = "\(e.name).\(r.name)" }
+                if let k = r.orderKeyspace, relationships[k] == nil { relationships[k] = "\(e.name).\(r.name) order" }
+            }
+            for c in e.constraints ?? [] where indexes[IndexID(rawValue: c.index)] == nil {
+                indexes[IndexID(rawValue: c.index)] = "\(e.name) unique (\(c.keys.joined(separator: ", ")))"
+            }
         }
     }
 }

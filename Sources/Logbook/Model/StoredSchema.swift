@@ -38,6 +38,8 @@ struct StoredSchema: Codable, Equatable {
         var constraints: [Constraint]?
         /// The entity it inherits from, if any.
         var parent: String?
+        /// Whether it is abstract (recorded for tools).
+        var abstract: Bool?
         var keyspace: UInt16
         var attributes: [Attribute]
         var relationships: [Relationship]
@@ -155,7 +157,8 @@ struct StoredSchema: Codable, Equatable {
             }
             made[i] = Entity(
                 name: e.name, constraints: constraints.isEmpty ? nil : constraints, parent: e.parentEntity,
-                keyspace: keyspace, attributes: attributes, relationships: relationships)
+                abstract: e.isAbstract ? true : nil, keyspace: keyspace, attributes: attributes,
+                relationships: relationships)
         }
         return StoredSchema(
             storeUUID: previous?.storeUUID ?? UUID(), entities: made.map { $0! }, nextKeyspace: nextKeyspace,

@@ -153,7 +153,7 @@ extension PredicateEvaluator {
         case "modulus:by:":
             guard let (x, y) = try integers() else { return nil }
             guard y != 0 else { throw fail("modulus by zero", column) }
-            return Int(x % y)
+            return Int(x.remainderReportingOverflow(dividingBy: y).partialValue)
         case "bitwiseAnd:with:": return try arithmetic("&", argument(0), argument(1), column: column)
         case "bitwiseOr:with:": return try arithmetic("|", argument(0), argument(1), column: column)
         case "bitwiseXor:with:": return try arithmetic("^", argument(0), argument(1), column: column)

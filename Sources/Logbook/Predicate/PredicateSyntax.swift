@@ -495,7 +495,9 @@ struct PredicateParser {
             case .identifier(let w) where w.uppercased() == "FIRST": index = .first
             case .identifier(let w) where w.uppercased() == "LAST": index = .last
             case .identifier(let w) where w.uppercased() == "SIZE": index = .size
-            case .number(let d, true): index = .at(Int(d))
+            case .number(let d, true):
+                guard let n = Int(exactly: d) else { throw fail("the index \(d) is too large") }
+                index = .at(n)
             case .format(let spec) where ["%d", "%i", "%ld", "%lld", "%u", "%lu"].contains(spec):
                 guard
                     let n = (try nextArgument(column)).flatMap({ $0 as? any BinaryInteger }).map({

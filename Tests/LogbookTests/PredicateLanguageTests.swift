@@ -94,6 +94,10 @@ import Testing
         #expect(try f.test("reports.@unionOfObjects.firstName[SIZE] == 3", on: boss))
         #expect(try f.test("reports.@max.age - reports.@min.age == 20", on: boss))
         #expect(throws: LogbookError.self) { try f.test("reports[7].age == 1", on: boss) }
+        // An index too large for an integer is an error, not a trap (found by the fuzzer).
+        #expect(throws: LogbookError.self) { try FetchPredicate(format: "reports[666666666666666666666666] == 1") }
+        #expect(throws: LogbookError.self) { try f.test("modulus:by:(age, 0) == 1") }
+        #expect(try f.test("modulus:by:(%@, -1) == 0", Int64.min))
         // In a fetch: the planner leaves computed sides to the evaluator.
         var r = FetchRequest<Person>()
         r.predicate = try FetchPredicate(format: "age * 2 > 70 AND firstName NOT IN {'X'}")

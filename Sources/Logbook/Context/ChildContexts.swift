@@ -154,20 +154,7 @@ extension ManagedObjectContext {
             o.flags.remove(.inserted)
             register(o)
         }
-        for o in updated.values {
-            o.flags.remove(.updated)
-            o.committed = nil
-        }
-        for o in deleted.values {
-            o.flags = [.invalid, .deleted]
-            unregister(o.engineKey)
-        }
-        updated = [:]
-        deleted = [:]
-        setAdds = [:]
-        setRemoves = [:]
-        orderOverrides = [:]
-        undoHistory?.removeAll()
+        settleSavedChanges()
         for observer in changeObservers { observer(saved) }
         post(.didSave(saved))
     }

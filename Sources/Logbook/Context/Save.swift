@@ -155,22 +155,9 @@ extension ManagedObjectContext {
             let garbage = UncheckedSendable(released)
             DispatchQueue.global(qos: .utility).async { _ = garbage }
         }
-        for o in updated.values {
-            o.flags.remove(.updated)
-            o.committed = nil
-        }
         // Only records this save wrote are known to hold these values now.
         for key in written { updated[key]?.baseVersion = version }
-        for o in deleted.values {
-            o.flags = [.invalid, .deleted]
-            unregister(o.engineKey)
-        }
-        updated = [:]
-        deleted = [:]
-        setAdds = [:]
-        setRemoves = [:]
-        orderOverrides = [:]
-        undoHistory?.removeAll()
+        settleSavedChanges()
         if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
         if let changes {
             container.didSave(changes, from: self)
@@ -218,6 +205,25 @@ extension ManagedObjectContext {
         }
         RecordCodec.encode(slots, layout: entity, into: &buffer)
         t.put(key, value: buffer, indexKeys: layout.indexKeys(slots, entity: entity))
+    }
+
+    /// After a save (to the store or into a parent): changed objects hold their values as
+    /// saved, deleted ones become unusable, and the change sets and undo steps start afresh.
+    func settleSavedChanges() {
+        for o in updated.values {
+            o.flags.remove(.updated)
+            o.committed = nil
+        }
+        for o in deleted.values {
+            o.flags = [.invalid, .deleted]
+            unregister(o.engineKey)
+        }
+        updated = [:]
+        deleted = [:]
+        setAdds = [:]
+        setRemoves = [:]
+        orderOverrides = [:]
+        undoHistory?.removeAll()
     }
 
     /// Computes the derived attributes of what the save writes.

@@ -118,24 +118,15 @@ struct StoredSchema: Codable, Equatable {
                     continue
                 }
                 let oldR = old?.relationships.first { $0.name == r.name || $0.name == r.renamingIdentifier }
-                var setKeyspace: UInt16?
-                if r.isToMany {
-                    if let k = oldR?.setKeyspace {
-                        setKeyspace = k
-                    } else {
-                        setKeyspace = nextKeyspace
-                        nextKeyspace += 1
-                    }
+                // A keyspace the previous schema gave, else a new one.
+                func keyspace(_ wanted: Bool, _ previous: UInt16?) -> UInt16? {
+                    guard wanted else { return nil }
+                    if let previous { return previous }
+                    defer { nextKeyspace += 1 }
+                    return nextKeyspace
                 }
-                var orderKeyspace: UInt16?
-                if r.isOrdered {
-                    if let k = oldR?.orderKeyspace {
-                        orderKeyspace = k
-                    } else {
-                        orderKeyspace = nextKeyspace
-                        nextKeyspace += 1
-                    }
-                }
+                let setKeyspace = keyspace(r.isToMany, oldR?.setKeyspace)
+                let orderKeyspace = keyspace(r.isOrdered, oldR?.orderKeyspace)
                 relationships.append(
                     Relationship(
                         name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,

@@ -9,7 +9,8 @@ struct Bench: ParsableCommand {
         discussion: """
             Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
             update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
-            compact (W9, after W5), snapshot (W10), contexts (W13: releasing large results, an asynchronous fetch's hand-over), ordered (W14: moves in a 100,000-member ordered relationship), all (each of them, N = --count), and engine \
+            compact (W9, after W5), snapshot (W10), contexts (W13: releasing large results, an asynchronous fetch's hand-over), ordered (W14: moves in a 100,000-member ordered relationship), \
+            scan (W11: queries no index answers, on a W1 store), joins (W12: a to-one relationship's index and a compound index), all (each of them, N = --count), and engine \
             (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
             (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
             """)
@@ -86,13 +87,18 @@ struct Bench: ParsableCommand {
             try snapshotWorkload(store: try populatedStore(), count: count, durability: durability)
         case "contexts":
             try contextsWorkload(store: try populatedStore())
+        case "scan":
+            try scanWorkload(store: try populatedStore())
+        case "joins":
+            try relationshipQueryWorkload(
+                store: store ?? freshStore("joins"), count: count, durability: durability)
         case "ordered":
             try orderedWorkload(store: store ?? freshStore("ordered"), members: 100_000, durability: durability)
         case "all":
             try all()
         default:
             throw ValidationError(
-                "unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, contexts, ordered, all or engine"
+                "unknown workload '\(workload)'; use populate, fetch, update, relations, commits, open, compact, snapshot, contexts, ordered, scan, joins, all or engine"
             )
         }
     }
@@ -108,6 +114,8 @@ struct Bench: ParsableCommand {
         try child(["snapshot", "--store", w1])
         try child(["contexts", "--store", w1])
         try child(["ordered", "--store", freshStore("all-w14")])
+        try child(["scan", "--store", w1])
+        try child(["joins", "--store", freshStore("all-w12")])
         try child(["update", "--store", w1])
         try child(["compact", "--store", w1])
         try child(["relations", "--store", freshStore("all-w6")])

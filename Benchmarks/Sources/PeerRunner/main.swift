@@ -251,6 +251,8 @@ func runPhase(_ phase: String, _ path: String) throws {
             (try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }, 0)
         }
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
+    case "logbook-w11": try logbookW11Phase(path)
+    case "grdb-w11": try grdbW11Phase(path)
     default:
         throw NSError(domain: "PeerRunner", code: 1, userInfo: [NSLocalizedDescriptionKey: "unknown phase \(phase)"])
     }
@@ -548,6 +550,45 @@ func grdbW7(records: Bool, synchronous: String) throws -> Double {
 
 // MARK: Run
 
+/// The W11 and W12 rows (W11 on the kept W1 stores, each library in `repeats` new processes).
+func queryRows(logbookStore: String, grdbStore: String) throws -> [String] {
+    let (l, g) = try medians("logbook-w11", "grdb-w11", logbookStore: logbookStore, grdbStore: grdbStore)
+    FileHandle.standardError.write(Data("W12…\n".utf8))
+    var lw12: [W12] = []
+    var gw12: [W12] = []
+    for _ in 0..<repeats {
+        lw12.append(try logbookW12())
+        gw12.append(try grdbW12())
+    }
+    func m(_ xs: [W12], _ k: KeyPath<W12, Double>) -> Double { median(xs.map { $0[keyPath: k] }) }
+    return [
+        row("W11 count done == YES, median of 10", l["count"] ?? .nan, g["count"] ?? .nan),
+        row("W11 fetch name CONTAINS '99999', read names", l["contains"] ?? .nan, g["contains"] ?? .nan),
+        row("W11 fetch done == NO AND name LIKE 'Item 1*', read names", l["mixed"] ?? .nan, g["mixed"] ?? .nan),
+        String(
+            format: "| W11 peak RSS of the process | %.0f MB | %.0f MB | %.2f× |", l["peak_rss_mb"] ?? .nan,
+            g["peak_rss_mb"] ?? .nan, (g["peak_rss_mb"] ?? .nan) / (l["peak_rss_mb"] ?? .nan)),
+        "(records: W11 \(Int(l["count_records"] ?? 0))/\(Int(g["count_records"] ?? 0)), \(Int(l["contains_records"] ?? 0))/\(Int(g["contains_records"] ?? 0)), \(Int(l["mixed_records"] ?? 0))/\(Int(g["mixed_records"] ?? 0)); W12 \(lw12[0].records)/\(gw12[0].records))",
+        row("W12 employees of one manager (manager == %@)", m(lw12, \.byManager), m(gw12, \.byManager)),
+        row("W12 employees through manager.name == 'M7'", m(lw12, \.byPath), m(gw12, \.byPath)),
+        row("W12 lastName == 'L7' AND age > 40 (compound index)", m(lw12, \.compound), m(gw12, \.compound))
+    ]
+}
+
+if arguments.contains("--only-queries") {
+    // W11 and W12 alone (with the W1 stores they need).
+    let l = try keptLogbookStore()
+    let g = try keptGRDBStore()
+    let rows = try queryRows(logbookStore: l, grdbStore: g)
+    try? FileManager.default.removeItem(atPath: (l as NSString).deletingLastPathComponent)
+    try? FileManager.default.removeItem(atPath: g)
+    print("N = \(count), medians of \(repeats) runs")
+    print("| workload | Logbook | GRDB | GRDB ÷ Logbook |")
+    print("|---|---|---|---|")
+    rows.forEach { print($0) }
+    exit(0)
+}
+
 var logbook: [Double] = []
 var statement: [Double] = []
 var records: [Double] = []
@@ -570,7 +611,9 @@ for _ in 1...repeats { batchTimes.append(try logbookBatchPopulate()) }
 let logbookStore = try keptLogbookStore()
 let grdbStore = try keptGRDBStore()
 /// Each phase in `repeats` new processes, Logbook and GRDB in turn; the median of each figure.
-func medians(_ logbookPhase: String, _ grdbPhase: String) throws -> ([String: Double], [String: Double]) {
+func medians(
+    _ logbookPhase: String, _ grdbPhase: String, logbookStore: String, grdbStore: String
+) throws -> ([String: Double], [String: Double]) {
     var l: [[String: Double]] = []
     var g: [[String: Double]] = []
     for _ in 0..<repeats {
@@ -584,9 +627,11 @@ func medians(_ logbookPhase: String, _ grdbPhase: String) throws -> ([String: Do
     }
     return (combine(l), combine(g))
 }
-let (lw2, gw2) = try medians("logbook-w2", "grdb-w2")
-let (lw3, gw3) = try medians("logbook-w3", "grdb-w3")
-let (lw4, gw4) = try medians("logbook-w4", "grdb-w4")
+let (lw2, gw2) = try medians("logbook-w2", "grdb-w2", logbookStore: logbookStore, grdbStore: grdbStore)
+let (lw3, gw3) = try medians("logbook-w3", "grdb-w3", logbookStore: logbookStore, grdbStore: grdbStore)
+let (lw4, gw4) = try medians("logbook-w4", "grdb-w4", logbookStore: logbookStore, grdbStore: grdbStore)
+FileHandle.standardError.write(Data("W11…\n".utf8))
+let queries = try queryRows(logbookStore: logbookStore, grdbStore: grdbStore)
 FileHandle.standardError.write(Data("W5…\n".utf8))
 let lw5 = try logbookW5(logbookStore)
 let gw5 = try grdbW5(grdbStore)
@@ -639,3 +684,4 @@ print(row("W7 per commit (full) vs statement, synchronous=FULL", lw7 * 1e6, gw7f
 print(row("W7 per commit (full) vs records, synchronous=FULL", lw7 * 1e6, gw7fullRecords * 1e6, unit: "µs"))
 print(row("W7 per commit (full) vs statement, synchronous=NORMAL", lw7 * 1e6, gw7normal * 1e6, unit: "µs"))
 print("(links: W6 \(lw6.links)/\(gw6s.links)/\(gw6r.links); W7 \(commitCount) commits)")
+queries.forEach { print($0) }

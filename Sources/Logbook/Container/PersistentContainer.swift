@@ -286,7 +286,12 @@ enum Migration {
         do { stored = try snapshot.value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode) } catch let e
             as LogbookError
         { throw e } catch { throw LogbookError.wrap(error) }
-        let schema = StoredSchema.make(for: model, previous: stored)
+        var schema = StoredSchema.make(for: model, previous: stored)
+        if let stored, stored != schema, store.isReadOnly, stored.sameExceptIndexes(schema) {
+            // Read-only, the model adds or drops indexes alone: the store is read as it is
+            // (fetches plan with the indexes it has).
+            schema = stored
+        }
         if let stored, stored != schema {
             try check(stored: stored, new: schema, model: model, snapshot: snapshot)
             try migrate(store: store, snapshot: snapshot, stored: stored, new: schema, model: model)
@@ -454,7 +459,9 @@ enum Migration {
             guard
                 old.attributes != newEntity.attributes
                     || old.relationships.map(\.name) != newEntity.relationships.map(\.name)
+                    || old.relationships.map(\.index) != newEntity.relationships.map(\.index)
                     || oldPolymorphic != newPolymorphic || old.constraints != newEntity.constraints
+                    || old.compoundIndexes != newEntity.compoundIndexes
             else { continue }
             let oldLayout = oldModel.layouts[oi]
             let layout = model.layouts[ni]

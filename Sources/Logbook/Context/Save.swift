@@ -189,14 +189,13 @@ extension ManagedObjectContext {
         var slots = given
         // Transient attributes are never stored.
         for i in entity.transientSlots { slots[i] = .null }
-        let indexed = layout.indexedAttributes[entity.index]
+        let indexed = layout.indexedSlots[entity.index]
         if indexed.count <= 1, layout.constraintIndexes[entity.index].isEmpty,
-            let size = RecordCodec.encodedSize(slots, layout: entity)
+            layout.compoundIndexes[entity.index].isEmpty, let size = RecordCodec.encodedSize(slots, layout: entity)
         {
             // The common case: the record written straight into the transaction.
             let indexKey = indexed.first.map {
-                RecordCodec.indexKey(
-                    slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index)
+                StoreLayout.indexKey(slots[$0.slot], slot: $0.slot, entity: entity, index: $0.index)
             }
             t.put(key, valueCount: size, indexKey: indexKey) { out in
                 RecordCodec.write(slots, layout: entity, to: out)

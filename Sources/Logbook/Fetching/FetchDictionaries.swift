@@ -118,6 +118,8 @@ extension ManagedObjectContext {
             groupBy.isEmpty && expressions.isEmpty
             ? request.sortDescriptors.filter { layout.slotByName[$0.key] != nil } : []
         let objects = try fetchObjects(unlimited, layout: layout)
+        // Values are read from the slots: faults made from the fetch's records decode them now.
+        for o in objects where o.flags.contains(.fault) { try fulfill(o) }
 
         func value(_ o: ManagedObject, _ slot: Int) -> (any Sendable)? {
             if slot >= layout.attributeCount {

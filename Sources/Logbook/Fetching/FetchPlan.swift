@@ -7,8 +7,15 @@ public struct FetchPlan: Sendable, CustomStringConvertible {
     public enum Access: Sendable, Equatable {
         /// Every object of the entity, in key order.
         case scan
-        /// The entries of an attribute's index between two bounds, in index order.
+        /// The entries of an attribute's (or a to-one relationship's) index between two bounds,
+        /// in index order.
         case indexRange(attribute: String, lower: String?, upper: String?, reverse: Bool)
+        /// The entries of an index equal to each of several values (`IN`, or a condition on a
+        /// to-one relationship's destination), in key order.
+        case indexPoints(attribute: String, values: Int)
+        /// A compound index: equal values for its first `equalities` keys, and a range on the
+        /// next one when `range` is true.
+        case compoundIndex(keys: [String], equalities: Int, range: Bool)
     }
     /// The entity the plan is for.
     public var entity: String
@@ -22,6 +29,13 @@ public struct FetchPlan: Sendable, CustomStringConvertible {
     public var limitPushedDown: Bool
     /// True when a count is answered from the index without reading objects.
     public var countFromIndex: Bool
+    /// Why the access was chosen: the number of entries each candidate would read.
+    public var reason: String?
+    /// True when some of the filter is checked on each record's bytes, before any object is made.
+    public var filtersRecords = false
+    /// True when some of the filter needs objects (key paths through relationships, aggregates,
+    /// subqueries, functions): it is checked on the objects made for the records that pass the rest.
+    public var filterOnObjects = false
 
     public var description: String {
         var s = "FETCH \(entity): "
@@ -29,9 +43,27 @@ public struct FetchPlan: Sendable, CustomStringConvertible {
         case .scan: s += "SCAN all objects"
         case .indexRange(let attribute, let lower, let upper, let reverse):
             s += "INDEX \(attribute) range \(lower ?? "-∞") … \(upper ?? "+∞")\(reverse ? " descending" : "")"
+        case .indexPoints(let attribute, let values):
+            s += "INDEX \(attribute) at \(values) value\(values == 1 ? "" : "s")"
+        case .compoundIndex(let keys, let equalities, let range):
+            s += "INDEX (\(keys.joined(separator: ", "))): equal \(keys.prefix(equalities).joined(separator: ", "))"
+            if range { s += ", range on \(keys[equalities])" }
         }
-        if let filter { s += "; FILTER \(filter)" }
-        s += orderFromIndex ? "; ORDER from index" : "; ORDER by sorting"
+        if let why = reason { s += " [\(why)]" }
+        if let filter {
+            s += "; FILTER \(filter)"
+            s +=
+                filterOnObjects
+                ? (filtersRecords ? " (on records, the rest on objects)" : " (on objects)") : " (on records)"
+        }
+        if orderFromIndex {
+            switch access {
+            case .scan, .indexPoints: s += "; ORDER by key"
+            default: s += "; ORDER from index"
+            }
+        } else {
+            s += "; ORDER by sorting"
+        }
         if limitPushedDown { s += "; LIMIT stops the walk" }
         if countFromIndex { s += "; COUNT from index" }
         return s
@@ -43,23 +75,39 @@ public struct FetchPlan: Sendable, CustomStringConvertible {
     var upperBound: IndexBound?
     var reverse = false
     var residual: PredicateNode?
+    /// For `indexPoints`: the index keys to look up.
+    var points: [[UInt8]]?
+    /// The part of `residual` compiled to a test on records.
+    var recordFilter: RecordFilter?
+    /// The part of `residual` checked on objects.
+    var objectResidual: PredicateNode?
 }
 
 extension ManagedObjectContext {
     /// The plan a request would use (which index, which filter, whether it sorts).
+    ///
+    /// ```swift
+    /// var request = FetchRequest<Person>()
+    /// request.predicate = try FetchPredicate(format: "lastName == 'Appleseed' AND age > 40")
+    /// print(try context.explain(request))
+    /// // FETCH Person: INDEX (lastName, age): equal lastName, range on age [...]; FILTER ... (on records); ...
+    /// ```
     public func explain<T: ManagedObject>(_ request: FetchRequest<T>) throws -> FetchPlan {
         try plan(request, layout: try model.layout(named: request.entityName))
     }
 
-    /// Plans a request in four steps: the predicate's top-level conjuncts; the index range
-    /// each indexed attribute's conditions allow; the one index to walk (an equality, else the
-    /// first sort key's range, else any range, else the first sort key's order); and what is
-    /// left for a filter, with what the index settles alone (order, limit, count).
+    /// Plans a request: the predicate's top-level conjuncts (conditions through a to-one
+    /// relationship become a set of destination objects, found with the destination's own
+    /// plan); each indexed slot's range (or points) and each compound index's prefix; the
+    /// access that reads the fewest entries (counted in the indexes, O(log n) each), against a
+    /// scan; what is left for a filter (compiled to a test on records where it can be), and
+    /// what the index settles alone (order, limit, count).
     func plan<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> FetchPlan {
         try container.checkConfiguration(layout)
-        let conjuncts = Self.conjuncts(of: request.predicate)
-        let indexed = storeLayout.attributeIndex[layout.index]
-        let (ranges, settled) = Self.indexRanges(conjuncts, layout: layout, indexed: indexed)
+        let conjuncts = try relationshipPathsResolved(Self.conjuncts(of: request.predicate), layout: layout)
+        let indexed = storeLayout.slotIndex[layout.index]
+        let (ranges, settled) = Self.indexRanges(
+            conjuncts, layout: layout, indexed: indexed, store: storeLayout.identity)
         // The index orders strings plainly: a sort comparing them otherwise cannot use it.
         let firstSort = request.sortDescriptors.first.flatMap { s -> (slot: Int, ascending: Bool)? in
             guard let slot = layout.slotByName[s.key] else { return nil }
@@ -68,50 +116,79 @@ extension ManagedObjectContext {
             }
             return (slot, s.ascending)
         }
-        let chosen = Self.chooseIndex(ranges, firstSort: firstSort, layout: layout, indexed: indexed)
+        let snapshot = readSnapshot()
+        let compound = Self.compoundRanges(
+            conjuncts, layout: layout, indexes: storeLayout.compoundIndexes[layout.index])
+        let choice = Self.choose(
+            ranges, compound: compound, firstSort: firstSort, layout: layout, indexed: indexed, snapshot: snapshot,
+            entityCount: snapshot.count(inKeyspace: storeLayout.keyspace[layout.index]),
+            limit: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
 
         var plan = FetchPlan(
             entity: layout.name, access: .scan, filter: nil, orderFromIndex: false, limitPushedDown: false,
             countFromIndex: false)
+        plan.reason = choice.reason
         var residualParts = conjuncts
-        if let slot = chosen, let index = indexed[slot] {
-            let range = ranges[slot] ?? PlannedRange()
-            let reverse = firstSort.map { $0.slot == slot && !$0.ascending } ?? false
-            func show(_ b: IndexBound?) -> String? {
-                b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" }
-            }
-            plan.access = .indexRange(
-                attribute: layout.entity.attributes[slot].name, lower: show(range.lower), upper: show(range.upper),
-                reverse: reverse)
-            plan.index = index
-            plan.lowerBound = range.lower
-            plan.upperBound = range.upper
-            plan.reverse = reverse
-            // Conditions on the chosen attribute are settled by the range; the rest filter.
-            residualParts = conjuncts.enumerated().filter { n, c in
-                guard settled.contains(n), case .comparison(let cmp) = c else { return true }
-                let path: [String]? = {
-                    if case .keyPath(let p, _) = cmp.lhs { return p }
-                    if case .keyPath(let p, _) = cmp.rhs { return p }
-                    return nil
-                }()
-                return path != [layout.entity.attributes[slot].name]
-            }.map(\.1)
-            plan.orderFromIndex = request.sortDescriptors.count == 1 && firstSort?.slot == slot
-        } else {
+        func show(_ b: IndexBound?) -> String? {
+            b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" }
+        }
+        switch choice.access {
+        case .scan:
             plan.orderFromIndex = request.sortDescriptors.isEmpty
+        case .slot(let slot):
+            let range = ranges[slot] ?? PlannedRange()
+            let name = layout.slotNames[slot]
+            plan.index = indexed[slot]
+            if let points = range.points {
+                plan.access = .indexPoints(attribute: name, values: points.count)
+                plan.points = points
+                plan.orderFromIndex = request.sortDescriptors.isEmpty
+            } else {
+                let reverse = firstSort.map { $0.slot == slot && !$0.ascending } ?? false
+                plan.access = .indexRange(
+                    attribute: name, lower: show(range.lower), upper: show(range.upper), reverse: reverse)
+                plan.lowerBound = range.lower
+                plan.upperBound = range.upper
+                plan.reverse = reverse
+                plan.orderFromIndex = request.sortDescriptors.count == 1 && firstSort?.slot == slot
+            }
+            // Conditions on the chosen slot are settled by the range; the rest filter.
+            residualParts = conjuncts.enumerated().filter { n, _ in settled[n] != slot }.map(\.1)
+        case .compound(let k):
+            let c = compound[k]
+            plan.index = c.index
+            plan.access = .compoundIndex(
+                keys: c.slots.map { layout.slotNames[$0] }, equalities: c.equalities, range: c.hasRange)
+            plan.lowerBound = c.lower
+            plan.upperBound = c.upper
+            plan.orderFromIndex = request.sortDescriptors.isEmpty
+        // Every condition is checked again on the records: entries cut at the longest key
+        // may match bounds their values do not.
         }
         if !residualParts.isEmpty {
             plan.residual = residualParts.count == 1 ? residualParts[0] : .and(residualParts)
             plan.filter = request.predicate?.format
+            let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
+            let attributeCount = layout.attributeCount
+            let (filter, rest) = RecordFilter.compile(
+                residualParts, layout: layout, format: request.predicate?.format ?? "",
+                destinationKeyspace: { destinations[$0 - attributeCount] })
+            plan.recordFilter = filter
+            plan.objectResidual = rest.isEmpty ? nil : (rest.count == 1 ? rest[0] : .and(rest))
+            plan.filtersRecords = filter != nil
+            plan.filterOnObjects = !rest.isEmpty
         }
-        plan.limitPushedDown = request.fetchLimit > 0 && plan.residual == nil && plan.orderFromIndex
+        // A limit stops the walk when nothing after the records' filter can drop a record and
+        // the order is the walk's.
+        plan.limitPushedDown =
+            request.fetchLimit > 0 && plan.objectResidual == nil
+            && (plan.orderFromIndex || request.sortDescriptors.isEmpty) && plan.points == nil
         plan.countFromIndex = plan.residual == nil
         return plan
     }
 
     /// Step 1: the top-level AND parts of a predicate (a `TRUEPREDICATE` part drops out).
-    private static func conjuncts(of predicate: FetchPredicate?) -> [PredicateNode] {
+    static func conjuncts(of predicate: FetchPredicate?) -> [PredicateNode] {
         var conjuncts: [PredicateNode] = []
         func flatten(_ n: PredicateNode) {
             if case .and(let parts) = n {
@@ -125,93 +202,326 @@ extension ManagedObjectContext {
         return conjuncts
     }
 
-    /// Step 2: by indexed attribute slot, the index range its comparisons allow, and the
-    /// conjuncts (by position) that a range settles exactly.
-    private static func indexRanges(
-        _ conjuncts: [PredicateNode], layout: EntityLayout,
-        indexed: [IndexID?]
-    ) -> (ranges: [Int: PlannedRange], settled: Set<Int>) {
+    /// Step 1b: a comparison of a key path through a to-one relationship with a constant
+    /// (`manager.lastName == 'X'`) becomes `manager IN {the managers whose lastName is 'X'}`,
+    /// with nil in the set when the comparison holds for no destination. The destinations are
+    /// found with their entity's own plan (an index, or a scan on records); then the to-one
+    /// relationship's index (or a filter on records) finds the objects. Only when the
+    /// destination entity has no unsaved changes here (they are judged on objects otherwise).
+    func relationshipPathsResolved(_ conjuncts: [PredicateNode], layout: EntityLayout) throws -> [PredicateNode] {
+        guard parent == nil else { return conjuncts }
+        return try conjuncts.map { node in
+            guard case .comparison(let c) = node, c.modifier == .direct else { return node }
+            var path: [String]
+            var constantFirst = false
+            let constant: Any?
+            if case .keyPath(let p, _) = c.lhs, let v = RecordFilter.Compiler.constant(c.rhs) {
+                path = p
+                constant = v
+            } else if case .keyPath(let p, _) = c.rhs, let v = RecordFilter.Compiler.constant(c.lhs) {
+                path = p
+                constant = v
+                constantFirst = true
+            } else {
+                return node
+            }
+            guard path.count >= 2, let slot = layout.slotByName[path[0]], slot >= layout.attributeCount,
+                !path[1...].contains(where: { $0.hasPrefix("@") })
+            else { return node }
+            let destination = model.layouts[layout.relationshipDestination[slot - layout.attributeCount]]
+            guard !destination.descendants.contains(where: { hasUnsavedChanges(model.layouts[$0]) }) else {
+                return node
+            }
+            path.removeFirst()
+            var inner = c
+            if constantFirst {
+                inner.rhs = .keyPath(path, column: c.column)
+            } else {
+                inner.lhs = .keyPath(path, column: c.column)
+            }
+            var request = FetchRequest<ManagedObject>(entityName: destination.name)
+            request.predicate = FetchPredicate(node: .comparison(inner), format: "")
+            let ids: [ObjectID]
+            do { ids = try fetchObjectIDs(request) } catch let e as LogbookError where e.code == .invalidPredicate {
+                return node  // judged on objects, where the error names the whole key path
+            }
+            // The comparison's result for no destination (the path's value is nil then).
+            let evaluator = PredicateEvaluator(format: "")
+            let whenNil =
+                (try? (constantFirst ? evaluator.apply(c, constant, nil) : evaluator.apply(c, nil, constant))) ?? false
+            var items: [Any?] = ids
+            if whenNil { items.append(nil) }
+            return .comparison(
+                Comparison(
+                    modifier: .direct, lhs: .keyPath([layout.slotNames[slot]], column: c.column), op: .in,
+                    rhs: .value(items), column: c.column))
+        }
+    }
+
+    /// Step 2: by indexed slot (attribute or to-one relationship), the index range (or points)
+    /// its comparisons allow, and which conjuncts (by position) a slot's range settles exactly.
+    static func indexRanges(
+        _ conjuncts: [PredicateNode], layout: EntityLayout, indexed: [IndexID?], store: StoreIdentity
+    ) -> (ranges: [Int: PlannedRange], settled: [Int: Int]) {
         var ranges: [Int: PlannedRange] = [:]
-        var settled = Set<Int>()
+        var settled: [Int: Int] = [:]
         for (n, c) in conjuncts.enumerated() {
-            // Only plain comparisons: [c] and [d] compare folded strings, which the index does not hold.
-            guard case .comparison(let cmp) = c, cmp.modifier == .direct, !cmp.caseInsensitive,
-                !cmp.diacriticInsensitive
-            else { continue }
-            // `value op attribute` is read as `attribute op' value`.
-            var attributeSide = cmp.lhs
-            var valueSide = cmp.rhs
-            var op = cmp.op
-            if case .value = cmp.lhs, case .keyPath = cmp.rhs {
-                attributeSide = cmp.rhs
-                valueSide = cmp.lhs
-                switch op {
-                case .less: op = .greater
-                case .lessOrEqual: op = .greaterOrEqual
-                case .greater: op = .less
-                case .greaterOrEqual: op = .lessOrEqual
-                default: break
-                }
-            }
-            guard case .keyPath(let path, _) = attributeSide, path.count == 1, let slot = layout.slotByName[path[0]],
-                slot < layout.attributeCount, indexed[slot] != nil
-            else { continue }
-            let type = layout.entity.attributes[slot].type
-            func key(_ v: Any?) -> [UInt8]? {
-                guard let v, let s = try? Slot(v, type: type), !s.isNull else { return nil }
-                // Strings longer than the index keeps are not settled exactly by it.
-                if case .string(let str) = s, str.utf8.count >= JournalFormat.maxIndexKeyLength - 1 { return nil }
-                if case .boxed = s { return nil }
-                return RecordCodec.indexKey(s, type: type, index: 0).bytes
-            }
+            guard let (slot, op, value) = indexableComparison(c, layout: layout, indexed: indexed) else { continue }
+            func key(_ v: Any?) -> [UInt8]? { indexKeyBytes(v, slot: slot, layout: layout) }
             var r = ranges[slot] ?? PlannedRange()
-            func tighten(lower: IndexBound?, upper: IndexBound?) {
-                if let lower {
-                    if r.lower == nil || lower.key.lexicographicallyPrecedes(r.lower!.key) == false { r.lower = lower }
-                }
-                if let upper {
-                    if r.upper == nil || upper.key.lexicographicallyPrecedes(r.upper!.key) { r.upper = upper }
-                }
-            }
-            guard case .value(let v) = valueSide else { continue }
             switch op {
             case .equal:
-                guard let k = key(v) else { continue }
-                tighten(lower: IndexBound(k, inclusive: true), upper: IndexBound(k, inclusive: true))
+                guard let k = key(value) else { continue }
+                r.tighten(lower: IndexBound(k, inclusive: true), upper: IndexBound(k, inclusive: true))
                 r.equality = true
             case .less, .lessOrEqual:
-                guard let k = key(v) else { continue }
+                guard let v = value, let k = key(v) else { continue }
                 // Above the no-value entries (tag 0), which a comparison never matches.
-                tighten(lower: IndexBound([1], inclusive: true), upper: IndexBound(k, inclusive: op == .lessOrEqual))
+                r.tighten(lower: IndexBound([1], inclusive: true), upper: IndexBound(k, inclusive: op == .lessOrEqual))
             case .greater, .greaterOrEqual:
-                guard let k = key(v) else { continue }
-                tighten(lower: IndexBound(k, inclusive: op == .greaterOrEqual), upper: nil)
+                guard let v = value, let k = key(v) else { continue }
+                r.tighten(lower: IndexBound(k, inclusive: op == .greaterOrEqual), upper: nil)
             case .between:
-                guard let bounds = v as? [Any?] ?? (v as? [Any]).map({ $0.map { $0 } }), bounds.count == 2,
-                    let lo = key(bounds[0]), let hi = key(bounds[1])
+                guard let bounds = value as? [Any?], bounds.count == 2, let b0 = bounds[0], let b1 = bounds[1],
+                    let lo = key(b0), let hi = key(b1)
                 else { continue }
-                tighten(lower: IndexBound(lo, inclusive: true), upper: IndexBound(hi, inclusive: true))
+                r.tighten(lower: IndexBound(lo, inclusive: true), upper: IndexBound(hi, inclusive: true))
+            case .in:
+                guard let items = value as? [Any?] else { continue }
+                var points: [[UInt8]] = []
+                for item in items {
+                    guard let k = key(item) else {
+                        points = []
+                        break
+                    }
+                    points.append(k)
+                }
+                guard !points.isEmpty || items.isEmpty else { continue }
+                // A second IN on the same slot: only the values in both.
+                if let existing = r.points { points = points.filter { existing.contains($0) } }
+                r.points = Array(Set(points)).sorted { $0.lexicographicallyPrecedes($1) }
+                r.equality = true
             default:
                 continue
             }
             ranges[slot] = r
-            settled.insert(n)
+            // A slot with both points and a range settles neither alone: keep both as filters.
+            if r.points != nil && (r.lower != nil || r.upper != nil) {
+                for (m, s) in settled where s == slot { settled[m] = nil }
+                ranges[slot]!.lower = nil
+                ranges[slot]!.upper = nil
+                continue
+            }
+            settled[n] = slot
         }
         return (ranges, settled)
     }
 
-    /// Step 3: the attribute whose index to walk: an equality, else the first sort key's
-    /// range, else any range (the lowest slot, for a stable plan), else the first sort key's
-    /// index for its order alone; nil for a scan.
-    private static func chooseIndex(
-        _ ranges: [Int: PlannedRange], firstSort: (slot: Int, ascending: Bool)?,
-        layout: EntityLayout, indexed: [IndexID?]
-    ) -> Int? {
-        if let equality = ranges.first(where: { $0.value.equality })?.key { return equality }
-        if let first = firstSort, ranges[first.slot] != nil { return first.slot }
-        if let any = ranges.keys.sorted().first { return any }
-        if let first = firstSort, first.slot < layout.attributeCount, indexed[first.slot] != nil { return first.slot }
-        return nil
+    /// A plain comparison of an indexed slot with a constant, as `slot op value` (`value op
+    /// slot` mirrored); nil for anything an index cannot answer ([c], [d], ANY, key paths…).
+    static func indexableComparison(_ c: PredicateNode, layout: EntityLayout, indexed: [IndexID?]) -> (
+        slot: Int, op: Comparison.Operator, value: Any?
+    )? {
+        // Only plain comparisons: [c] and [d] compare folded strings, which the index does not hold.
+        guard case .comparison(let cmp) = c, cmp.modifier == .direct, !cmp.caseInsensitive, !cmp.diacriticInsensitive
+        else { return nil }
+        var attributeSide = cmp.lhs
+        var valueSide = cmp.rhs
+        var op = cmp.op
+        if case .keyPath = cmp.rhs, RecordFilter.Compiler.constant(cmp.lhs) != nil {
+            guard op != .in, op != .between else { return nil }
+            attributeSide = cmp.rhs
+            valueSide = cmp.lhs
+            op = RecordFilter.Compiler.mirrored(op)
+        }
+        guard case .keyPath(let path, _) = attributeSide, path.count == 1, let slot = layout.slotByName[path[0]],
+            slot < indexed.count, indexed[slot] != nil, let v = RecordFilter.Compiler.constant(valueSide)
+        else { return nil }
+        if slot < layout.attributeCount, layout.entity.attributes[slot].isTransient { return nil }
+        return (slot, op, v)
+    }
+
+    /// The index key of a constant for a slot, when the index settles comparisons with it
+    /// exactly: nil for values of another type, strings longer than an index keeps, floats
+    /// that a float cannot hold, and objects not saved yet.
+    static func indexKeyBytes(_ v: Any?, slot: Int, layout: EntityLayout) -> [UInt8]? {
+        if slot >= layout.attributeCount {
+            switch v {
+            case nil: return [0]
+            case let o as ManagedObject where !o.flags.contains(.inserted):
+                return RecordCodec.indexKey(.object(o.engineKey), type: .int64, index: 0).bytes
+            case let id as ObjectID: return RecordCodec.indexKey(.object(id.key), type: .int64, index: 0).bytes
+            default: return nil
+            }
+        }
+        let type = layout.entity.attributes[slot].type
+        if case .transformable = type { return nil }
+        guard let v else { return [0] }
+        if v is Bool, type != .bool { return nil }
+        guard let s = try? Slot(v, type: type), !s.isNull else { return nil }
+        switch s {
+        case .string(let str):
+            // Strings longer than the index keeps are not settled exactly by it.
+            if str.utf8.count >= JournalFormat.maxIndexKeyLength - 1 { return nil }
+        case .double(let d):
+            // The value as stored must compare as the constant does.
+            if type == .float, PredicateEvaluator.number(v) != d { return nil }
+        case .boxed, .data: return nil
+        default: break
+        }
+        return RecordCodec.indexKey(s, type: type, index: 0).bytes
+    }
+
+    /// A compound index's bounds for the conditions: equal values on its first keys, then a
+    /// range on the next.
+    struct CompoundRange {
+        var index: IndexID
+        var slots: [Int]
+        var equalities: Int
+        var hasRange: Bool
+        var lower: IndexBound
+        var upper: IndexBound
+    }
+
+    /// Step 2b: each compound index that the conditions can use (an equality on its first key at least).
+    static func compoundRanges(
+        _ conjuncts: [PredicateNode], layout: EntityLayout, indexes: [(slots: [Int], index: IndexID)]
+    ) -> [CompoundRange] {
+        guard !indexes.isEmpty else { return [] }
+        // Every slot counts as indexed here: the compound index is the one asked about.
+        let all = [IndexID?](repeating: 0, count: layout.slotCount)
+        var equal: [Int: Any?] = [:]
+        var lowers: [Int: [(Any, Bool)]] = [:]
+        var uppers: [Int: [(Any, Bool)]] = [:]
+        for c in conjuncts {
+            guard let (slot, op, value) = indexableComparison(c, layout: layout, indexed: all) else { continue }
+            switch op {
+            case .equal: equal[slot] = .some(value)
+            case .greater, .greaterOrEqual:
+                if let value { lowers[slot, default: []].append((value, op == .greaterOrEqual)) }
+            case .less, .lessOrEqual: if let value { uppers[slot, default: []].append((value, op == .lessOrEqual)) }
+            case .between:
+                if let b = value as? [Any?], b.count == 2, let lo = b[0], let hi = b[1] {
+                    lowers[slot, default: []].append((lo, true))
+                    uppers[slot, default: []].append((hi, true))
+                }
+            default: break
+            }
+        }
+        func part(_ v: Any?, _ slot: Int) -> [UInt8]? {
+            guard indexKeyBytes(v, slot: slot, layout: layout) != nil else { return nil }
+            guard let s = try? slotValue(v, slot: slot, layout: layout) else { return nil }
+            return StoreLayout.compoundPart(s, slot: slot, entity: layout)
+        }
+        var result: [CompoundRange] = []
+        for (slots, index) in indexes {
+            var prefix: [UInt8] = []
+            var n = 0
+            while n < slots.count, let v = equal[slots[n]], let p = part(v, slots[n]) {
+                prefix += p
+                n += 1
+            }
+            guard n > 0 else { continue }
+            var lower = IndexBound(prefix, inclusive: true)
+            var upper = IndexBound(prefix + [0xFF], inclusive: true)
+            var hasRange = false
+            if n < slots.count {
+                let slot = slots[n]
+                // The strictest bound of each side (compared by their key bytes).
+                for (v, inclusive) in lowers[slot] ?? [] {
+                    guard let p = part(v, slot) else { continue }
+                    let key = inclusive ? prefix + p : prefix + p + [0xFF]
+                    if !hasRange || lower.key.lexicographicallyPrecedes(key) || lower.key == prefix {
+                        lower = IndexBound(key, inclusive: true)
+                    }
+                    hasRange = true
+                }
+                var upperSet = false
+                for (v, inclusive) in uppers[slot] ?? [] {
+                    guard let p = part(v, slot) else { continue }
+                    let key = inclusive ? prefix + p + [0xFF] : prefix + p
+                    let bound = IndexBound(key, inclusive: inclusive)
+                    if !upperSet || key.lexicographicallyPrecedes(upper.key)
+                        || (key == upper.key && !inclusive)
+                    {
+                        upper = bound
+                    }
+                    upperSet = true
+                    hasRange = true
+                }
+                // A comparison never matches no value: above the no-value entries.
+                if hasRange && lower.key == prefix { lower = IndexBound(prefix + [1], inclusive: true) }
+            }
+            result.append(
+                CompoundRange(index: index, slots: slots, equalities: n, hasRange: hasRange, lower: lower, upper: upper)
+            )
+        }
+        return result
+    }
+
+    static func slotValue(_ v: Any?, slot: Int, layout: EntityLayout) throws -> Slot {
+        if slot >= layout.attributeCount {
+            switch v {
+            case let o as ManagedObject: return .object(o.engineKey)
+            case let id as ObjectID: return .object(id.key)
+            default: return .null
+            }
+        }
+        return try Slot(v, type: layout.entity.attributes[slot].type)
+    }
+
+    enum ChosenAccess {
+        case scan
+        case slot(Int)
+        case compound(Int)
+    }
+
+    /// Step 3: the access that reads the fewest index entries (each candidate counted in its
+    /// index), a scan when every one reads more than the entity holds; a tie goes to the index that gives
+    /// the first sort key's order. With a limit and no other choice, the first sort key's
+    /// index gives the order alone.
+    static func choose(
+        _ ranges: [Int: PlannedRange], compound: [CompoundRange], firstSort: (slot: Int, ascending: Bool)?,
+        layout: EntityLayout, indexed: [IndexID?], snapshot: Snapshot, entityCount: Int, limit: Int?
+    ) -> (access: ChosenAccess, reason: String?) {
+        var best: (access: ChosenAccess, cost: Int, ordered: Bool)?
+        var seen: [String] = []
+        func consider(_ access: ChosenAccess, _ cost: Int, ordered: Bool, _ name: String) {
+            seen.append("\(name): \(cost)")
+            if let b = best, b.cost < cost || (b.cost == cost && (b.ordered || !ordered)) { return }
+            best = (access, cost, ordered)
+        }
+        for slot in ranges.keys.sorted() {
+            guard let index = indexed[slot] else { continue }
+            let r = ranges[slot]!
+            let cost: Int
+            if let points = r.points {
+                cost = points.reduce(0) {
+                    $0
+                        + snapshot.indexCount(
+                            index: index, from: IndexBound($1, inclusive: true), to: IndexBound($1, inclusive: true))
+                }
+            } else {
+                cost = snapshot.indexCount(index: index, from: r.lower, to: r.upper)
+            }
+            consider(.slot(slot), cost, ordered: firstSort?.slot == slot && r.points == nil, layout.slotNames[slot])
+        }
+        for (k, c) in compound.enumerated() {
+            let cost = snapshot.indexCount(index: c.index, from: c.lower, to: c.upper)
+            consider(
+                .compound(k), cost, ordered: false,
+                "(" + c.slots.map { layout.slotNames[$0] }.joined(separator: ", ") + ")")
+        }
+        // At equal cost the index wins: it settles its conditions (a count needs no record).
+        if let b = best, b.cost <= entityCount {
+            return (b.access, seen.joined(separator: ", ") + " of \(entityCount)")
+        }
+        // No condition narrows: the first sort key's index gives the order (with a limit, it
+        // stops the walk; without, it saves the sort).
+        if let first = firstSort, first.slot < indexed.count, indexed[first.slot] != nil {
+            return (.slot(first.slot), nil)
+        }
+        return (.scan, seen.isEmpty ? nil : seen.joined(separator: ", ") + " of \(entityCount)")
     }
 }
 
@@ -220,4 +530,25 @@ struct PlannedRange {
     var lower: IndexBound?
     var upper: IndexBound?
     var equality = false
+    /// Exact values to look up (`IN`), instead of a range.
+    var points: [[UInt8]]?
+
+    /// Keeps the stricter of each bound: the higher lower bound and the lower upper bound,
+    /// and at equal keys the exclusive one (`age > 5 AND age >= 5` is `age > 5`).
+    mutating func tighten(lower new: IndexBound?, upper newUpper: IndexBound?) {
+        if let new {
+            if let l = lower {
+                if l.key.lexicographicallyPrecedes(new.key) || (l.key == new.key && !new.inclusive) { lower = new }
+            } else {
+                lower = new
+            }
+        }
+        if let new = newUpper {
+            if let u = upper {
+                if new.key.lexicographicallyPrecedes(u.key) || (u.key == new.key && !new.inclusive) { upper = new }
+            } else {
+                upper = new
+            }
+        }
+    }
 }

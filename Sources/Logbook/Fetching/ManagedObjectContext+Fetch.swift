@@ -24,10 +24,26 @@ extension ManagedObjectContext {
         guard request.fetchBatchSize == 0, !spansSubentities(request, layout), !considersPendingChanges(request, layout)
         else { return nil }
         let plan = try plan(request, layout: layout)
-        guard plan.residual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
+        guard plan.objectResidual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
         _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let snapshot = readSnapshot()
         let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
+        if plan.residual != nil || plan.index == nil {
+            // A filter on records, or a scan: the matches come with their bytes.
+            var matches = try storeMatches(plan, layout: layout, snapshot: snapshot, output: .records, limit: stopAfter)
+            if request.fetchOffset > 0 {
+                let n = min(request.fetchOffset, matches.keys.count)
+                matches.keys.removeFirst(n)
+                matches.spans.removeFirst(n)
+            }
+            if request.fetchLimit > 0 { matches.truncate(to: request.fetchLimit) }
+            let keys = matches.keys
+            let held = registry.withLock { table in !table.isEmpty && keys.contains { table[$0] != nil } }
+            guard !held else { return nil }
+            let objects = faults(matches, layout: layout, snapshot: snapshot)
+            lastFetchRecordsRead = matches.examined
+            return Self.typed(objects, as: T.self)
+        }
         var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
         if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
         if request.fetchLimit > 0 && keys.count > request.fetchLimit {
@@ -54,14 +70,15 @@ extension ManagedObjectContext {
     public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
-        if plan.residual == nil && !considersPendingChanges(request, layout) && !spansSubentities(request, layout)
+        if plan.objectResidual == nil && !considersPendingChanges(request, layout) && !spansSubentities(request, layout)
             && (plan.orderFromIndex || request.sortDescriptors.isEmpty)
         {
-            let keys = try candidateKeys(
-                plan, layout: layout, snapshot: readSnapshot(),
-                stopAfter: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
-            lastFetchRecordsRead = 0
-            var slice = keys[...]
+            // The index, or a scan with the filter on records: no object is made.
+            let matches = try storeMatches(
+                plan, layout: layout, snapshot: readSnapshot(), output: .keys,
+                limit: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+            lastFetchRecordsRead = matches.examined
+            var slice = matches.keys[...]
             if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
             if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
             return slice.map { ObjectID(store: storeLayout.identity, key: $0) }
@@ -88,9 +105,18 @@ extension ManagedObjectContext {
                 part.entityName = model.layouts[k].name
                 n += try count(for: part)
             }
+        } else if plan.residual != nil && plan.objectResidual == nil && !considersPendingChanges(request, layout)
+            && !spansSubentities(request, layout)
+        {
+            // The filter compiles to a test on records: counted on the records, no object made.
+            let matches = try storeMatches(
+                plan, layout: layout, snapshot: readSnapshot(), output: .count,
+                limit: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+            n = matches.count
+            lastFetchRecordsRead = matches.examined
         } else if plan.residual == nil && !considersPendingChanges(request, layout) {
             let snapshot = readSnapshot()
-            if layout.inTree, plan.index != nil {
+            if layout.inTree || plan.points != nil, plan.index != nil {
                 // The index is shared with the rest of the tree: its keys are filtered.
                 n = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil).count
             } else if let index = plan.index {
@@ -158,10 +184,46 @@ extension ManagedObjectContext {
         request.includesSubentities && layout.descendants.count > 1
     }
 
+    /// The records of the store that `plan` selects (its index range or a scan of the entity,
+    /// then its compiled record filter), read from `snapshot`: at most `limit`, in the plan's
+    /// order (index order, else key order).
+    func storeMatches(
+        _ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, output: ScanOutput, limit: Int?
+    ) throws -> ScanMatches {
+        try RecordCodec.readingRecords(of: layout) {
+            if plan.index == nil && plan.recordFilter == nil && output != .records {
+                // Every key of the entity: the primary index alone answers.
+                let keys = snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index], limit: limit)
+                return ScanMatches(count: keys.count, keys: output == .keys ? keys : [])
+            }
+            if plan.index == nil {
+                return try StoreScan.scan(
+                    snapshot, keyspace: storeLayout.keyspace[layout.index], filter: plan.recordFilter, output: output,
+                    limit: limit)
+            }
+            let keys = try candidateKeys(
+                plan, layout: layout, snapshot: snapshot, stopAfter: plan.recordFilter == nil ? limit : nil)
+            return try StoreScan.filter(
+                keys, snapshot: snapshot, filter: plan.recordFilter, output: output, limit: limit)
+        }
+    }
+
     func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64]
     {
         var keys: [UInt64] = []
-        if let index = plan.index, layout.inTree {
+        if let index = plan.index, let points = plan.points {
+            // Each value's entries, then key order (the points' order means nothing to a user).
+            for p in points {
+                keys += snapshot.primaryKeys(
+                    index: index, from: IndexBound(p, inclusive: true), to: IndexBound(p, inclusive: true))
+            }
+            if layout.inTree {
+                let keyspace = storeLayout.keyspace[layout.index]
+                keys.removeAll { EngineKey(rawValue: $0).keyspace != keyspace }
+            }
+            keys.sort()
+            if let stopAfter, keys.count > stopAfter { keys.removeLast(keys.count - stopAfter) }
+        } else if let index = plan.index, layout.inTree {
             // An index of an inheritance tree holds the keys of all its entities: keep this one's.
             let keyspace = storeLayout.keyspace[layout.index]
             keys = snapshot.primaryKeys(
@@ -253,6 +315,27 @@ extension ManagedObjectContext {
         return created
     }
 
+    /// Registered faults for a scan's matches, each keeping its record's bytes (in one arena).
+    func faults(_ matches: ScanMatches, layout: EntityLayout, snapshot: Snapshot) -> [ManagedObject] {
+        let arena = RecordArena(matches.bytes)
+        let token = self.token
+        let managedClass = layout.managedClass
+        var created: [ManagedObject] = []
+        created.reserveCapacity(matches.keys.count)
+        for i in matches.keys.indices {
+            let o = managedClass.init(
+                ManagedObject.Bootstrap(
+                    layout: layout, key: matches.keys[i], token: token, slots: [], fault: true,
+                    version: snapshot.version))
+            o.rawArena = arena
+            o.rawOffset = matches.spans[i].offset
+            o.rawCount = matches.spans[i].count
+            created.append(o)
+        }
+        register(all: created)
+        return created
+    }
+
     /// Visits every saved object of an entity in key order (the order of insertion), reading
     /// `batchSize` records at a time from one snapshot; the objects of a batch are released
     /// after it unless something else holds them, so memory stays bounded for any store size.
@@ -334,33 +417,26 @@ extension ManagedObjectContext {
             return faults
         }
         let stopAfter = plan.limitPushedDown && !dirty ? request.fetchOffset + request.fetchLimit : nil
-        let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+        // The store's records that pass the compiled filter, with their bytes; objects are made
+        // for those alone, and the rest of the filter (if any) is checked on them.
+        let matches = try storeMatches(plan, layout: layout, snapshot: snapshot, output: .records, limit: stopAfter)
+        let keys = matches.keys
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        let residual = plan.objectResidual
         var objects: [ManagedObject] = []
         objects.reserveCapacity(keys.count)
-        var read = 0
-        // Registered objects first (one lock), then the others read in one pass over the store.
         let known = registered(keys: keys)
-        var fresh: [ManagedObject?] = Array(repeating: nil, count: keys.count)
-        var missing: [UInt64] = []
-        var missingAt: [Int] = []
-        for (i, o) in known.enumerated() where o == nil {
-            missing.append(keys[i])
-            missingAt.append(i)
-        }
-        if !missing.isEmpty {
-            let created = try materialize(missing, layout: layout, snapshot: snapshot)
-            for (j, o) in created.enumerated() { fresh[missingAt[j]] = o }
-            read = created.count
-        }
+        let arena = RecordArena(matches.bytes)
+        let managedClass = layout.managedClass
+        var fresh: [ManagedObject] = []
         for i in keys.indices {
             if let o = known[i] {
                 if o.flags.contains(.deleted) || o.flags.contains(.updated) {
                     // Changed objects are judged below on their current values, or here on
                     // the stored ones when pending changes are not wanted.
                     if request.includesPendingChanges { continue }
-                    if let residual = plan.residual {
-                        let stored = layout.managedClass.init(
+                    if let residual {
+                        let stored = managedClass.init(
                             ManagedObject.Bootstrap(
                                 layout: layout, key: o.engineKey, token: token, slots: o.committed ?? o.slots,
                                 fault: false))
@@ -369,14 +445,32 @@ extension ManagedObjectContext {
                     objects.append(o)
                     continue
                 }
-                if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
-                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+                if let residual {
+                    if o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
+                    if try !evaluator.test(residual, object: o) { continue }
+                }
                 objects.append(o)
-            } else if let o = fresh[i] {
-                if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
+            } else {
+                let o = managedClass.init(
+                    ManagedObject.Bootstrap(
+                        layout: layout, key: keys[i], token: token, slots: [], fault: true, version: snapshot.version))
+                o.rawArena = arena
+                o.rawOffset = matches.spans[i].offset
+                o.rawCount = matches.spans[i].count
+                fresh.append(o)
                 objects.append(o)
             }
         }
+        register(all: fresh)
+        if let residual {
+            // Checked after registering: the condition may follow relationships to other objects.
+            let registeredFresh = Set(fresh.map { ObjectIdentifier($0) })
+            objects = try objects.filter { o in
+                guard registeredFresh.contains(ObjectIdentifier(o)) else { return true }
+                return try evaluator.test(residual, object: o)
+            }
+        }
+        let read = matches.examined
         lastFetchRecordsRead = read
         var added = false
         let changed =
@@ -391,6 +485,8 @@ extension ManagedObjectContext {
             added = true
         }
         if !sortKeys.isEmpty && (!plan.orderFromIndex || added) {
+            // Sorting reads the slots: faults decode their records (the fetch's own, in memory).
+            for o in objects where o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
             SortKey.sort(&objects, by: sortKeys)
         } else if sortKeys.isEmpty && added && plan.index == nil {
             objects.sort { $0.engineKey < $1.engineKey }
@@ -439,6 +535,7 @@ extension ManagedObjectContext {
         if sortKeys.isEmpty {
             all.sort { $0.engineKey < $1.engineKey }
         } else {
+            for o in all where o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
             SortKey.sort(&all, by: sortKeys, mixedEntities: true)
         }
         var result = all[...]

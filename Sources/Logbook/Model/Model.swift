@@ -180,6 +180,11 @@ public struct RelationshipDescription: Sendable {
     /// ordered set): read them with `orderedObjects(forKey:)`, change the order with
     /// `insert(_:at:inRelationship:)`, `moveObject(at:to:inRelationship:)`, …
     public var isOrdered = false
+    /// For to-one relationships: whether the store keeps an index of the destination, so that
+    /// `manager == %@` and `manager.name == "X"` read only the matching objects (true by
+    /// default, as SQLite users index foreign keys). Ignored for to-many relationships, whose
+    /// members are stored as sets.
+    public var isIndexed = true
 
     /// A relationship named `name` to the entity `destination`, with its inverse.
     ///
@@ -189,9 +194,11 @@ public struct RelationshipDescription: Sendable {
     public init(
         _ name: String, to destination: String, inverse: String?, toMany: Bool = false, ordered: Bool = false,
         deleteRule: DeleteRule = .nullify,
-        optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil
+        optional: Bool = true, minCount: Int = 0, maxCount: Int = .max, renamedFrom renamingIdentifier: String? = nil,
+        indexed: Bool = true
     ) {
         self.name = name
+        self.isIndexed = indexed
         self.isOrdered = ordered && toMany
         self.destination = destination
         self.inverse = inverse
@@ -230,6 +237,16 @@ public struct EntityDescription: Sendable {
     /// (and its sub-entities) may share: checked at save with an index (Core Data's
     /// `uniquenessConstraints`). A value left empty is not constrained.
     public var uniquenessConstraints: [[String]] = []
+    /// Indexes over several attributes (or to-one relationships), in order: a fetch uses one
+    /// for equality conditions on a prefix of its keys plus a range on the next (Core Data's
+    /// `indexes`, a fetch index with several elements). Single-attribute indexes are
+    /// `AttributeDescription.isIndexed`.
+    ///
+    /// ```swift
+    /// var person = EntityDescription("Person") { … }
+    /// person.compoundIndexes = [["lastName", "age"]]   // lastName == 'X' AND age > 40
+    /// ```
+    public var compoundIndexes: [[String]] = []
 
     /// An entity from lists of attributes and relationships.
     public init(
@@ -262,7 +279,8 @@ public struct EntityDescription: Sendable {
     /// ```
     public init(
         _ name: String, class managedClass: ManagedObject.Type? = nil, parent: String? = nil, abstract: Bool = false,
-        renamedFrom: String? = nil, @PropertyListBuilder _ properties: () -> [PropertyDescription]
+        renamedFrom: String? = nil, compoundIndexes: [[String]] = [],
+        @PropertyListBuilder _ properties: () -> [PropertyDescription]
     ) {
         var attributes: [AttributeDescription] = []
         var relationships: [RelationshipDescription] = []
@@ -275,6 +293,7 @@ public struct EntityDescription: Sendable {
         self.init(
             name, attributes: attributes, relationships: relationships, class: managedClass, parent: parent,
             abstract: abstract, renamedFrom: renamedFrom)
+        self.compoundIndexes = compoundIndexes
     }
 }
 
@@ -428,6 +447,7 @@ public final class ManagedObjectModel: Sendable {
             f.attributes = line.flatMap(\.attributes)
             f.relationships = line.flatMap(\.relationships)
             f.uniquenessConstraints = line.flatMap(\.uniquenessConstraints)
+            f.compoundIndexes = line.flatMap(\.compoundIndexes)
             flattened.append(f)
         }
         self.flattened = flattened
@@ -626,6 +646,17 @@ final class EntityLayout: Sendable {
             if !slotsOfKeys.isEmpty { constraints.append(slotsOfKeys) }
         }
         self.constraints = constraints
+        for keys in entity.compoundIndexes {
+            for key in keys {
+                guard let slot = slots[key], slot >= entity.attributes.count || !entity.attributes[slot].isTransient
+                else {
+                    throw LogbookError(
+                        .invalidModel,
+                        "the compound index (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
+                        entity: entity.name, key: key)
+                }
+            }
+        }
         self.hasRelationshipRules = entity.relationships.contains { r in
             r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
         }

@@ -276,14 +276,11 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
             guard var entity = current else { return }
             for index in fetchIndexes {
                 if index.count > 1 {
-                    warnings.append(
-                        "\(entity.name): the compound index (\(index.joined(separator: ", "))) is used as an index on \(index[0]) alone"
-                    )
-                }
-                if let i = entity.attributes.firstIndex(where: { $0.name == index[0] }),
-                    !entity.attributes[i].isTransient
-                {
-                    entity.attributes[i].isIndexed = true
+                    entity.compoundIndexes.append(index)
+                } else if let i = entity.attributes.firstIndex(where: { $0.name == index[0] }) {
+                    if !entity.attributes[i].isTransient { entity.attributes[i].isIndexed = true }
+                } else if let r = entity.relationships.firstIndex(where: { $0.name == index[0] }) {
+                    entity.relationships[r].isIndexed = true
                 }
             }
             entities.append(entity)

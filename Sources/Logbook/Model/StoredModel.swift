@@ -36,9 +36,11 @@ extension ManagedObjectModel {
                     relationships: own(e, \.relationships).map { r in
                         RelationshipDescription(
                             r.name, to: r.destination, inverse: r.inverse, toMany: r.toMany,
-                            ordered: r.orderKeyspace != nil, deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify)
+                            ordered: r.orderKeyspace != nil, deleteRule: DeleteRule(rawValue: r.deleteRule) ?? .nullify,
+                            indexed: r.index != nil)
                     }, parent: e.parent, abstract: e.abstract ?? false)
                 entity.uniquenessConstraints = own(e) { $0.constraints ?? [] }.map(\.keys)
+                entity.compoundIndexes = own(e) { $0.compoundIndexes ?? [] }.map(\.keys)
                 return entity
             })
     }
@@ -75,6 +77,14 @@ public struct RecordedNames: Sendable {
             for r in e.relationships {
                 if let k = r.setKeyspace, relationships[k] == nil { relationships[k] = "\(e.name).\(r.name)" }
                 if let k = r.orderKeyspace, relationships[k] == nil { relationships[k] = "\(e.name).\(r.name) order" }
+            }
+            for r in e.relationships {
+                if let i = r.index, indexes[IndexID(rawValue: i)] == nil {
+                    indexes[IndexID(rawValue: i)] = "\(e.name).\(r.name)"
+                }
+            }
+            for c in e.compoundIndexes ?? [] where indexes[IndexID(rawValue: c.index)] == nil {
+                indexes[IndexID(rawValue: c.index)] = "\(e.name) (\(c.keys.joined(separator: ", ")))"
             }
             for c in e.constraints ?? [] where indexes[IndexID(rawValue: c.index)] == nil {
                 indexes[IndexID(rawValue: c.index)] = "\(e.name) unique (\(c.keys.joined(separator: ", ")))"

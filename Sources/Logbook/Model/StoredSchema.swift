@@ -26,6 +26,8 @@ struct StoredSchema: Codable, Equatable {
         var polymorphic: Bool?
         /// For ordered to-many relationships: the keyspace of the order records (one per owner).
         var orderKeyspace: UInt16?
+        /// For indexed to-one relationships: the secondary index over the destination.
+        var index: UInt32?
     }
     struct Constraint: Codable, Equatable {
         var keys: [String]
@@ -36,6 +38,8 @@ struct StoredSchema: Codable, Equatable {
         var name: String
         /// Uniqueness constraints, each with its index (shared with sub-entities).
         var constraints: [Constraint]?
+        /// Compound indexes, each with its index number (shared with sub-entities).
+        var compoundIndexes: [Constraint]?
         /// The entity it inherits from, if any.
         var parent: String?
         /// Whether it is abstract (recorded for tools).
@@ -127,11 +131,20 @@ struct StoredSchema: Codable, Equatable {
                 }
                 let setKeyspace = keyspace(r.isToMany, oldR?.setKeyspace)
                 let orderKeyspace = keyspace(r.isOrdered, oldR?.orderKeyspace)
+                var index: UInt32?
+                if !r.isToMany && r.isIndexed {
+                    if let i = oldR?.index {
+                        index = i
+                    } else {
+                        index = nextIndex
+                        nextIndex += 1
+                    }
+                }
                 relationships.append(
                     Relationship(
                         name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
                         deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic,
-                        orderKeyspace: orderKeyspace))
+                        orderKeyspace: orderKeyspace, index: index))
             }
             var constraints: [Constraint] = []
             for (j, keys) in e.uniquenessConstraints.enumerated() {
@@ -146,14 +159,44 @@ struct StoredSchema: Codable, Equatable {
                     nextIndex += 1
                 }
             }
+            var compound: [Constraint] = []
+            for (j, keys) in e.compoundIndexes.enumerated() {
+                if let inherited, let parentIndexes = inherited.compoundIndexes, j < parentIndexes.count {
+                    compound.append(parentIndexes[j])
+                    continue
+                }
+                if let c = old?.compoundIndexes?.first(where: { $0.keys == keys }) {
+                    compound.append(c)
+                } else {
+                    compound.append(Constraint(keys: keys, index: nextIndex))
+                    nextIndex += 1
+                }
+            }
             made[i] = Entity(
-                name: e.name, constraints: constraints.isEmpty ? nil : constraints, parent: e.parentEntity,
+                name: e.name, constraints: constraints.isEmpty ? nil : constraints,
+                compoundIndexes: compound.isEmpty ? nil : compound, parent: e.parentEntity,
                 abstract: e.isAbstract ? true : nil, keyspace: keyspace, attributes: attributes,
                 relationships: relationships)
         }
         return StoredSchema(
             storeUUID: previous?.storeUUID ?? UUID(), entities: made.map { $0! }, nextKeyspace: nextKeyspace,
             nextIndex: nextIndex)
+    }
+
+    /// Whether `other` differs from this schema in its indexes alone (single, relationship and
+    /// compound index numbers, and the next index number).
+    func sameExceptIndexes(_ other: StoredSchema) -> Bool {
+        func strip(_ s: StoredSchema) -> StoredSchema {
+            var s = s
+            s.nextIndex = 0
+            for i in s.entities.indices {
+                s.entities[i].compoundIndexes = nil
+                for j in s.entities[i].attributes.indices { s.entities[i].attributes[j].index = nil }
+                for j in s.entities[i].relationships.indices { s.entities[i].relationships[j].index = nil }
+            }
+            return s
+        }
+        return strip(self) == strip(other)
     }
 
     func encoded() -> [UInt8] {
@@ -175,17 +218,20 @@ final class StoreLayout: Sendable {
     let identity: StoreIdentity
     /// By model entity index.
     let keyspace: [UInt16]
-    /// By model entity index, by attribute index: the index number, if indexed.
-    let attributeIndex: [[IndexID?]]
+    /// By model entity index, by slot (attributes, then to-one relationships): the index
+    /// number, if indexed.
+    let slotIndex: [[IndexID?]]
     /// By model entity index, by relationship index: the set keyspace of to-many relationships.
     let setKeyspace: [[UInt16?]]
     /// By model entity index, by relationship index: the order keyspace of ordered ones.
     let orderKeyspace: [[UInt16?]]
     let entityByKeyspace: [UInt16: Int]
-    /// By model entity index: the indexed attributes and their index numbers.
-    let indexedAttributes: [[(attribute: Int, index: IndexID)]]
+    /// By model entity index: the indexed slots and their index numbers.
+    let indexedSlots: [[(slot: Int, index: IndexID)]]
     /// By model entity index: each uniqueness constraint's slots and index.
     let constraintIndexes: [[(slots: [Int], index: IndexID)]]
+    /// By model entity index: each compound index's slots and index.
+    let compoundIndexes: [[(slots: [Int], index: IndexID)]]
 
     init(schema: StoredSchema, model: ManagedObjectModel) {
         self.schema = schema
@@ -194,6 +240,7 @@ final class StoreLayout: Sendable {
         var sk: [[UInt16?]] = []
         var ok: [[UInt16?]] = []
         var ci: [[(slots: [Int], index: IndexID)]] = []
+        var cx: [[(slots: [Int], index: IndexID)]] = []
         var byKs: [UInt16: Int] = [:]
         var names: [String: UInt16] = [:]
         for (i, e) in model.entities.enumerated() {
@@ -201,17 +248,29 @@ final class StoreLayout: Sendable {
             ks.append(stored.keyspace)
             byKs[stored.keyspace] = i
             names[e.name] = stored.keyspace
-            ai.append(stored.attributes.map { $0.index.map(IndexID.init(rawValue:)) })
+            let layout = model.layouts[i]
+            // To-one slots follow the attributes, in the order of `layout.toOne`.
+            ai.append(
+                stored.attributes.map { $0.index.map(IndexID.init(rawValue:)) }
+                    + layout.toOne.map { r in
+                        stored.relationships.first { $0.name == layout.entity.relationships[r].name }?.index.map(
+                            IndexID.init(rawValue:))
+                    })
             sk.append(stored.relationships.map(\.setKeyspace))
             ok.append(stored.relationships.map(\.orderKeyspace))
-            let layout = model.layouts[i]
             ci.append(
                 zip(layout.constraints, stored.constraints ?? []).map { slots, c in (slots, IndexID(rawValue: c.index))
                 })
+            cx.append(
+                (stored.compoundIndexes ?? []).compactMap { c in
+                    let slots = c.keys.compactMap { layout.slotByName[$0] }
+                    return slots.count == c.keys.count ? (slots, IndexID(rawValue: c.index)) : nil
+                })
         }
         keyspace = ks
-        attributeIndex = ai
-        indexedAttributes = ai.map { list in list.enumerated().compactMap { i, x in x.map { (i, $0) } } }
+        slotIndex = ai
+        indexedSlots = ai.map { list in list.enumerated().compactMap { i, x in x.map { (i, $0) } } }
+        compoundIndexes = cx
         setKeyspace = sk
         orderKeyspace = ok
         constraintIndexes = ci
@@ -231,16 +290,68 @@ final class StoreLayout: Sendable {
 }
 
 extension StoreLayout {
-    /// The index entries of a record: one per indexed attribute, one per uniqueness constraint.
+    /// The index entries of a record: one per indexed attribute or to-one relationship, one
+    /// per uniqueness constraint, one per compound index.
     func indexKeys(_ slots: [Slot], entity: EntityLayout) -> [IndexKey] {
-        var keys = indexedAttributes[entity.index].map {
-            RecordCodec.indexKey(
-                slots[$0.attribute], type: entity.entity.attributes[$0.attribute].type, index: $0.index)
+        var keys = indexedSlots[entity.index].map {
+            Self.indexKey(slots[$0.slot], slot: $0.slot, entity: entity, index: $0.index)
         }
         for c in constraintIndexes[entity.index] {
             keys.append(constraintKey(slots, c.slots, entity: entity, index: c.index))
         }
+        for c in compoundIndexes[entity.index] {
+            keys.append(
+                IndexKey(index: c.index, bytes: Self.compoundKey(c.slots.map { slots[$0] }, c.slots, entity: entity)))
+        }
         return keys
+    }
+
+    /// The single-slot index entry of a value: an attribute's ordered bytes, or a to-one
+    /// relationship's destination key.
+    @inline(__always)
+    static func indexKey(_ value: Slot, slot: Int, entity: EntityLayout, index: IndexID) -> IndexKey {
+        RecordCodec.indexKey(
+            value, type: slot < entity.attributeCount ? entity.entity.attributes[slot].type : .int64, index: index)
+    }
+
+    /// A compound index entry: each value as in a single index (0x00 for none, else 0x01 and
+    /// ordered bytes), with the bytes of strings, data and URLs escaped (0x00 as 0x00 0xFF) and
+    /// ended by 0x00 0x00, so that entries sort by the first value, then the second, and so on.
+    /// Cut at the longest index key; an entry cut short still sorts at or after every bound
+    /// it matches (the planner checks every condition on the records again).
+    static func compoundKey(_ values: [Slot], _ slots: [Int], entity: EntityLayout) -> [UInt8] {
+        var bytes: [UInt8] = []
+        for (value, slot) in zip(values, slots) {
+            bytes.append(contentsOf: compoundPart(value, slot: slot, entity: entity))
+            if bytes.count >= JournalFormat.maxIndexKeyLength { break }
+        }
+        if bytes.count > JournalFormat.maxIndexKeyLength {
+            bytes.removeLast(bytes.count - JournalFormat.maxIndexKeyLength)
+        }
+        return bytes
+    }
+
+    /// One value's part of a compound entry (see `compoundKey`).
+    static func compoundPart(_ value: Slot, slot: Int, entity: EntityLayout) -> [UInt8] {
+        func escaped<C: Collection>(_ raw: C) -> [UInt8] where C.Element == UInt8 {
+            var out: [UInt8] = [1]
+            out.reserveCapacity(raw.count + 3)
+            for b in raw {
+                out.append(b)
+                if b == 0 { out.append(0xFF) }
+            }
+            out.append(contentsOf: [0, 0])
+            return out
+        }
+        switch value {
+        case .null: return [0]
+        case .string(let s): return escaped(s.utf8)
+        case .data(let d): return escaped(d)
+        case .boxed(let b):
+            if case .url(let u) = b.value { return escaped(u.absoluteString.utf8) }
+            return indexKey(value, slot: slot, entity: entity, index: 0).bytes
+        default: return indexKey(value, slot: slot, entity: entity, index: 0).bytes
+        }
     }
 
     /// A constraint's index entry: each value's index bytes, length-prefixed (two bytes), each

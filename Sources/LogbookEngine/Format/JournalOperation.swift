@@ -52,6 +52,23 @@ enum JournalOperation {
         }
     }
 
+    /// The key and value range of the put at `offset`, reading no further than the value (a
+    /// scan's per-record step); nil when the operation there is not a well-formed put.
+    @inline(__always)
+    static func putValue(_ block: UnsafeRawBufferPointer, at offset: Int) -> (key: UInt64, value: Range<Int>)? {
+        var r = ByteReader(block, offset: offset)
+        do {
+            guard try r.readByte() == JournalFormat.OperationCode.put.rawValue else { return nil }
+            let key = try r.readKey()
+            let length = try r.readLength(limit: JournalFormat.maxValueLength)
+            let start = r.offset
+            try r.skip(length)
+            return (key, start..<r.offset)
+        } catch {
+            return nil
+        }
+    }
+
     /// Decodes the operation at `offset`; returns it and the offset after it.
     static func decode(_ block: UnsafeRawBufferPointer, at offset: Int) throws(Malformed) -> (JournalOperation, Int) {
         var r = ByteReader(block, offset: offset)

@@ -146,14 +146,17 @@ struct BlockReader: Sendable {
         return (parsed.codec, Array(frame[parsed.payload]))
     }
 
-    func block(segment: UInt64, frameOffset: Int) throws -> [UInt8] {
+    /// The decoded block of a frame: from the cache, else read, verified, decoded and (when
+    /// `caching`) kept in the cache. A scan reads with `caching` false, so that a pass over the
+    /// whole store does not evict the blocks other reads use.
+    func block(segment: UInt64, frameOffset: Int, caching: Bool = true) throws -> [UInt8] {
         let key = segment << 32 | UInt64(frameOffset)
         if let cached = cache.get(key) { return cached }
         let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
         guard let decoded = frame.withUnsafeBytes({ Frame.decode($0, parsed) }) else {
             throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
         }
-        cache.insert(key, decoded)
+        if caching { cache.insert(key, decoded) }
         return decoded
     }
 }

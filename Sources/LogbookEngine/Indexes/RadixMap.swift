@@ -329,6 +329,75 @@ struct RadixMap<Value: RadixSlot> {
         return true
     }
 
+    /// Appends the entries of one keyspace with keys in `from...through` (full keys), in
+    /// ascending order, to `keys` and `values`, at most `limit` of them; returns how many. The
+    /// loop a scan runs per batch, without a closure per entry.
+    @discardableResult
+    func collect(
+        inKeyspace keyspace: UInt16, from: UInt64, through: UInt64, limit: Int, keys: inout [UInt64],
+        values: inout [Value]
+    ) -> Int {
+        guard let si = spaceIndex(keyspace), let root = spaces[si].root, limit > 0 else { return 0 }
+        let base = EngineKey.first(inKeyspace: keyspace).rawValue
+        let fromKey = EngineKey(rawValue: from)
+        let start = fromKey.keyspace == keyspace ? fromKey.id : (fromKey.keyspace > keyspace ? UInt64.max : 0)
+        let throughKey = EngineKey(rawValue: through)
+        let end = throughKey.keyspace == keyspace ? throughKey.id : (throughKey.keyspace > keyspace ? UInt64.max : 0)
+        guard start != .max, start <= end, throughKey.keyspace >= keyspace else { return 0 }
+        var added = 0
+        func walk(_ node: Node, prefix: UInt64, shift: Int) -> Bool {
+            if shift == 0 {
+                var i = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
+                while i < 64 {
+                    let id = prefix + UInt64(i)
+                    if id > end { return false }
+                    let v = node.slots[i]
+                    if !v.isAbsent {
+                        keys.append(base | id)
+                        values.append(v)
+                        added += 1
+                        if added == limit { return false }
+                    }
+                    i += 1
+                }
+                return true
+            }
+            let span = UInt64(1) << UInt64(shift)
+            for i in 0..<64 {
+                guard let child = node.children[i] else { continue }
+                let childPrefix = prefix + UInt64(i) * span
+                if childPrefix + span <= start { continue }
+                if childPrefix > end { return false }
+                if !walk(child, prefix: childPrefix, shift: shift - Self.bits) { return false }
+            }
+            return true
+        }
+        _ = walk(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1))
+        return added
+    }
+
+    /// The largest key of a keyspace, or nil when it holds none: one walk down the rightmost
+    /// occupied children.
+    func lastKey(inKeyspace keyspace: UInt16) -> UInt64? {
+        guard let si = spaceIndex(keyspace), let root = spaces[si].root, spaces[si].count > 0 else { return nil }
+        let base = EngineKey.first(inKeyspace: keyspace).rawValue
+        func last(_ node: Node, prefix: UInt64, shift: Int) -> UInt64? {
+            if shift == 0 {
+                for i in stride(from: 63, through: 0, by: -1) where !node.slots[i].isAbsent {
+                    return base | (prefix + UInt64(i))
+                }
+                return nil
+            }
+            let span = UInt64(1) << UInt64(shift)
+            for i in stride(from: 63, through: 0, by: -1) {
+                guard let child = node.children[i] else { continue }
+                if let found = last(child, prefix: prefix + UInt64(i) * span, shift: shift - Self.bits) { return found }
+            }
+            return nil
+        }
+        return last(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1))
+    }
+
     /// Visits every entry of every keyspace, keyspaces in ascending order.
     @discardableResult
     func forEachEntry(_ body: (UInt64, Value) throws -> Bool) rethrows -> Bool {

@@ -95,12 +95,87 @@ public final class Snapshot: Sendable {
         }
     }
 
+    /// The smallest and largest key of a keyspace, or nil when it holds none: how a scan
+    /// splits a keyspace between workers.
+    public func keyBounds(inKeyspace keyspace: UInt16) -> ClosedRange<UInt64>? {
+        var first: UInt64?
+        state.primary.forEach(inKeyspace: keyspace) { key, _ in
+            first = key
+            return false
+        }
+        guard let first, let last = state.primary.lastKey(inKeyspace: keyspace) else { return nil }
+        return first...last
+    }
+
+    /// Visits the value of every key of `keyspace` within `range` (full keys), for a scan.
+    ///
+    /// Keys are taken in ascending order in batches of up to `batchSize`; each batch is read in
+    /// storage order, so that each block is decoded once per batch, and the blocks a scan reads
+    /// are not kept in the shared block cache (a pass over the whole store does not evict what
+    /// other reads use). Within a batch, keys come in ascending order when they were written
+    /// in that order (as keys written together are); a caller that needs key order sorts what
+    /// it keeps of a batch. At most one block is held at a time. `body` returns false to stop.
+    ///
+    /// ```swift
+    /// var names = 0
+    /// try snapshot.scanValues(inKeyspace: 1, in: snapshot.keyBounds(inKeyspace: 1)!) { key, value in
+    ///     names += value.count
+    ///     return true
+    /// }
+    /// ```
+    public func scanValues(
+        inKeyspace keyspace: UInt16, in range: ClosedRange<UInt64>, batchSize: Int = 4096,
+        _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        var keys: [UInt64] = []
+        var locations: [UInt64] = []
+        keys.reserveCapacity(batchSize)
+        locations.reserveCapacity(batchSize)
+        var next = range.lowerBound
+        var blockKey = UInt64.max
+        var block: [UInt8] = []
+        var order: [Int] = []
+        while next <= range.upperBound {
+            keys.removeAll(keepingCapacity: true)
+            locations.removeAll(keepingCapacity: true)
+            state.primary.collect(
+                inKeyspace: keyspace, from: next, through: range.upperBound, limit: batchSize, keys: &keys,
+                values: &locations)
+            guard let last = keys.last else { return }
+            var ordered = true
+            for i in 1..<max(1, locations.count) where locations[i] < locations[i - 1] {
+                ordered = false
+                break
+            }
+            func visit(_ i: Int) throws -> Bool {
+                let location = Location(packed: locations[i])
+                if location.frameKey != blockKey {
+                    block = try reader.block(
+                        segment: location.segment, frameOffset: location.frameOffset, caching: false)
+                    blockKey = location.frameKey
+                }
+                return try block.withUnsafeBytes { raw in
+                    try body(keys[i], UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: keys[i])]))
+                }
+            }
+            if ordered {
+                for i in keys.indices where try !visit(i) { return }
+            } else {
+                order.removeAll(keepingCapacity: true)
+                order.append(contentsOf: keys.indices)
+                order.sort { locations[$0] < locations[$1] }
+                for i in order where try !visit(i) { return }
+            }
+            if last == UInt64.max { return }
+            next = last + 1
+        }
+    }
+
     /// The value's range in `raw` of the put at `location`, which must be a put of `key`: a
     /// location that holds anything else (damage, or a bug that mixed up two records) is an
     /// error, never another record's bytes.
     private func putValue(_ raw: UnsafeRawBufferPointer, at location: Location, of key: UInt64) throws -> Range<Int> {
-        guard case (.put(let stored, let value, _, _), _)? = try? JournalOperation.decode(raw, at: location.blockOffset)
-        else {
+        guard let (stored, value) = JournalOperation.putValue(raw, at: location.blockOffset) else {
             throw EngineError.corruption(
                 "the location of key \(EngineKey(rawValue: key)) does not hold a put",
                 path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)

@@ -585,7 +585,7 @@ if arguments.contains("--only-queries") {
     print("N = \(count), medians of \(repeats) runs")
     print("| workload | Logbook | GRDB | GRDB ÷ Logbook |")
     print("|---|---|---|---|")
-    rows.forEach { print($0) }
+    for r in rows { print(r) }
     exit(0)
 }
 
@@ -684,4 +684,4 @@ print(row("W7 per commit (full) vs statement, synchronous=FULL", lw7 * 1e6, gw7f
 print(row("W7 per commit (full) vs records, synchronous=FULL", lw7 * 1e6, gw7fullRecords * 1e6, unit: "µs"))
 print(row("W7 per commit (full) vs statement, synchronous=NORMAL", lw7 * 1e6, gw7normal * 1e6, unit: "µs"))
 print("(links: W6 \(lw6.links)/\(gw6s.links)/\(gw6r.links); W7 \(commitCount) commits)")
-queries.forEach { print($0) }
+for q in queries { print(q) }

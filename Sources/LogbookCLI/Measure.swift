@@ -3,13 +3,19 @@
 #endif
 
 /// Peak resident set size of this process, in MiB (VmHWM).
-func peakRSSMegabytes() -> Int {
+func peakRSSMegabytes() -> Int { statusMegabytes("VmHWM:") }
+
+/// Resident set size of this process now, in MiB (VmRSS).
+func currentRSSMegabytes() -> Int { statusMegabytes("VmRSS:") }
+
+/// A figure of /proc/self/status in kB, as MiB.
+private func statusMegabytes(_ field: String) -> Int {
     guard let f = fopen("/proc/self/status", "r") else { return 0 }
     defer { fclose(f) }
     var line = [CChar](repeating: 0, count: 256)
     while fgets(&line, Int32(line.count), f) != nil {
         let s = line.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        if s.hasPrefix("VmHWM:") {
+        if s.hasPrefix(field) {
             let digits = s.filter(\.isNumber)
             return (Int(digits) ?? 0) / 1024
         }

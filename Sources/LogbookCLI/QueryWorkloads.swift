@@ -20,6 +20,7 @@ func timedTen(_ body: () throws -> Int) rethrows -> (median: Double, min: Double
 func scanWorkload(store path: String) throws {
     let container = try openItems(path)
     let context = container.newContext(concurrencyType: .confinement)
+    report("scan_open", ["rss_mb": currentRSSMegabytes(), "peak_rss_mb": peakRSSMegabytes()])
     func run(_ phase: String, _ format: String, count: Bool) throws {
         var request = FetchRequest<Item>()
         request.predicate = try FetchPredicate(format: format)
@@ -35,13 +36,14 @@ func scanWorkload(store path: String) throws {
             phase,
             [
                 "records": t.result, "seconds": t.median, "min_seconds": t.min, "max_seconds": t.max,
+                "peak_rss_mb": peakRSSMegabytes(),
                 "plan": try context.explain(request).description.replacingOccurrences(of: " ", with: "_")
             ])
     }
     try run("scan_count", "done == YES", count: true)
     try run("scan_contains", "name CONTAINS '99999'", count: false)
     try run("scan_mixed", "done == NO AND name LIKE 'Item 1*'", count: false)
-    report("scan_memory", ["peak_rss_mb": peakRSSMegabytes()])
+    report("scan_memory", ["peak_rss_mb": peakRSSMegabytes(), "rss_mb": currentRSSMegabytes()])
     try container.close()
 }
 

@@ -150,7 +150,8 @@ extension ManagedObjectContext {
                 plan.lowerBound = range.lower
                 plan.upperBound = range.upper
                 plan.reverse = reverse
-                plan.orderFromIndex = request.sortDescriptors.count == 1 && firstSort?.slot == slot
+                plan.orderFromIndex =
+                    request.sortDescriptors.isEmpty || (request.sortDescriptors.count == 1 && firstSort?.slot == slot)
             }
             // Conditions on the chosen slot are settled by the range; the rest filter.
             residualParts = conjuncts.enumerated().filter { n, _ in settled[n] != slot }.map(\.1)

@@ -87,6 +87,8 @@ final class RecordFilter: @unchecked Sendable {
     let kindsBuffer: UnsafeMutableBufferPointer<EntityLayout.SlotKind>
     /// Comparisons judged by the evaluator, by index.
     let fallbacks: [Fallback]
+    /// Whether the program is one leaf or an `AND` of leaves (run as a loop).
+    let flatConjunction: Bool
 
     /// One step of the program. `end` is the index after the step's subtree (where an `AND`
     /// or `OR` jumps once it knows its result).
@@ -131,6 +133,11 @@ final class RecordFilter: @unchecked Sendable {
         keys = copy(lowering.keys)
         kindsBuffer = copy(layout.slotKinds)
         fallbacks = lowering.fallbacks
+        // Leaves alone, or an AND whose parts are all leaves.
+        let leaves: Set<Instruction.Code> = [.and, .or, .not]
+        flatConjunction =
+            (lowering.program.count == 1 && !leaves.contains(lowering.program[0].code))
+            || (lowering.program.first?.code == .and && !lowering.program.dropFirst().contains { leaves.contains($0.code) })
     }
 
     deinit {
@@ -265,8 +272,7 @@ final class RecordFilter: @unchecked Sendable {
     @inline(__always)
     func matches(_ raw: UnsafeRawBufferPointer, scratch offsets: UnsafeMutableBufferPointer<Int>) throws -> Bool {
         try locate(raw, offsets)
-        var pc = 0
-        return try run(UnsafeBufferPointer(program), &pc, raw, offsets, UnsafeRawBufferPointer(pool))
+        return try runProgram(raw, offsets)
     }
 
     /// Finds where each slot up to `maxSlot` starts (-1 for no value).
@@ -300,6 +306,26 @@ final class RecordFilter: @unchecked Sendable {
         }
     }
 
+    /// Runs the program: a top-level `AND` of leaves (the common shape) as a loop, anything
+    /// else recursively.
+    @inline(__always)
+    private func runProgram(
+        _ raw: UnsafeRawBufferPointer, _ offsets: UnsafeMutableBufferPointer<Int>
+    ) throws -> Bool {
+        let program = UnsafeBufferPointer(self.program)
+        let pool = UnsafeRawBufferPointer(self.pool)
+        if flatConjunction {
+            var pc = program[0].code == .and ? 1 : 0
+            while pc < program.count {
+                if try !leaf(program[pc], raw, offsets, pool) { return false }
+                pc += 1
+            }
+            return true
+        }
+        var pc = 0
+        return try run(program, &pc, raw, offsets, pool)
+    }
+
     /// Runs the step at `pc` (and its subtree); `pc` moves to the step's end.
     private func run(
         _ program: UnsafeBufferPointer<Instruction>, _ pc: inout Int, _ raw: UnsafeRawBufferPointer,
@@ -308,7 +334,6 @@ final class RecordFilter: @unchecked Sendable {
         let i = program[pc]
         defer { pc = Int(i.end) }
         switch i.code {
-        case .constant: return i.flag
         case .not:
             pc += 1
             return try !run(program, &pc, raw, offsets, pool)
@@ -320,6 +345,19 @@ final class RecordFilter: @unchecked Sendable {
                 if r != isAnd { return r }
             }
             return isAnd
+        default: return try leaf(i, raw, offsets, pool)
+        }
+    }
+
+    /// One test that has no parts.
+    @inline(__always)
+    private func leaf(
+        _ i: Instruction, _ raw: UnsafeRawBufferPointer, _ offsets: UnsafeMutableBufferPointer<Int>,
+        _ pool: UnsafeRawBufferPointer
+    ) throws -> Bool {
+        switch i.code {
+        case .constant: return i.flag
+        case .not, .and, .or: preconditionFailure("not a leaf")
         case .isNull: return offsets[Int(i.slot)] < 0
         case .number:
             var o = offsets[Int(i.slot)]
@@ -414,7 +452,23 @@ final class RecordFilter: @unchecked Sendable {
     /// ("\r\n" is one character in Swift).
     @inline(__always)
     static func isPlain(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        for b in bytes where b >= 0x80 || b == 0x0D { return false }
+        // Eight bytes at a time: no high bit set, and no byte equal to 0x0D.
+        let n = bytes.count
+        var i = 0
+        if let base = bytes.baseAddress {
+            while i + 8 <= n {
+                let w = base.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                let cr = w ^ 0x0D0D_0D0D_0D0D_0D0D
+                let hasCR = (cr &- 0x0101_0101_0101_0101) & ~cr & 0x8080_8080_8080_8080
+                if (w & 0x8080_8080_8080_8080) | hasCR != 0 { return false }
+                i += 8
+            }
+        }
+        while i < n {
+            let b = bytes[i]
+            if b >= 0x80 || b == 0x0D { return false }
+            i += 1
+        }
         return true
     }
 
@@ -665,7 +719,27 @@ extension RecordFilter {
             case .beginsWith where !constantFirst: test = .beginsWith(bytes)
             case .endsWith where !constantFirst: test = .endsWith(bytes)
             case .contains where !constantFirst && !bytes.isEmpty: test = .contains(bytes)
-            case .like where !constantFirst: test = .like(bytes)
+            case .like where !constantFirst:
+                // `abc*`, `*abc*` and `*abc` are prefix, substring and suffix tests.
+                let star = UInt8(ascii: "*")
+                let inner = bytes.drop { $0 == star }.reversed().drop { $0 == star }.reversed()
+                let literal = Array(inner)
+                if !literal.isEmpty, !literal.contains(star), !literal.contains(UInt8(ascii: "?")) {
+                    let leading = bytes.first == star
+                    let trailing = bytes.last == star
+                    let stars = bytes.count - literal.count
+                    if leading && trailing && stars == 2 {
+                        test = .contains(literal)
+                    } else if !leading && trailing && stars == 1 {
+                        test = .beginsWith(literal)
+                    } else if leading && !trailing && stars == 1 {
+                        test = .endsWith(literal)
+                    } else {
+                        test = .like(bytes)
+                    }
+                } else {
+                    test = .like(bytes)
+                }
             default: return nil
             }
             return .string(slot, test, fallback: fallback)

@@ -56,7 +56,9 @@ enum StoreScan {
     static let partSize = 65_536
 
     /// How many workers a scan uses: the active processors (at least one).
-    static var workers: Int { max(1, ProcessInfo.processInfo.activeProcessorCount) }
+    static var workers: Int {
+        max(1, Int(ProcessInfo.processInfo.environment["LOGBOOK_SCAN_WORKERS"] ?? "") ?? ProcessInfo.processInfo.activeProcessorCount)
+    }
 
     /// The records of `keyspace` that pass `filter` (all of them when nil), in key order, at
     /// most `limit` of them (the scan stops once the first `limit` in key order are known).

@@ -126,34 +126,38 @@ enum Checkpoint {
             return Result { () throws(Malformed) -> Loaded in
                 var state = IndexState()
                 let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
-                let primaryParts = try section("primary index", &r) { r in try decodePrimary(&r) }
-                // A large primary map is built on another thread while this one reads the
-                // indexes; a small one here (a thread hop would cost more than it saves).
-                let parts = UncheckedSendable(primaryParts)
-                let built = UncheckedSendable(ResultBox<RadixMap<UInt64>>())
+                // The primary map is built as it is read, a few thousand entries at a time (no
+                // copy of all its keys and locations is held: the peak memory of an open); a
+                // large one on another thread, while this one reads the secondary indexes,
+                // which start where a quick pass over the primary section ends.
+                var primaryReader = r
+                try section("primary index", &r) { r in try skipPrimary(&r) }
+                let rest = r
+                let large = rest.offset - primaryReader.offset >= 1 << 17
+                let built = UncheckedSendable(ResultBox<Result<RadixMap<UInt64>, Malformed>>())
                 let group = DispatchGroup()
-                let build: @Sendable () -> Void = {
-                    var primary = RadixMap<UInt64>()
-                    for (keys, locations) in parts.value {
-                        primary.setMany(
-                            keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
+                if large {
+                    let reader = UncheckedSendable(primaryReader)
+                    DispatchQueue.global().async(group: group) {
+                        var r = reader.value
+                        built.value.value = Result { () throws(Malformed) in
+                            try section("primary index", &r) { r in try decodePrimary(&r) }
+                        }
                     }
-                    built.value.value = primary
-                }
-                if primaryParts.reduce(0, { $0 + $1.0.count }) >= 1 << 16 {
-                    DispatchQueue.global().async(group: group, execute: build)
                 } else {
-                    build()
+                    state.primary = try section("primary index", &primaryReader) { r in try decodePrimary(&r) }
                 }
-                // Joined on every path: the other thread reads `primaryParts`.
+                // Joined on every path: the other thread reads the same bytes.
                 defer { group.wait() }
                 state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
                 state.sets = try section("sets", &r) { r in try decodeSets(&r) }
+                if large {
+                    group.wait()
+                    state.primary = try built.value.value!.get()
+                }
                 guard r.isAtEnd else {
                     throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
                 }
-                group.wait()
-                state.primary = built.value.value ?? RadixMap()
                 return Loaded(state: state, segment: segment, offset: offset)
             }
         }
@@ -181,19 +185,37 @@ enum Checkpoint {
         return (segment, offset)
     }
 
-    /// Per keyspace: keys (delta-coded ids) and their locations (zigzag deltas).
-    private static func decodePrimary(_ r: inout ByteReader) throws -> [([UInt64], [UInt64])] {
+    /// Moves past the primary section without building anything.
+    private static func skipPrimary(_ r: inout ByteReader) throws {
         let spaces = try r.readLength(limit: 1 << 16)
-        var parts: [([UInt64], [UInt64])] = []
+        for _ in 0..<spaces {
+            _ = try r.readLength(limit: 0xFFFF)
+            let count = try r.readLength(limit: r.remaining)
+            guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
+            for _ in 0..<(2 * count) { _ = try r.readVarint() }
+        }
+    }
+
+    /// Per keyspace: keys (delta-coded ids) and their locations (zigzag deltas), put into the
+    /// map in chunks.
+    private static func decodePrimary(_ r: inout ByteReader) throws -> RadixMap<UInt64> {
+        let spaces = try r.readLength(limit: 1 << 16)
+        var primary = RadixMap<UInt64>()
+        let chunk = 4096
+        var keys: [UInt64] = []
+        var locations: [UInt64] = []
+        keys.reserveCapacity(chunk)
+        locations.reserveCapacity(chunk)
+        func flush() {
+            primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
+            keys.removeAll(keepingCapacity: true)
+            locations.removeAll(keepingCapacity: true)
+        }
         for _ in 0..<spaces {
             let keyspace = UInt16(try r.readLength(limit: 0xFFFF))
             let count = try r.readLength(limit: r.remaining)
-            // Each entry takes at least two bytes: a count past that is malformed, not allocated.
+            // Each entry takes at least two bytes: a count past that is malformed.
             guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
-            var keys: [UInt64] = []
-            var locations: [UInt64] = []
-            keys.reserveCapacity(count)
-            locations.reserveCapacity(count)
             var id: UInt64 = 0
             var location: UInt64 = 0
             for i in 0..<count {
@@ -206,10 +228,11 @@ enum Checkpoint {
                 guard location != 0 else { throw DecodeFailure("a key without a location") }
                 keys.append(EngineKey(keyspace: keyspace, id: id).rawValue)
                 locations.append(location)
+                if keys.count == chunk { flush() }
             }
-            parts.append((keys, locations))
+            flush()
         }
-        return parts
+        return primary
     }
 
     /// Per index: entries in key order, each key prefix-compressed against the one before.

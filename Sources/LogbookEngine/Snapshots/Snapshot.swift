@@ -147,24 +147,37 @@ public final class Snapshot: Sendable {
                 ordered = false
                 break
             }
-            func visit(_ i: Int) throws -> Bool {
-                let location = Location(packed: locations[i])
-                if location.frameKey != blockKey {
-                    block = try reader.block(
-                        segment: location.segment, frameOffset: location.frameOffset, caching: false)
-                    blockKey = location.frameKey
-                }
-                return try block.withUnsafeBytes { raw in
-                    try body(keys[i], UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: keys[i])]))
-                }
-            }
-            if ordered {
-                for i in keys.indices where try !visit(i) { return }
-            } else {
+            if !ordered {
+                // Storage order: each block read once for the batch.
                 order.removeAll(keepingCapacity: true)
                 order.append(contentsOf: keys.indices)
                 order.sort { locations[$0] < locations[$1] }
-                for i in order where try !visit(i) { return }
+                keys = order.map { keys[$0] }
+                locations = order.map { locations[$0] }
+            }
+            // Runs of entries in one block are visited with the block's bytes held once.
+            var i = 0
+            while i < keys.count {
+                let first = Location(packed: locations[i])
+                let frameKey = first.frameKey
+                var end = i + 1
+                while end < keys.count && locations[end] >> UInt64(JournalFormat.locationBlockOffsetBits) == locations[i] >> UInt64(JournalFormat.locationBlockOffsetBits) {
+                    end += 1
+                }
+                if frameKey != blockKey {
+                    block = try reader.block(segment: first.segment, frameOffset: first.frameOffset, caching: false)
+                    blockKey = frameKey
+                }
+                let stop = try block.withUnsafeBytes { raw -> Bool in
+                    for j in i..<end {
+                        let location = Location(packed: locations[j])
+                        let value = try putValue(raw, at: location, of: keys[j])
+                        if try !body(keys[j], UnsafeRawBufferPointer(rebasing: raw[value])) { return true }
+                    }
+                    return false
+                }
+                if stop { return }
+                i = end
             }
             if last == UInt64.max { return }
             next = last + 1

@@ -110,7 +110,9 @@ func relationshipQueryWorkload(store path: String, count: Int, durability: Durab
         report(
             phase,
             [
-                "records": t.result, "seconds": t.median, "min_seconds": t.min, "max_seconds": t.max,
+                "records": t.result, "microseconds": (t.median * 1e6).rounded(),
+                "min_microseconds": (t.min * 1e6).rounded(),
+                "max_microseconds": (t.max * 1e6).rounded(),
                 "plan": try context.explain(request).description.replacingOccurrences(of: " ", with: "_")
             ])
     }

@@ -569,9 +569,15 @@ func queryRows(logbookStore: String, grdbStore: String) throws -> [String] {
             format: "| W11 peak RSS of the process | %.0f MB | %.0f MB | %.2f× |", l["peak_rss_mb"] ?? .nan,
             g["peak_rss_mb"] ?? .nan, (g["peak_rss_mb"] ?? .nan) / (l["peak_rss_mb"] ?? .nan)),
         "(records: W11 \(Int(l["count_records"] ?? 0))/\(Int(g["count_records"] ?? 0)), \(Int(l["contains_records"] ?? 0))/\(Int(g["contains_records"] ?? 0)), \(Int(l["mixed_records"] ?? 0))/\(Int(g["mixed_records"] ?? 0)); W12 \(lw12[0].records)/\(gw12[0].records))",
-        row("W12 employees of one manager (manager == %@)", m(lw12, \.byManager), m(gw12, \.byManager)),
-        row("W12 employees through manager.name == 'M7'", m(lw12, \.byPath), m(gw12, \.byPath)),
-        row("W12 lastName == 'L7' AND age > 40 (compound index)", m(lw12, \.compound), m(gw12, \.compound))
+        row(
+            "W12 employees of one manager (manager == %@)", m(lw12, \.byManager) * 1e6, m(gw12, \.byManager) * 1e6,
+            unit: "µs"),
+        row(
+            "W12 employees through manager.name == 'M7'", m(lw12, \.byPath) * 1e6, m(gw12, \.byPath) * 1e6,
+            unit: "µs"),
+        row(
+            "W12 lastName == 'L7' AND age > 40 (compound index)", m(lw12, \.compound) * 1e6,
+            m(gw12, \.compound) * 1e6, unit: "µs")
     ]
 }
 

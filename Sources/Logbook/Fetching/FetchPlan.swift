@@ -130,7 +130,16 @@ extension ManagedObjectContext {
         plan.reason = choice.reason
         var residualParts = conjuncts
         func show(_ b: IndexBound?) -> String? {
-            b.map { "\($0.inclusive ? "[" : "(")\($0.key.map { String(format: "%02x", $0) }.joined())" }
+            // Hex by hand: `String(format:)` would cost more than planning a small fetch.
+            b.map { bound in
+                let digits = Array("0123456789abcdef".utf8)
+                var out: [UInt8] = [bound.inclusive ? UInt8(ascii: "[") : UInt8(ascii: "(")]
+                for byte in bound.key {
+                    out.append(digits[Int(byte >> 4)])
+                    out.append(digits[Int(byte & 15)])
+                }
+                return String(decoding: out, as: UTF8.self)
+            }
         }
         switch choice.access {
         case .scan:

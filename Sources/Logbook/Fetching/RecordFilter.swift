@@ -25,7 +25,6 @@ import LogbookEngine
 // @unchecked: immutable once compiled; the constants of fallback comparisons are the caller's
 // predicate arguments, only read (as `FetchPredicate` holds them).
 final class RecordFilter: @unchecked Sendable {
-    let test: Test
     /// The slot kinds of the entity's records.
     let kinds: [EntityLayout.SlotKind]
     /// The highest slot the test reads (its offset is found by skipping those before it).
@@ -115,7 +114,6 @@ final class RecordFilter: @unchecked Sendable {
     enum StringTestCode: UInt8 { case equal, order, beginsWith, endsWith, contains, like, oneOf }
 
     private init(test: Test, layout: EntityLayout, maxSlot: Int, format: String) {
-        self.test = test
         self.layout = layout
         self.kinds = layout.slotKinds
         self.maxSlot = maxSlot
@@ -137,7 +135,8 @@ final class RecordFilter: @unchecked Sendable {
         let leaves: Set<Instruction.Code> = [.and, .or, .not]
         flatConjunction =
             (lowering.program.count == 1 && !leaves.contains(lowering.program[0].code))
-            || (lowering.program.first?.code == .and && !lowering.program.dropFirst().contains { leaves.contains($0.code) })
+            || (lowering.program.first?.code == .and
+                && !lowering.program.dropFirst().contains { leaves.contains($0.code) })
     }
 
     deinit {

@@ -57,7 +57,10 @@ enum StoreScan {
 
     /// How many workers a scan uses: the active processors (at least one).
     static var workers: Int {
-        max(1, Int(ProcessInfo.processInfo.environment["LOGBOOK_SCAN_WORKERS"] ?? "") ?? ProcessInfo.processInfo.activeProcessorCount)
+        max(
+            1,
+            Int(ProcessInfo.processInfo.environment["LOGBOOK_SCAN_WORKERS"] ?? "")
+                ?? ProcessInfo.processInfo.activeProcessorCount)
     }
 
     /// The records of `keyspace` that pass `filter` (all of them when nil), in key order, at

@@ -144,6 +144,18 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The value of an attribute or relationship: the attribute's Swift value, the related
     /// object of a to-one relationship, a `Set<ManagedObject>` for a to-many relationship.
     public func value(forKey key: String) throws -> Any? {
+        if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive,
+            let slot = layout.slot(named: key), slot < layout.attributeCount,
+            let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout)
+        {
+            // An attribute straight from the record the fetch read: the object stays a fault.
+            let type = layout.entity.attributes[slot].type
+            if case .transformable(let name) = type {
+                guard case .data(let blob) = value else { return nil }
+                return try AttributeTransformers.registry.reverse(blob, transformer: name)
+            }
+            return value.value(type: type)
+        }
         let context = try checkUsable(key)
         if let slot = layout.slotByName[key] {
             if slot < layout.attributeCount {

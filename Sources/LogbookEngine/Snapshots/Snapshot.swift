@@ -161,7 +161,10 @@ public final class Snapshot: Sendable {
                 let first = Location(packed: locations[i])
                 let frameKey = first.frameKey
                 var end = i + 1
-                while end < keys.count && locations[end] >> UInt64(JournalFormat.locationBlockOffsetBits) == locations[i] >> UInt64(JournalFormat.locationBlockOffsetBits) {
+                while end < keys.count
+                    && locations[end] >> UInt64(JournalFormat.locationBlockOffsetBits) == locations[i]
+                        >> UInt64(JournalFormat.locationBlockOffsetBits)
+                {
                     end += 1
                 }
                 if frameKey != blockKey {

@@ -76,27 +76,29 @@ func relationshipQueryWorkload(store path: String, count: Int, durability: Durab
     options.durability = durability
     let container = try PersistentContainer(
         name: "Staff", model: StaffModel.model(), directory: path, options: options)
-    let context = container.newContext(concurrencyType: .confinement)
-    if try context.count(for: FetchRequest<ManagedObject>(entityName: "Employee")) == 0 {
+    let writer = container.newContext(concurrencyType: .confinement)
+    if try writer.count(for: FetchRequest<ManagedObject>(entityName: "Employee")) == 0 {
         let t0 = now()
         var bosses: [ManagedObject] = []
         for m in 0..<managers {
-            let o = try context.insertNewObject(forEntityName: "Manager")
+            let o = try writer.insertNewObject(forEntityName: "Manager")
             try o.setValue("M\(m)", forKey: "name")
             try o.setValue("Boss\(m % 10)", forKey: "lastName")
             bosses.append(o)
         }
         for i in 0..<employees {
-            let e = try context.insertNewObject(forEntityName: "Employee")
+            let e = try writer.insertNewObject(forEntityName: "Employee")
             try e.setValue("E\(i)", forKey: "firstName")
             try e.setValue("L\(i % 100)", forKey: "lastName")
             try e.setValue(Int32(20 + (i / 100) % 50), forKey: "age")
             try e.setValue(bosses[i % managers], forKey: "manager")
         }
-        try context.save()
+        try writer.save()
         report("staff_populate", ["records": employees + managers, "seconds": now() - t0])
-        context.reset()
+        writer.reset()
     }
+    // Queries in a context of their own (as an app's reading context would be).
+    let context = container.newContext(concurrencyType: .confinement)
     let manager = try context.fetch(
         FetchRequest<ManagedObject>(entityName: "Manager").with(try FetchPredicate(format: "name == 'M7'")))[0]
     func run(_ phase: String, _ predicate: FetchPredicate) throws {

@@ -107,6 +107,7 @@ struct W12: CustomStringConvertible {
     var description: String { "\(byManager) \(byPath) \(compound) \(records)" }
 }
 
+/// `--phase logbook-w12`: populate a fresh W12 store, then the three fetches; prints them.
 func logbookW12() throws -> W12 {
     let dir = freshDirectory("logbook-w12")
     defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -127,16 +128,17 @@ func logbookW12() throws -> W12 {
         try e.setValue(bosses[i % w12Managers], forKey: "manager")
     }
     try context.save()
-    context.reset()
+    // Queries in a context of their own (as an app's reading context would be).
+    let reader = container.newContext(concurrencyType: .confinement)
     var managerRequest = FetchRequest<ManagedObject>(entityName: "Manager")
     managerRequest.predicate = try FetchPredicate(format: "name == 'M7'")
-    let manager = try context.fetch(managerRequest)[0]
+    let manager = try reader.fetch(managerRequest)[0]
     func run(_ predicate: FetchPredicate) throws -> (seconds: Double, records: Int) {
         var request = FetchRequest<ManagedObject>(entityName: "Employee")
         request.predicate = predicate
         return try medianOfTen {
             var chars = 0
-            let found = try context.fetch(request)
+            let found = try reader.fetch(request)
             for e in found { chars &+= (try e.value(forKey: "firstName") as? String)?.utf8.count ?? 0 }
             return chars > 0 ? found.count : 0
         }
@@ -156,6 +158,7 @@ struct EmployeeRecord: Codable, FetchableRecord {
     var managerId: Int64?
 }
 
+/// `--phase grdb-w12`: the same on a fresh GRDB database.
 func grdbW12() throws -> W12 {
     let dir = freshDirectory("grdb-w12")
     defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -191,4 +194,11 @@ func grdbW12() throws -> W12 {
     let c = try run("SELECT * FROM employee WHERE lastName = 'L7' AND age > 40")
     try pool.close()
     return W12(byManager: a.seconds, byPath: b.seconds, compound: c.seconds, records: [a.records, b.records, c.records])
+}
+
+/// Prints a W12 result as `PeerRunner --phase` output.
+func printW12(_ w: W12) {
+    print(
+        "by_manager=\(w.byManager) by_path=\(w.byPath) compound=\(w.compound) "
+            + "records_a=\(w.records[0]) records_b=\(w.records[1]) records_c=\(w.records[2])")
 }

@@ -315,8 +315,19 @@ final class RecordFilter: @unchecked Sendable {
         let pool = UnsafeRawBufferPointer(self.pool)
         if flatConjunction {
             var pc = program[0].code == .and ? 1 : 0
+            let base = program.baseAddress!
             while pc < program.count {
-                if try !leaf(program[pc], raw, offsets, pool) { return false }
+                let step = base + pc
+                // The cheapest tests inline, read in place; the rest through `leaf`.
+                switch step.pointee.code {
+                case .bool:
+                    let o = offsets[Int(step.pointee.slot)]
+                    if o < 0 || (raw[o] != 0) != step.pointee.flag { return false }
+                case .isNull:
+                    if offsets[Int(step.pointee.slot)] >= 0 { return false }
+                default:
+                    if try !leaf(step.pointee, raw, offsets, pool) { return false }
+                }
                 pc += 1
             }
             return true

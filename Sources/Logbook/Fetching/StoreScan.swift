@@ -148,33 +148,45 @@ enum StoreScan {
         let scratch = UnsafeMutableBufferPointer<Int>.allocate(capacity: max(1, filter?.kinds.count ?? 1))
         scratch.initialize(repeating: -1)
         defer { scratch.deallocate() }
-        func run(_ passes: (UnsafeRawBufferPointer) throws -> Bool) throws {
-            try snapshot.scanValues(inKeyspace: keyspace, in: range) { key, raw in
-                a.m.examined &+= 1
-                if a.m.examined & 0xFFF == 0 && stop() { return false }
-                if try !passes(raw) { return true }
-                a.m.count += 1
-                if output != .count {
-                    if key < a.previous { a.ordered = false }
-                    a.previous = key
-                    a.m.keys.append(key)
-                    if output == .records {
-                        a.m.spans.append((UInt32(a.m.bytes.count), UInt32(raw.count)))
-                        a.m.bytes.append(contentsOf: raw)
-                    }
+        try snapshot.scanBlocks(inKeyspace: keyspace, in: range) { block, entries in
+            a.m.examined += entries.count
+            if stop() { return false }
+            // The filter unwrapped once per block (an optional bound per record costs a retain
+            // and a release), and a loop of the records with no call per record but the test.
+            if let filter {
+                for e in entries {
+                    let raw = UnsafeRawBufferPointer(rebasing: block[e.value])
+                    if try !filter.matches(raw, scratch: scratch) { continue }
+                    if !keep(e.key, raw, a, output, limit) { return false }
                 }
-                // In key order, the first `limit` matches are final; out of order, read on.
-                return !a.ordered || a.m.count < limit
+            } else {
+                for e in entries {
+                    if !keep(e.key, UnsafeRawBufferPointer(rebasing: block[e.value]), a, output, limit) { return false }
+                }
             }
-        }
-        // The filter unwrapped once (an optional bound per record costs a retain and a release).
-        if let filter {
-            try run { try filter.matches($0, scratch: scratch) }
-        } else {
-            try run { _ in true }
+            return true
         }
         if !a.ordered { sortByKey(&a.m) }
         return a.m
+    }
+
+    /// Keeps one match; false once the first `limit` matches in key order are known.
+    @inline(__always)
+    private static func keep(
+        _ key: UInt64, _ raw: UnsafeRawBufferPointer, _ a: PartAccumulator, _ output: ScanOutput, _ limit: Int
+    ) -> Bool {
+        a.m.count += 1
+        if output != .count {
+            if key < a.previous { a.ordered = false }
+            a.previous = key
+            a.m.keys.append(key)
+            if output == .records {
+                a.m.spans.append((UInt32(a.m.bytes.count), UInt32(raw.count)))
+                a.m.bytes.append(contentsOf: raw)
+            }
+        }
+        // In key order, the first `limit` matches are final; out of order, read on.
+        return !a.ordered || a.m.count < limit
     }
 
     /// The state of one part's scan, updated per record: a class whose fields skip the

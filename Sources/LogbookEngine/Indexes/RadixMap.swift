@@ -329,14 +329,14 @@ struct RadixMap<Value: RadixSlot> {
         return true
     }
 
-    /// Appends the entries of one keyspace with keys in `from...through` (full keys), in
-    /// ascending order, to `keys` and `values`, at most `limit` of them; returns how many. The
-    /// loop a scan runs per batch, without a closure per entry.
-    @discardableResult
+    /// Writes the entries of one keyspace with keys in `from...through` (full keys), in
+    /// ascending order, into `keys` and `values` (as many as they hold); returns how many. The
+    /// loop a scan runs per batch, without a closure or an array append per entry.
     func collect(
-        inKeyspace keyspace: UInt16, from: UInt64, through: UInt64, limit: Int, keys: inout [UInt64],
-        values: inout [Value]
+        inKeyspace keyspace: UInt16, from: UInt64, through: UInt64, keys: UnsafeMutableBufferPointer<UInt64>,
+        values: UnsafeMutableBufferPointer<Value>
     ) -> Int {
+        let limit = min(keys.count, values.count)
         guard let si = spaceIndex(keyspace), let root = spaces[si].root, limit > 0 else { return 0 }
         let base = EngineKey.first(inKeyspace: keyspace).rawValue
         let fromKey = EngineKey(rawValue: from)
@@ -348,19 +348,21 @@ struct RadixMap<Value: RadixSlot> {
         func walk(_ node: Node, prefix: UInt64, shift: Int) -> Bool {
             if shift == 0 {
                 var i = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
-                while i < 64 {
-                    let id = prefix + UInt64(i)
-                    if id > end { return false }
-                    let v = node.slots[i]
-                    if !v.isAbsent {
-                        keys.append(base | id)
-                        values.append(v)
-                        added += 1
-                        if added == limit { return false }
+                return node.slots.withUnsafeBufferPointer { slots in
+                    while i < 64 {
+                        let id = prefix + UInt64(i)
+                        if id > end { return false }
+                        let v = slots[i]
+                        if !v.isAbsent {
+                            keys[added] = base | id
+                            values[added] = v
+                            added += 1
+                            if added == limit { return false }
+                        }
+                        i += 1
                     }
-                    i += 1
+                    return true
                 }
-                return true
             }
             let span = UInt64(1) << UInt64(shift)
             for i in 0..<64 {

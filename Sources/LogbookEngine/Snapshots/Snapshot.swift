@@ -107,6 +107,14 @@ public final class Snapshot: Sendable {
         return first...last
     }
 
+    /// One value a block scan visits: its key and where its value is in the block.
+    public struct ScanEntry: Sendable {
+        /// The key (raw).
+        public var key: UInt64
+        /// The value's bytes in the block the entry was handed with.
+        public var value: Range<Int>
+    }
+
     /// Visits the value of every key of `keyspace` within `range` (full keys), for a scan.
     ///
     /// Keys are taken in ascending order in batches of up to `batchSize`; each batch is read in
@@ -127,57 +135,72 @@ public final class Snapshot: Sendable {
         inKeyspace keyspace: UInt16, in range: ClosedRange<UInt64>, batchSize: Int = 4096,
         _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool
     ) throws {
-        var keys: [UInt64] = []
-        var locations: [UInt64] = []
-        keys.reserveCapacity(batchSize)
-        locations.reserveCapacity(batchSize)
+        try scanBlocks(inKeyspace: keyspace, in: range, batchSize: batchSize) { block, entries in
+            for e in entries where try !body(e.key, UnsafeRawBufferPointer(rebasing: block[e.value])) { return false }
+            return true
+        }
+    }
+
+    /// The same scan handed over a block at a time: `body` gets the decoded block and the
+    /// entries of the batch that are in it (in storage order), and returns false to stop. The
+    /// loop over a block's values is the caller's own, with no call per value.
+    public func scanBlocks(
+        inKeyspace keyspace: UInt16, in range: ClosedRange<UInt64>, batchSize: Int = 4096,
+        _ body: (UnsafeRawBufferPointer, UnsafeBufferPointer<ScanEntry>) throws -> Bool
+    ) throws {
+        let batch = max(1, batchSize)
+        // Scratch for one batch, reused: keys, their locations, the entries handed over.
+        let keys = UnsafeMutableBufferPointer<UInt64>.allocate(capacity: batch)
+        let locations = UnsafeMutableBufferPointer<UInt64>.allocate(capacity: batch)
+        let entries = UnsafeMutableBufferPointer<ScanEntry>.allocate(capacity: batch)
+        defer {
+            keys.deallocate()
+            locations.deallocate()
+            entries.deallocate()
+        }
         var next = range.lowerBound
         var blockKey = UInt64.max
         var block: [UInt8] = []
         var order: [Int] = []
+        let blockShift = UInt64(JournalFormat.locationBlockOffsetBits)
         while next <= range.upperBound {
-            keys.removeAll(keepingCapacity: true)
-            locations.removeAll(keepingCapacity: true)
-            state.primary.collect(
-                inKeyspace: keyspace, from: next, through: range.upperBound, limit: batchSize, keys: &keys,
-                values: &locations)
-            guard let last = keys.last else { return }
+            let n = state.primary.collect(
+                inKeyspace: keyspace, from: next, through: range.upperBound, keys: keys, values: locations)
+            guard n > 0 else { return }
+            let last = keys[n - 1]
             var ordered = true
-            for i in 1..<max(1, locations.count) where locations[i] < locations[i - 1] {
+            for i in 1..<max(1, n) where locations[i] < locations[i - 1] {
                 ordered = false
                 break
             }
             if !ordered {
                 // Storage order: each block read once for the batch.
                 order.removeAll(keepingCapacity: true)
-                order.append(contentsOf: keys.indices)
+                order.append(contentsOf: 0..<n)
                 order.sort { locations[$0] < locations[$1] }
-                keys = order.map { keys[$0] }
-                locations = order.map { locations[$0] }
-            }
-            // Runs of entries in one block are visited with the block's bytes held once.
-            var i = 0
-            while i < keys.count {
-                let first = Location(packed: locations[i])
-                let frameKey = first.frameKey
-                var end = i + 1
-                while end < keys.count
-                    && locations[end] >> UInt64(JournalFormat.locationBlockOffsetBits) == locations[i]
-                        >> UInt64(JournalFormat.locationBlockOffsetBits)
-                {
-                    end += 1
+                let sortedKeys = order.map { keys[$0] }
+                let sortedLocations = order.map { locations[$0] }
+                for i in 0..<n {
+                    keys[i] = sortedKeys[i]
+                    locations[i] = sortedLocations[i]
                 }
-                if frameKey != blockKey {
+            }
+            // Runs of entries in one block are handed over together.
+            var i = 0
+            while i < n {
+                let first = Location(packed: locations[i])
+                var end = i + 1
+                while end < n && locations[end] >> blockShift == locations[i] >> blockShift { end += 1 }
+                if first.frameKey != blockKey {
                     block = try reader.block(segment: first.segment, frameOffset: first.frameOffset, caching: false)
-                    blockKey = frameKey
+                    blockKey = first.frameKey
                 }
                 let stop = try block.withUnsafeBytes { raw -> Bool in
                     for j in i..<end {
-                        let location = Location(packed: locations[j])
-                        let value = try putValue(raw, at: location, of: keys[j])
-                        if try !body(keys[j], UnsafeRawBufferPointer(rebasing: raw[value])) { return true }
+                        let value = try putValue(raw, at: Location(packed: locations[j]), of: keys[j])
+                        entries[j - i] = ScanEntry(key: keys[j], value: value)
                     }
-                    return false
+                    return try !body(raw, UnsafeBufferPointer(rebasing: entries[0..<(end - i)]))
                 }
                 if stop { return }
                 i = end

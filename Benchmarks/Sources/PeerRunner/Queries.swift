@@ -128,7 +128,10 @@ func logbookW12() throws -> W12 {
         try e.setValue(bosses[i % w12Managers], forKey: "manager")
     }
     try context.save()
-    // Queries in a context of their own (as an app's reading context would be).
+    // The populating context lets its objects go, as GRDB's inserts keep nothing; queries run
+    // in a context of their own (as an app's reading context would).
+    context.reset()
+    bosses = []
     let reader = container.newContext(concurrencyType: .confinement)
     var managerRequest = FetchRequest<ManagedObject>(entityName: "Manager")
     managerRequest.predicate = try FetchPredicate(format: "name == 'M7'")

@@ -148,7 +148,10 @@ enum StoreScan {
         let scratch = UnsafeMutableBufferPointer<Int>.allocate(capacity: max(1, filter?.kinds.count ?? 1))
         scratch.initialize(repeating: -1)
         defer { scratch.deallocate() }
-        try snapshot.scanBlocks(inKeyspace: keyspace, in: range) { block, entries in
+        // A small entity's blocks stay in the shared cache (its scans are cheap and frequent);
+        // a large one's pass over the store leaves the cache to other reads.
+        let caching = snapshot.count(inKeyspace: keyspace) < parallelThreshold
+        try snapshot.scanBlocks(inKeyspace: keyspace, in: range, caching: caching) { block, entries in
             a.m.examined += entries.count
             if stop() { return false }
             // The filter unwrapped once per block (an optional bound per record costs a retain

@@ -144,11 +144,14 @@ public final class Snapshot: Sendable {
     /// The same scan handed over a block at a time: `body` gets the decoded block and the
     /// entries of the batch that are in it (in storage order), and returns false to stop. The
     /// loop over a block's values is the caller's own, with no call per value.
+    ///
+    /// `caching`: whether the blocks read are kept in the shared block cache (worth it for a
+    /// small scan that runs often; a large one should leave the cache to other reads).
     public func scanBlocks(
-        inKeyspace keyspace: UInt16, in range: ClosedRange<UInt64>, batchSize: Int = 4096,
+        inKeyspace keyspace: UInt16, in range: ClosedRange<UInt64>, batchSize: Int = 4096, caching: Bool = false,
         _ body: (UnsafeRawBufferPointer, UnsafeBufferPointer<ScanEntry>) throws -> Bool
     ) throws {
-        let batch = max(1, batchSize)
+        let batch = max(1, min(batchSize, state.primary.count(inKeyspace: keyspace)))
         // Scratch for one batch, reused: keys, their locations, the entries handed over.
         let keys = UnsafeMutableBufferPointer<UInt64>.allocate(capacity: batch)
         let locations = UnsafeMutableBufferPointer<UInt64>.allocate(capacity: batch)
@@ -192,7 +195,7 @@ public final class Snapshot: Sendable {
                 var end = i + 1
                 while end < n && locations[end] >> blockShift == locations[i] >> blockShift { end += 1 }
                 if first.frameKey != blockKey {
-                    block = try reader.block(segment: first.segment, frameOffset: first.frameOffset, caching: false)
+                    block = try reader.block(segment: first.segment, frameOffset: first.frameOffset, caching: caching)
                     blockKey = first.frameKey
                 }
                 let stop = try block.withUnsafeBytes { raw -> Bool in

@@ -97,6 +97,16 @@ import Testing
         #expect(found.count == 19)
         #expect(c.lastFetchRecordsRead == 19, "the index range holds exactly the matches")
         #expect(try found.allSatisfy { try ($0.value(forKey: "age") as! Int32) > 40 })
+        // Sorted by the key after the equal one: the index's order, and a limit stops the walk.
+        var top = FetchRequest<ManagedObject>(entityName: "Worker")
+        top.predicate = try FetchPredicate(format: "lastName == 'L7'")
+        top.sortDescriptors = [FetchSortDescriptor(key: "age", ascending: false)]
+        top.fetchLimit = 3
+        let topPlan = try c.explain(top)
+        #expect(topPlan.orderFromIndex && topPlan.limitPushedDown, "\(topPlan)")
+        #expect(try c.fetch(top).map { try $0.value(forKey: "age") as! Int32 } == [59, 58, 57])
+        top.sortDescriptors = [FetchSortDescriptor(key: "age")]
+        #expect(try c.fetch(top).map { try $0.value(forKey: "age") as! Int32 } == [20, 21, 22])
         for (format, count) in [
             ("lastName == 'L7'", 40), ("lastName == 'L7' AND age >= 41", 19), ("lastName == 'L7' AND age < 21", 1),
             ("lastName == 'L7' AND age <= 21", 2), ("lastName == 'L7' AND age BETWEEN {30, 32}", 3),

@@ -158,6 +158,24 @@ struct SeededGenerator: RandomNumberGenerator {
         request.fetchOffset = 2
         let limited = try context.fetch(request).map(\.engineKey)
         #expect(limited == Array(sorted.map(\.engineKey).dropFirst(2).prefix(5)), "limit, seed \(seed): \(format)")
+        // One sort key, either way (an index may give the order, walked backwards): the ages
+        // come in the order a sort of the expected objects gives.
+        let wanted = Set(want)
+        for ascending in [true, false] {
+            request.sortDescriptors = [FetchSortDescriptor(key: "age", ascending: ascending)]
+            request.fetchLimit = 0
+            request.fetchOffset = 0
+            func age(_ o: ManagedObject) -> Int32? { (try? o.value(forKey: "age")) as? Int32 }
+            let ages = try context.fetch(request).map(age)
+            let expectedAges = all.filter { wanted.contains($0.engineKey) }.map(age).sorted { a, b in
+                guard let a else { return b != nil && ascending }
+                guard let b else { return !ascending }
+                return ascending ? a < b : a > b
+            }
+            #expect(ages == expectedAges, "order, seed \(seed): \(format) ascending \(ascending)")
+        }
+        request.fetchLimit = 5
+        request.fetchOffset = 2
         // Unsorted with a limit: the first matches in the plan's order, all of them matches.
         request.sortDescriptors = []
         let some = try context.fetch(request).map(\.engineKey)

@@ -171,7 +171,14 @@ extension ManagedObjectContext {
                 keys: c.slots.map { layout.slotNames[$0] }, equalities: c.equalities, range: c.hasRange)
             plan.lowerBound = c.lower
             plan.upperBound = c.upper
-            plan.orderFromIndex = request.sortDescriptors.isEmpty
+            // Past the equal keys, entries are in the order of the next key: a sort by it alone
+            // is the walk's order (backwards when descending).
+            if let first = firstSort, request.sortDescriptors.count == 1, first.slot == c.nextSlot {
+                plan.orderFromIndex = true
+                plan.reverse = !first.ascending
+            } else {
+                plan.orderFromIndex = request.sortDescriptors.isEmpty
+            }
         // Every condition is checked again on the records: entries cut at the longest key
         // may match bounds their values do not.
         }
@@ -391,6 +398,8 @@ extension ManagedObjectContext {
         var hasRange: Bool
         var lower: IndexBound
         var upper: IndexBound
+        /// The key after the equal ones, whose order the entries in range follow.
+        var nextSlot: Int? { equalities < slots.count ? slots[equalities] : nil }
     }
 
     /// Step 2b: each compound index that the conditions can use (an equality on its first key at least).
@@ -519,7 +528,7 @@ extension ManagedObjectContext {
         for (k, c) in compound.enumerated() {
             let cost = snapshot.indexCount(index: c.index, from: c.lower, to: c.upper)
             consider(
-                .compound(k), cost, ordered: false,
+                .compound(k), cost, ordered: firstSort != nil && firstSort?.slot == c.nextSlot,
                 "(" + c.slots.map { layout.slotNames[$0] }.joined(separator: ", ") + ")")
         }
         // At equal cost the index wins: it settles its conditions (a count needs no record).

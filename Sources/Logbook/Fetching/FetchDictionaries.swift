@@ -117,29 +117,53 @@ extension ManagedObjectContext {
         unlimited.sortDescriptors =
             groupBy.isEmpty && expressions.isEmpty
             ? request.sortDescriptors.filter { layout.slotByName[$0.key] != nil } : []
-        let objects = try fetchObjects(unlimited, layout: layout)
-        // Values are read from the slots: faults made from the fetch's records decode them now.
-        for o in objects where o.flags.contains(.fault) { try fulfill(o) }
+        // The values of every matching object: straight from the store's records when nothing
+        // unsaved or object-bound is involved (no object is made), else from the objects.
+        let records: [[Slot]]
+        let plan = try plan(unlimited, layout: layout)
+        if plan.objectResidual == nil && !considersPendingChanges(unlimited, layout)
+            && !spansSubentities(unlimited, layout) && (unlimited.sortDescriptors.isEmpty || plan.orderFromIndex)
+        {
+            let matches = try storeMatches(
+                plan, layout: layout, snapshot: readSnapshot(), output: .records, limit: nil)
+            lastFetchRecordsRead = matches.examined
+            let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
+            let attributeCount = layout.attributeCount
+            records = try RecordCodec.readingRecords(of: layout) {
+                try matches.bytes.withUnsafeBytes { all in
+                    try matches.spans.map { span in
+                        try RecordCodec.decode(
+                            UnsafeRawBufferPointer(rebasing: all[Int(span.offset)..<Int(span.offset + span.count)]),
+                            layout: layout, destinationKeyspace: { destinations[$0 - attributeCount] })
+                    }
+                }
+            }
+        } else {
+            let objects = try fetchObjects(unlimited, layout: layout)
+            // Values are read from the slots: faults made from the fetch's records decode them now.
+            for o in objects where o.flags.contains(.fault) { try fulfill(o) }
+            records = objects.map(\.slots)
+        }
 
-        func value(_ o: ManagedObject, _ slot: Int) -> (any Sendable)? {
+        func value(_ slots: [Slot], _ slot: Int) -> (any Sendable)? {
             if slot >= layout.attributeCount {
-                guard case .object(let k) = o.slots[slot] else { return nil }
+                guard case .object(let k) = slots[slot] else { return nil }
                 return ObjectID(store: storeLayout.identity, key: k)
             }
-            return o.slots[slot].value(type: layout.entity.attributes[slot].type)
+            return slots[slot].value(type: layout.entity.attributes[slot].type)
         }
         var rows: [[String: any Sendable]] = []
         if groupBy.isEmpty && expressions.isEmpty {
-            rows.reserveCapacity(objects.count)
-            for o in objects {
+            rows.reserveCapacity(records.count)
+            for o in records {
                 var row: [String: any Sendable] = [:]
                 for (name, s) in plain { row[name] = value(o, s) }
                 rows.append(row)
             }
         } else {
             // Groups in order of their keys (one group of everything without group-by).
-            var groups: [[Slot]: [ManagedObject]] = [:]
-            for o in objects { groups[groupSlots.map { o.slots[$0] }, default: []].append(o) }
+            var groups: [[Slot]: [[Slot]]] = [:]
+            for o in records { groups[groupSlots.map { o[$0] }, default: []].append(o) }
             if groupBy.isEmpty && groups.isEmpty { groups[[]] = [] }
             let ordered = groups.keys.sorted { a, b in
                 for (x, y) in zip(a, b) {
@@ -173,11 +197,11 @@ extension ManagedObjectContext {
         return Array(result)
     }
 
-    static func aggregate(_ f: FetchProperty.Function, _ objects: [ManagedObject], slot: Int?, layout: EntityLayout)
+    static func aggregate(_ f: FetchProperty.Function, _ records: [[Slot]], slot: Int?, layout: EntityLayout)
         -> (any Sendable)?
     {
-        guard let slot else { return objects.count }
-        let present = objects.map { $0.slots[slot] }.filter { !$0.isNull }
+        guard let slot else { return records.count }
+        let present = records.map { $0[slot] }.filter { !$0.isNull }
         let type: AttributeType? = slot < layout.attributeCount ? layout.entity.attributes[slot].type : nil
         switch f {
         case .count: return present.count

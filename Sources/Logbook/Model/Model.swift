@@ -630,33 +630,22 @@ final class EntityLayout: Sendable {
             }
         }
         self.derivedSlots = derived
-        var constraints: [[Int]] = []
-        for keys in entity.uniquenessConstraints {
-            var slotsOfKeys: [Int] = []
-            for key in keys {
+        /// The slots of keys that must each name a stored attribute or a to-one relationship.
+        func storedSlots(_ keys: [String], of what: String) throws -> [Int] {
+            try keys.map { key in
                 guard let slot = slots[key], slot >= entity.attributes.count || !entity.attributes[slot].isTransient
                 else {
                     throw LogbookError(
                         .invalidModel,
-                        "the uniqueness constraint (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
+                        "the \(what) (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
                         entity: entity.name, key: key)
                 }
-                slotsOfKeys.append(slot)
-            }
-            if !slotsOfKeys.isEmpty { constraints.append(slotsOfKeys) }
-        }
-        self.constraints = constraints
-        for keys in entity.compoundIndexes {
-            for key in keys {
-                guard let slot = slots[key], slot >= entity.attributes.count || !entity.attributes[slot].isTransient
-                else {
-                    throw LogbookError(
-                        .invalidModel,
-                        "the compound index (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
-                        entity: entity.name, key: key)
-                }
+                return slot
             }
         }
+        self.constraints = try entity.uniquenessConstraints.map { try storedSlots($0, of: "uniqueness constraint") }
+            .filter { !$0.isEmpty }
+        for keys in entity.compoundIndexes { _ = try storedSlots(keys, of: "compound index") }
         self.hasRelationshipRules = entity.relationships.contains { r in
             r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
         }

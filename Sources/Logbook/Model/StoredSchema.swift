@@ -146,32 +146,20 @@ struct StoredSchema: Codable, Equatable {
                         deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic,
                         orderKeyspace: orderKeyspace, index: index))
             }
-            var constraints: [Constraint] = []
-            for (j, keys) in e.uniquenessConstraints.enumerated() {
-                if let inherited, let parentConstraints = inherited.constraints, j < parentConstraints.count {
-                    constraints.append(parentConstraints[j])
-                    continue
-                }
-                if let c = old?.constraints?.first(where: { $0.keys == keys }) {
-                    constraints.append(c)
-                } else {
-                    constraints.append(Constraint(keys: keys, index: nextIndex))
-                    nextIndex += 1
+            // Key lists with an index each: the parent's for the inherited ones (first), the
+            // previous schema's for those it had, else a new number.
+            func numbered(_ lists: [[String]], inherited: [Constraint]?, previous: [Constraint]?) -> [Constraint] {
+                lists.enumerated().map { j, keys in
+                    if let inherited, j < inherited.count { return inherited[j] }
+                    if let c = previous?.first(where: { $0.keys == keys }) { return c }
+                    defer { nextIndex += 1 }
+                    return Constraint(keys: keys, index: nextIndex)
                 }
             }
-            var compound: [Constraint] = []
-            for (j, keys) in e.compoundIndexes.enumerated() {
-                if let inherited, let parentIndexes = inherited.compoundIndexes, j < parentIndexes.count {
-                    compound.append(parentIndexes[j])
-                    continue
-                }
-                if let c = old?.compoundIndexes?.first(where: { $0.keys == keys }) {
-                    compound.append(c)
-                } else {
-                    compound.append(Constraint(keys: keys, index: nextIndex))
-                    nextIndex += 1
-                }
-            }
+            let constraints = numbered(
+                e.uniquenessConstraints, inherited: inherited?.constraints, previous: old?.constraints)
+            let compound = numbered(
+                e.compoundIndexes, inherited: inherited?.compoundIndexes, previous: old?.compoundIndexes)
             made[i] = Entity(
                 name: e.name, constraints: constraints.isEmpty ? nil : constraints,
                 compoundIndexes: compound.isEmpty ? nil : compound, parent: e.parentEntity,

@@ -107,11 +107,9 @@ struct W12: CustomStringConvertible {
     var description: String { "\(byManager) \(byPath) \(compound) \(records)" }
 }
 
-/// `--phase logbook-w12`: populate a fresh W12 store, then the three fetches; prints them.
-func logbookW12() throws -> W12 {
-    let dir = freshDirectory("logbook-w12")
-    defer { try? FileManager.default.removeItem(atPath: dir) }
-    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: dir + "/store")
+/// A W12 Logbook store in `path` (the parent process builds it once, as W1's).
+func logbookW12Store(_ path: String) throws {
+    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: path)
     let context = container.newContext(concurrencyType: .confinement)
     var bosses: [ManagedObject] = []
     for m in 0..<w12Managers {
@@ -128,10 +126,13 @@ func logbookW12() throws -> W12 {
         try e.setValue(bosses[i % w12Managers], forKey: "manager")
     }
     try context.save()
-    // The populating context lets its objects go, as GRDB's inserts keep nothing; queries run
-    // in a context of their own (as an app's reading context would).
-    context.reset()
-    bosses = []
+    try container.close()
+}
+
+/// `--phase logbook-w12`: open the W12 store (a new process, as for W2–W4), then the three
+/// fetches; prints them.
+func logbookW12(_ path: String) throws -> W12 {
+    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: path)
     let reader = container.newContext(concurrencyType: .confinement)
     var managerRequest = FetchRequest<ManagedObject>(entityName: "Manager")
     managerRequest.predicate = try FetchPredicate(format: "name == 'M7'")
@@ -161,10 +162,8 @@ struct EmployeeRecord: Codable, FetchableRecord {
     var managerId: Int64?
 }
 
-/// `--phase grdb-w12`: the same on a fresh GRDB database.
-func grdbW12() throws -> W12 {
-    let dir = freshDirectory("grdb-w12")
-    defer { try? FileManager.default.removeItem(atPath: dir) }
+/// A W12 GRDB database in `dir`.
+func grdbW12Store(_ dir: String) throws {
     let pool = try DatabasePool(path: dir + "/db.sqlite")
     try pool.write { db in
         try db.execute(sql: "CREATE TABLE manager (id INTEGER PRIMARY KEY, name TEXT NOT NULL, lastName TEXT NOT NULL)")
@@ -183,6 +182,12 @@ func grdbW12() throws -> W12 {
             try e.execute(arguments: ["E\(i)", "L\(i % 100)", 20 + (i / 100) % 50, i % w12Managers + 1])
         }
     }
+    try pool.close()
+}
+
+/// `--phase grdb-w12`: the same on the GRDB database.
+func grdbW12(_ dir: String) throws -> W12 {
+    let pool = try DatabasePool(path: dir + "/db.sqlite")
     let managerId = try pool.read { db in try Int64.fetchOne(db, sql: "SELECT id FROM manager WHERE name = 'M7'")! }
     func run(_ sql: String, _ arguments: StatementArguments = []) throws -> (seconds: Double, records: Int) {
         try medianOfTen {

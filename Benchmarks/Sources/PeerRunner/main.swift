@@ -253,8 +253,8 @@ func runPhase(_ phase: String, _ path: String) throws {
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
     case "logbook-w11": try logbookW11Phase(path)
     case "grdb-w11": try grdbW11Phase(path)
-    case "logbook-w12": printW12(try logbookW12())
-    case "grdb-w12": printW12(try grdbW12())
+    case "logbook-w12": printW12(try logbookW12(path))
+    case "grdb-w12": printW12(try grdbW12(path))
     default:
         throw NSError(domain: "PeerRunner", code: 1, userInfo: [NSLocalizedDescriptionKey: "unknown phase \(phase)"])
     }
@@ -555,10 +555,19 @@ func grdbW7(records: Bool, synchronous: String) throws -> Double {
 /// The W11 and W12 rows (W11 on the kept W1 stores, each library in `repeats` new processes).
 func queryRows(logbookStore: String, grdbStore: String) throws -> [String] {
     let (l, g) = try medians("logbook-w11", "grdb-w11", logbookStore: logbookStore, grdbStore: grdbStore)
-    // W12 in new processes too (each populates its own store): a process that has just
-    // built the W1 stores would time allocation-heavy fetches on a fragmented heap.
+    // W12: each library's store built here once, then opened in new processes (as for
+    // W2–W4): a process that has just populated and released 100,000 objects times its first
+    // fetches on memory the allocator gave back to the system (page faults, twice the time).
     FileHandle.standardError.write(Data("W12…\n".utf8))
-    let (lw12, gw12) = try medians("logbook-w12", "grdb-w12", logbookStore: "-", grdbStore: "-")
+    let l12 = freshDirectory("logbook-w12")
+    let g12 = freshDirectory("grdb-w12")
+    defer {
+        try? FileManager.default.removeItem(atPath: l12)
+        try? FileManager.default.removeItem(atPath: g12)
+    }
+    try logbookW12Store(l12 + "/store")
+    try grdbW12Store(g12)
+    let (lw12, gw12) = try medians("logbook-w12", "grdb-w12", logbookStore: l12 + "/store", grdbStore: g12)
     func r(_ d: [String: Double], _ k: String) -> Int { Int(d[k] ?? 0) }
     return [
         row("W11 count done == YES, median of 10", l["count"] ?? .nan, g["count"] ?? .nan),

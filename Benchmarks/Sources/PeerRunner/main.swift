@@ -556,8 +556,8 @@ func grdbW7(records: Bool, synchronous: String) throws -> Double {
 func queryRows(logbookStore: String, grdbStore: String) throws -> [String] {
     let (l, g) = try medians("logbook-w11", "grdb-w11", logbookStore: logbookStore, grdbStore: grdbStore)
     // W12: each library's store built here once, then opened in new processes (as for
-    // W2–W4): a process that has just populated and released 100,000 objects times its first
-    // fetches on memory the allocator gave back to the system (page faults, twice the time).
+    // W2–W4): in a process that has just populated and released 100,000 objects, the first
+    // fetches took twice as long as later ones (docs/benchmarks.md).
     FileHandle.standardError.write(Data("W12…\n".utf8))
     let l12 = freshDirectory("logbook-w12")
     let g12 = freshDirectory("grdb-w12")

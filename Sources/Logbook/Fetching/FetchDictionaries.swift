@@ -139,7 +139,7 @@ extension ManagedObjectContext {
                 }
             }
         } else {
-            let objects = try fetchObjects(unlimited, layout: layout)
+            let objects = try fetchObjects(unlimited, layout: layout, plan: plan)
             // Values are read from the slots: faults made from the fetch's records decode them now.
             for o in objects where o.flags.contains(.fault) { try fulfill(o) }
             records = objects.map(\.slots)

@@ -13,17 +13,20 @@ extension ManagedObjectContext {
             throw LogbookError(
                 .typeMismatch, "\(l.name) objects are \(l.managedClass), not \(T.self)", entity: l.name)
         }
-        if let direct = try fetchDirectly(request, layout: layout) { return direct }
-        return Self.typed(try fetchObjects(request, layout: layout), as: T.self)
+        // Planned once (a plan may run sub-fetches for key paths through relationships).
+        let plan = try plan(request, layout: layout)
+        if let direct = try fetchDirectly(request, layout: layout, plan: plan) { return direct }
+        return Self.typed(try fetchObjects(request, layout: layout, plan: plan), as: T.self)
     }
 
     /// The common case made cheap: when the index (or key order) gives the result and its
     /// order, nothing is unsaved and the context holds none of the objects, they are read
     /// straight into the result, in order, with no intermediate array. Nil when it does not apply.
-    func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout) throws -> [T]? {
+    func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, plan: FetchPlan) throws
+        -> [T]?
+    {
         guard request.fetchBatchSize == 0, !spansSubentities(request, layout), !considersPendingChanges(request, layout)
         else { return nil }
-        let plan = try plan(request, layout: layout)
         guard plan.objectResidual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
         _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let snapshot = readSnapshot()
@@ -85,7 +88,7 @@ extension ManagedObjectContext {
         }
         var loading = request
         loading.fetchBatchSize = 0
-        return try fetchObjects(loading, layout: layout).map(\.objectID)
+        return try fetchObjects(loading, layout: layout, plan: plan).map(\.objectID)
     }
 
     /// The number of objects a request would return: from the index (or the entity's count)
@@ -297,43 +300,36 @@ extension ManagedObjectContext {
         } catch {
             throw LogbookError.wrap(error)
         }
-        let arena = RecordArena(bytes)
-        let token = self.token
-        let managedClass = layout.managedClass
-        var created: [ManagedObject] = []
-        created.reserveCapacity(keys.count)
+        var found = ScanMatches(bytes: bytes)
         for i in keys.indices where spans[i].offset != .max {
-            let o = managedClass.init(
-                ManagedObject.Bootstrap(
-                    layout: layout, key: keys[i], token: token, slots: [], fault: true, version: snapshot.version))
-            o.rawArena = arena
-            o.rawOffset = spans[i].offset
-            o.rawCount = spans[i].count
-            created.append(o)
+            found.keys.append(keys[i])
+            found.spans.append(spans[i])
         }
-        register(all: created)
-        return created
+        return faults(found, layout: layout, snapshot: snapshot)
     }
 
     /// Registered faults for a scan's matches, each keeping its record's bytes (in one arena).
     func faults(_ matches: ScanMatches, layout: EntityLayout, snapshot: Snapshot) -> [ManagedObject] {
         let arena = RecordArena(matches.bytes)
-        let token = self.token
-        let managedClass = layout.managedClass
-        var created: [ManagedObject] = []
-        created.reserveCapacity(matches.keys.count)
-        for i in matches.keys.indices {
-            let o = managedClass.init(
-                ManagedObject.Bootstrap(
-                    layout: layout, key: matches.keys[i], token: token, slots: [], fault: true,
-                    version: snapshot.version))
-            o.rawArena = arena
-            o.rawOffset = matches.spans[i].offset
-            o.rawCount = matches.spans[i].count
-            created.append(o)
+        let created = matches.keys.indices.map {
+            recordFault(matches.keys[$0], matches.spans[$0], arena: arena, layout: layout, version: snapshot.version)
         }
         register(all: created)
         return created
+    }
+
+    /// An unregistered fault for `key` that keeps its record's bytes (`span` of `arena`).
+    @inline(__always)
+    func recordFault(
+        _ key: UInt64, _ span: (offset: UInt32, count: UInt32), arena: RecordArena, layout: EntityLayout,
+        version: UInt64
+    ) -> ManagedObject {
+        let o = layout.managedClass.init(
+            ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: [], fault: true, version: version))
+        o.rawArena = arena
+        o.rawOffset = span.offset
+        o.rawCount = span.count
+        return o
     }
 
     /// Visits every saved object of an entity in key order (the order of insertion), reading
@@ -387,11 +383,13 @@ extension ManagedObjectContext {
 
     /// The objects of a request, all read from one snapshot of the store (`snapshot`, or one
     /// taken now).
+    /// `plan`: the request's plan when the caller has made it.
     func fetchObjects<T: ManagedObject>(
-        _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil
+        _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil,
+        plan planned: FetchPlan? = nil
     ) throws -> [ManagedObject] {
         let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
-        let plan = try plan(request, layout: layout)
+        let plan = try planned ?? plan(request, layout: layout)
         if let parent { return try fetchInChild(request, layout: layout, parent: parent) }
         if spansSubentities(request, layout) { return try fetchAcross(request, layout: layout, snapshot: given) }
         let snapshot = given ?? readSnapshot()
@@ -407,7 +405,7 @@ extension ManagedObjectContext {
             // (objects nothing else holds are released here), and hand out faults in batches.
             var loading = request
             loading.fetchBatchSize = 0
-            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot).map(\.engineKey)
+            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot, plan: plan).map(\.engineKey)
             let read = lastFetchRecordsRead
             var rest = request
             rest.fetchOffset = 0
@@ -451,12 +449,7 @@ extension ManagedObjectContext {
                 }
                 objects.append(o)
             } else {
-                let o = managedClass.init(
-                    ManagedObject.Bootstrap(
-                        layout: layout, key: keys[i], token: token, slots: [], fault: true, version: snapshot.version))
-                o.rawArena = arena
-                o.rawOffset = matches.spans[i].offset
-                o.rawCount = matches.spans[i].count
+                let o = recordFault(keys[i], matches.spans[i], arena: arena, layout: layout, version: snapshot.version)
                 fresh.append(o)
                 objects.append(o)
             }

@@ -55,13 +55,12 @@ enum StoreScan {
     /// Records per part of a parallel scan (a part is a key range).
     static let partSize = 65_536
 
-    /// How many workers a scan uses: the active processors (at least one).
-    static var workers: Int {
-        max(
-            1,
-            Int(ProcessInfo.processInfo.environment["LOGBOOK_SCAN_WORKERS"] ?? "")
-                ?? ProcessInfo.processInfo.activeProcessorCount)
-    }
+    /// How many workers a scan uses: the active processors (at least one), or
+    /// `LOGBOOK_SCAN_WORKERS`; read once per process.
+    static let workers: Int = {
+        let environment = ProcessInfo.processInfo.environment["LOGBOOK_SCAN_WORKERS"].flatMap { Int($0) }
+        return max(1, environment ?? ProcessInfo.processInfo.activeProcessorCount)
+    }()
 
     /// The records of `keyspace` that pass `filter` (all of them when nil), in key order, at
     /// most `limit` of them (the scan stops once the first `limit` in key order are known).

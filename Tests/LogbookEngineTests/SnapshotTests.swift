@@ -190,3 +190,67 @@ import Testing
         #expect(reopened.snapshot().count(inKeyspace: 1) == 200)
     }
 }
+
+@Suite struct DeferredIndexTests {
+    /// 100 keys in index 1 by `i % 10`, checkpointed, then the store reopened.
+    func reopenedStore(_ dir: TemporaryDirectory) throws -> Store {
+        let first = try Store.open(at: dir.store(), options: quietOptions())
+        var t = Transaction()
+        for i in UInt64(0)..<100 {
+            t.put(key(1, i), value: bytes("v\(i)"), indexKeys: [IndexKey(index: 1, orderedInt64: Int64(i % 10))])
+        }
+        try first.commit(t)
+        try first.checkpoint()
+        try first.close()
+        return try Store.open(at: dir.store(), options: quietOptions())
+    }
+
+    func entries(_ s: Snapshot, _ value: Int64) -> Int {
+        let b = IndexKey(index: 1, orderedInt64: value).bytes
+        return s.indexCount(index: 1, from: IndexBound(b, inclusive: true), to: IndexBound(b, inclusive: true))
+    }
+
+    @Test func anOpenBuildsTheSecondaryIndexesOnlyWhenAReadOrACommitNeedsThem() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try reopenedStore(dir)
+        let before = store.snapshot()
+        #expect(!before.state.secondary.isBuilt)
+        // Reads by key and a commit without index entries leave them in the checkpoint.
+        #expect(string(try before.value(forKey: key(1, 7))) == "v7")
+        var plain = Transaction()
+        plain.put(key(1, 1000), value: bytes("no index"))
+        try store.commit(plain)
+        #expect(!store.snapshot().state.secondary.isBuilt)
+        // A commit that moves an entry builds them, then applies the change.
+        var move = Transaction()
+        move.put(key(1, 5), value: bytes("moved"), indexKeys: [IndexKey(index: 1, orderedInt64: 100)])
+        try store.commit(move)
+        let after = store.snapshot()
+        #expect(after.state.secondary.isBuilt)
+        #expect(after.indexCount(index: 1) == 100)
+        #expect(entries(after, 5) == 9 && entries(after, 100) == 1)
+        // The snapshot taken before the commit still sees the indexes of its version.
+        #expect(entries(before, 5) == 10 && entries(before, 100) == 0)
+        try store.close()
+        // And so does the next open, from the journal and the checkpoint.
+        let again = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(entries(again.snapshot(), 5) == 9 && entries(again.snapshot(), 100) == 1)
+        try again.close()
+    }
+
+    @Test func snapshotsThatShareDeferredIndexesBuildThemOnceFromManyThreads() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try reopenedStore(dir)
+        let snapshots = (0..<8).map { _ in store.snapshot() }
+        let counts = Mutex([Int](repeating: -1, count: snapshots.count))
+        DispatchQueue.concurrentPerform(iterations: snapshots.count) { i in
+            let n = entries(snapshots[i], Int64(i % 10))
+            counts.withLock { $0[i] = n }
+        }
+        #expect(counts.withLock { $0 } == Array(repeating: 10, count: snapshots.count))
+        #expect(snapshots.allSatisfy { $0.state.secondary.isBuilt })
+        try store.close()
+    }
+}

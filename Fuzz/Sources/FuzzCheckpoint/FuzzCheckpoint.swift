@@ -9,6 +9,17 @@ public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutableP
 }
 
 func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
-    _ = try? Checkpoint.decode(Array(UnsafeBufferPointer(start: data, count: size)))
+    let stream = Array(UnsafeBufferPointer(start: data, count: size))
+    let eager = try? Checkpoint.decode(stream)
+    // An open defers the secondary indexes once their section passes a check; building them
+    // later must then succeed (it traps otherwise) and give what an eager decode gives.
+    let deferred = try? Checkpoint.decode(stream) { stream }
+    precondition(
+        (eager == nil) == (deferred == nil),
+        "the deferred decode accepts what the eager one does not, or not what it does")
+    if let eager, let deferred {
+        precondition(eager.state.indexes.keys.sorted() == deferred.state.indexes.keys.sorted())
+        for (id, index) in eager.state.indexes { precondition(deferred.state.indexes[id]!.count == index.count) }
+    }
     return 0
 }

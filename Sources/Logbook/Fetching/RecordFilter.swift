@@ -84,6 +84,9 @@ final class RecordFilter: @unchecked Sendable {
     let numbers: UnsafeMutableBufferPointer<Double>
     let keys: UnsafeMutableBufferPointer<UInt64>
     let kindsBuffer: UnsafeMutableBufferPointer<EntityLayout.SlotKind>
+    /// Per slot, how `locate` steps over a value: its width in bytes when fixed, 0 for a
+    /// length and bytes, -1 for a varint (a table read in place of a branch on the kind).
+    let widths: UnsafeMutableBufferPointer<Int8>
     /// Comparisons judged by the evaluator, by index.
     let fallbacks: [Fallback]
     /// Whether the program is one leaf or an `AND` of leaves (run as a loop).
@@ -130,6 +133,17 @@ final class RecordFilter: @unchecked Sendable {
         numbers = copy(lowering.numbers)
         keys = copy(lowering.keys)
         kindsBuffer = copy(layout.slotKinds)
+        widths = copy(
+            layout.slotKinds.map { kind -> Int8 in
+                switch kind {
+                case .string, .data, .url, .decimal: 0
+                case .int, .object, .anyObject: -1
+                case .double: 8
+                case .float: 4
+                case .bool: 1
+                case .uuid: 16
+                }
+            })
         fallbacks = lowering.fallbacks
         // Leaves alone, or an AND whose parts are all leaves.
         let leaves: Set<Instruction.Code> = [.and, .or, .not]
@@ -145,6 +159,7 @@ final class RecordFilter: @unchecked Sendable {
         numbers.baseAddress?.deallocate()
         keys.baseAddress?.deallocate()
         kindsBuffer.baseAddress?.deallocate()
+        widths.baseAddress?.deallocate()
     }
 
     /// Turns a test tree into the flat program.
@@ -274,34 +289,103 @@ final class RecordFilter: @unchecked Sendable {
         return try runProgram(raw, offsets)
     }
 
+    /// The entries of one block that pass, as their positions in `entries`, written to
+    /// `selected` (which holds at least `entries.count`); returns how many. One call per
+    /// block: the loop over its records runs here, with the program's state kept across
+    /// records rather than set up again for each.
+    func select(
+        _ block: UnsafeRawBufferPointer, _ entries: UnsafeBufferPointer<Snapshot.ScanEntry>,
+        scratch offsets: UnsafeMutableBufferPointer<Int>, into selected: UnsafeMutableBufferPointer<Int32>
+    ) throws -> Int {
+        var n = 0
+        if flatConjunction && program.count == 1 && program[0].code == .bool {
+            // One boolean test (`done == YES`), the commonest filter of all: read in place.
+            let slot = Int(program[0].slot)
+            let flag = program[0].flag
+            for (j, e) in entries.enumerated() {
+                let raw = UnsafeRawBufferPointer(rebasing: block[e.value])
+                let o = try offset(of: slot, in: raw)
+                if o >= 0 && (raw[o] != 0) == flag {
+                    selected[n] = Int32(truncatingIfNeeded: j)
+                    n += 1
+                }
+            }
+            return n
+        }
+        for (j, e) in entries.enumerated() {
+            let raw = UnsafeRawBufferPointer(rebasing: block[e.value])
+            try locate(raw, offsets)
+            if try runProgram(raw, offsets) {
+                selected[n] = Int32(truncatingIfNeeded: j)
+                n += 1
+            }
+        }
+        return n
+    }
+
+    /// Where `slot`'s value starts in `raw` (-1 for no value): `locate` for one slot, with
+    /// nothing stored on the way.
+    @inline(always)
+    private func offset(of slot: Int, in raw: UnsafeRawBufferPointer) throws -> Int {
+        let bitmap = (kinds.count + 7) / 8
+        guard raw.count >= 1 + bitmap, raw[0] == RecordCodec.format else { throw RecordCodec.Malformed() }
+        guard raw[1 + slot >> 3] & UInt8(1 << (slot & 7)) != 0 else { return -1 }
+        var o = 1 + bitmap
+        let widths = self.widths
+        for i in 0..<slot where raw[1 + i >> 3] & UInt8(1 << (i & 7)) != 0 {
+            let width = widths[i]
+            if width > 0 {
+                o += Int(width)
+            } else if width == 0 {
+                let length: Int
+                if o < raw.count && raw[o] < 0x80 {
+                    length = Int(raw[o])
+                    o += 1
+                } else {
+                    length = try RecordCodec.length(raw, &o)
+                }
+                guard length <= raw.count - o else { throw RecordCodec.Malformed() }
+                o += length
+            } else {
+                _ = try RecordCodec.varint(raw, &o)
+            }
+        }
+        guard o < raw.count else { throw RecordCodec.Malformed() }
+        return o
+    }
+
     /// Finds where each slot up to `maxSlot` starts (-1 for no value).
-    @inline(__always)
+    @inline(always)
     private func locate(_ raw: UnsafeRawBufferPointer, _ offsets: UnsafeMutableBufferPointer<Int>) throws {
         let n = kinds.count
         let bitmap = (n + 7) / 8
         guard raw.count >= 1 + bitmap, raw[0] == RecordCodec.format else { throw RecordCodec.Malformed() }
         var o = 1 + bitmap
-        let kinds = kindsBuffer
-        do {
-            for i in 0...maxSlot {
-                guard raw[1 + i >> 3] & UInt8(1 << (i & 7)) != 0 else {
-                    offsets[i] = -1
-                    continue
-                }
-                offsets[i] = o
-                switch kinds[i] {
-                case .string, .data, .url, .decimal:
-                    let length = try RecordCodec.length(raw, &o)
-                    guard length <= raw.count - o else { throw RecordCodec.Malformed() }
-                    o += length
-                case .int, .object, .anyObject: _ = try RecordCodec.varint(raw, &o)
-                case .double: o += 8
-                case .float: o += 4
-                case .bool: o += 1
-                case .uuid: o += 16
-                }
-                guard o <= raw.count else { throw RecordCodec.Malformed() }
+        let widths = self.widths
+        for i in 0...maxSlot {
+            guard raw[1 + i >> 3] & UInt8(1 << (i & 7)) != 0 else {
+                offsets[i] = -1
+                continue
             }
+            offsets[i] = o
+            let width = widths[i]
+            if width > 0 {
+                o += Int(width)
+            } else if width == 0 {
+                // A length (one byte for the short values of most records), then the bytes.
+                let length: Int
+                if o < raw.count && raw[o] < 0x80 {
+                    length = Int(raw[o])
+                    o += 1
+                } else {
+                    length = try RecordCodec.length(raw, &o)
+                }
+                guard length <= raw.count - o else { throw RecordCodec.Malformed() }
+                o += length
+            } else {
+                _ = try RecordCodec.varint(raw, &o)
+            }
+            guard o <= raw.count else { throw RecordCodec.Malformed() }
         }
     }
 

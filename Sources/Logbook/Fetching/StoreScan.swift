@@ -54,6 +54,8 @@ enum StoreScan {
     static let parallelThreshold = 32_768
     /// Records per part of a parallel scan (a part is a key range).
     static let partSize = 65_536
+    /// Keys looked up at a time in the primary index (the most entries one block call holds).
+    static let batchSize = 4096
 
     /// How many workers a scan uses: the active processors (at least one), or
     /// `LOGBOOK_SCAN_WORKERS`; read once per process.
@@ -146,20 +148,29 @@ enum StoreScan {
         let limit = limit ?? .max
         let scratch = UnsafeMutableBufferPointer<Int>.allocate(capacity: max(1, filter?.kinds.count ?? 1))
         scratch.initialize(repeating: -1)
-        defer { scratch.deallocate() }
+        let selected = UnsafeMutableBufferPointer<Int32>.allocate(capacity: batchSize)
+        defer {
+            scratch.deallocate()
+            selected.deallocate()
+        }
         // A small entity's blocks stay in the shared cache (its scans are cheap and frequent);
         // a large one's pass over the store leaves the cache to other reads.
         let caching = snapshot.count(inKeyspace: keyspace) < parallelThreshold
-        try snapshot.scanBlocks(inKeyspace: keyspace, in: range, caching: caching) { block, entries in
+        try snapshot.scanBlocks(inKeyspace: keyspace, in: range, batchSize: batchSize, caching: caching) {
+            block, entries in
             a.m.examined += entries.count
             if stop() { return false }
             // The filter unwrapped once per block (an optional bound per record costs a retain
-            // and a release), and a loop of the records with no call per record but the test.
+            // and a release), and the block's records tested in one call.
             if let filter {
-                for e in entries {
-                    let raw = UnsafeRawBufferPointer(rebasing: block[e.value])
-                    if try !filter.matches(raw, scratch: scratch) { continue }
-                    if !keep(e.key, raw, a, output, limit) { return false }
+                let n = try filter.select(block, entries, scratch: scratch, into: selected)
+                if output == .count {
+                    a.m.count += n
+                    return a.m.count < limit
+                }
+                for j in selected[0..<n] {
+                    let e = entries[Int(j)]
+                    if !keep(e.key, UnsafeRawBufferPointer(rebasing: block[e.value]), a, output, limit) { return false }
                 }
             } else {
                 for e in entries {

@@ -192,6 +192,7 @@ struct ByteReader {
         return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
     }
 
+    @inline(__always)
     mutating func skip(_ count: Int) throws(OutOfBounds) {
         guard count >= 0, count <= buffer.count - offset else { throw OutOfBounds() }
         offset += count

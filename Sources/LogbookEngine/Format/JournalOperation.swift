@@ -54,7 +54,7 @@ enum JournalOperation {
 
     /// The key and value range of the put at `offset`, reading no further than the value (a
     /// scan's per-record step); nil when the operation there is not a well-formed put.
-    @inline(__always)
+    @inline(always)
     static func putValue(_ block: UnsafeRawBufferPointer, at offset: Int) -> (key: UInt64, value: Range<Int>)? {
         var r = ByteReader(block, offset: offset)
         do {

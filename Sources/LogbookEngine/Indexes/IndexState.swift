@@ -12,7 +12,13 @@ import Dispatch
 /// snapshot pins a version.
 struct IndexState: Sendable {
     var primary = RadixMap<UInt64>()
-    var indexes: [UInt32: OrderedIndex] = [:]
+    /// The secondary indexes (built from the checkpoint on first use: `SecondaryIndexes`).
+    var secondary = SecondaryIndexes()
+    var indexes: [UInt32: OrderedIndex] {
+        get { secondary.all }
+        _modify { yield &secondary.all }
+        set { secondary.all = newValue }
+    }
     var sets = RadixMap<MemberSet>()
     /// The version (transaction number) of the last commit applied.
     var version: UInt64 = 0
@@ -63,10 +69,10 @@ struct IndexState: Sendable {
         // The passes take the structures (so that copy-on-write does not copy them) and give
         // them back when both are done.
         var primaryPass = PrimaryPass(primary: primary, sets: sets)
-        var indexPass = IndexPass(indexes: indexes)
+        var indexPass = IndexPass(secondary: secondary)
         primary = RadixMap()
         sets = RadixMap()
-        indexes = [:]
+        secondary = SecondaryIndexes()
         if blocks.count >= 8 {
             // Each thread owns one pass; `concurrentPerform` returns only after both are done,
             // so the pointers never outlive their `withUnsafeMutablePointer` closures.
@@ -89,7 +95,7 @@ struct IndexState: Sendable {
         }
         primary = primaryPass.primary
         sets = primaryPass.sets
-        indexes = indexPass.indexes
+        secondary = indexPass.secondary
         totalBytes += primaryPass.totalBytes
         liveBytes += primaryPass.liveBytes
         if let error = primaryPass.error ?? indexPass.error { throw error }
@@ -280,12 +286,13 @@ struct PrimaryPass {
     }
 }
 
-/// The secondary indexes: every put's new entries.
+/// The secondary indexes: every put's new entries. Deferred indexes are built only when a
+/// put has index entries.
 struct IndexPass {
-    var indexes: [UInt32: OrderedIndex]
+    var secondary: SecondaryIndexes
     var error: EngineError?
 
-    init(indexes: [UInt32: OrderedIndex]) { self.indexes = indexes }
+    init(secondary: SecondaryIndexes) { self.secondary = secondary }
 
     mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, path: String?) {
         var pending: [(UInt32, PendingEntries)] = []
@@ -327,13 +334,13 @@ struct IndexPass {
                 }
                 // Entries after everything in their index go in a leaf at a time.
                 for (id, entries) in pending where entries.count > 0 {
-                    var index = indexes.removeValue(forKey: id) ?? OrderedIndex()
+                    var index = secondary.all.removeValue(forKey: id) ?? OrderedIndex()
                     if !index.appendAscending(entries, raw) {
                         for j in 0..<entries.count {
                             index.insert(UnsafeRawBufferPointer(rebasing: raw[entries.keys[j]]), entries.primaryKeys[j])
                         }
                     }
-                    indexes[id] = index
+                    secondary.all[id] = index
                 }
             }
             if error != nil { return }

@@ -25,6 +25,14 @@ extension OrderedIndex {
             count += 1
         }
 
+        /// Appends a whole leaf, whose entries follow everything appended so far (a
+        /// parallel build's leaves, in order). Every leaf but the last should be full.
+        mutating func append(leaf node: Node) {
+            precondition(leaf.count == 0, "whole leaves and single entries are not mixed")
+            push(node, level: 0)
+            count += node.count
+        }
+
         private mutating func push(_ node: Node, level: Int) {
             if levels.count == level { levels.append([]) }
             levels[level].append(node)

@@ -40,9 +40,11 @@ struct OrderedIndex {
         init(leaf: Bool) {
             isLeaf = leaf
             let n = leaf ? OrderedIndex.leafCapacity : 0
-            prefixes = .allocate(capacity: n)
-            lengths = .allocate(capacity: n)
-            primaryKeys = .allocate(capacity: n)
+            // One allocation holds the three arrays (the two of 8-byte values first, aligned).
+            let storage = UnsafeMutableRawPointer.allocate(byteCount: max(1, n * 18), alignment: 8)
+            prefixes = storage.bindMemory(to: UInt64.self, capacity: n)
+            primaryKeys = (storage + n * 8).bindMemory(to: UInt64.self, capacity: n)
+            lengths = (storage + n * 16).bindMemory(to: UInt16.self, capacity: n)
         }
 
         convenience init(copying other: Node) {
@@ -66,9 +68,7 @@ struct OrderedIndex {
         }
 
         deinit {
-            prefixes.deallocate()
-            lengths.deallocate()
-            primaryKeys.deallocate()
+            UnsafeMutableRawPointer(prefixes).deallocate()  // the storage of all three
             tailEnds?.deallocate()
         }
 
@@ -179,7 +179,8 @@ struct OrderedIndex {
                 let ends = tailEnds!
                 let at = i == 0 ? 0 : Int(ends[i - 1])
                 let extra = probe.tail.count
-                tails.insert(contentsOf: probe.tail, at: at)
+                // Appending (as a bulk load does) is the common case and needs no move.
+                if i == n { tails.append(contentsOf: probe.tail) } else { tails.insert(contentsOf: probe.tail, at: at) }
                 if i < n { overlappingMove(ends + i + 1, from: ends + i, count: n - i) }
                 ends[i] = UInt32(at + extra)
                 if extra > 0 { for j in (i + 1)..<(n + 1) { ends[j] += UInt32(extra) } }

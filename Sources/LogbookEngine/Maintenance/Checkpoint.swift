@@ -120,7 +120,10 @@ enum Checkpoint {
 
     /// Decodes a checkpoint stream, section by section: header, primary index (built into
     /// its map on another thread while the rest is read), secondary indexes, sets.
-    static func decode(_ bytes: [UInt8]) throws(Malformed) -> Loaded {
+    ///
+    /// With `stream`, the secondary indexes are only checked here and built on first use
+    /// (`SecondaryIndexes`), from the stream that `stream` gives again then.
+    static func decode(_ bytes: [UInt8], stream: (@Sendable () -> [UInt8])? = nil) throws(Malformed) -> Loaded {
         let decoded: Result<Loaded, Malformed> = bytes.withUnsafeBytes { raw in
             var r = ByteReader(raw)
             return Result { () throws(Malformed) -> Loaded in
@@ -149,7 +152,15 @@ enum Checkpoint {
                 }
                 // Joined on every path: the other thread reads the same bytes.
                 defer { group.wait() }
-                state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
+                if let stream {
+                    let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                    state.secondary = SecondaryIndexes(
+                        deferred: DeferredIndexes {
+                            stream().withUnsafeBytes { raw in buildIndexes(raw, sections) }
+                        })
+                } else {
+                    state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
+                }
                 state.sets = try section("sets", &r) { r in try decodeSets(&r) }
                 if large {
                     group.wait()
@@ -264,6 +275,119 @@ enum Checkpoint {
         return indexes
     }
 
+    /// Entries between two restart points of a deferred index build (a multiple of a leaf's
+    /// capacity, so that every leaf but the last is full, as the sequential build makes them).
+    static let restartInterval = 256 * OrderedIndex.leafCapacity
+
+    /// One index of a checked secondary-index section, and where a build can start decoding
+    /// it: every `restartInterval` entries, the stream offset there and the state the
+    /// delta coding has reached (the full key and the primary key of the entry before).
+    struct IndexSection: Sendable {
+        struct Restart: Sendable {
+            var entry: Int
+            var offset: Int
+            var key: [UInt8]
+            var primaryKey: UInt64
+        }
+        var id: UInt32
+        var count: Int
+        var restarts: [Restart]
+    }
+
+    /// Moves past the secondary-index section, making every check `decodeIndexes` makes on
+    /// what it reads, without building anything; returns the restart points of each index.
+    private static func skipIndexes(_ r: inout ByteReader) throws -> [IndexSection] {
+        var sections: [IndexSection] = []
+        let indexCount = try r.readLength(limit: 1 << 20)
+        try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
+            for _ in 0..<indexCount {
+                let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
+                let count = try r.readLength(limit: r.remaining)
+                var section = IndexSection(id: id, count: count, restarts: [])
+                var length = 0
+                var primaryKey: UInt64 = 0
+                for i in 0..<count {
+                    if i % restartInterval == 0 {
+                        section.restarts.append(
+                            .init(
+                                entry: i, offset: r.offset,
+                                key: Array(UnsafeRawBufferPointer(rebasing: key[0..<length])),
+                                primaryKey: primaryKey))
+                    }
+                    let shared = try r.readLength(limit: length)
+                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                    let bytes = try r.readBytes(suffix)
+                    if suffix > 0 {
+                        key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix)
+                    }
+                    length = shared + suffix
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                }
+                sections.append(section)
+            }
+        }
+        return sections
+    }
+
+    /// Builds the indexes of a section `skipIndexes` checked, each from its restart points
+    /// in parallel (the leaves of each run on a worker, the tree over them after).
+    static func buildIndexes(_ raw: UnsafeRawBufferPointer, _ sections: [IndexSection]) -> [UInt32: OrderedIndex] {
+        var indexes: [UInt32: OrderedIndex] = [:]
+        for section in sections where section.count > 0 {
+            let runs = section.restarts.count
+            // Each worker fills only its own box; all are read after `concurrentPerform` joins.
+            let boxes = UncheckedSendable((0..<runs).map { _ in ResultBox<[OrderedIndex.Node]>() })
+            let stream = UncheckedSendable(raw)
+            DispatchQueue.concurrentPerform(iterations: runs) { k in
+                let restart = section.restarts[k]
+                let end = k + 1 < runs ? section.restarts[k + 1].entry : section.count
+                boxes.value[k].value = decodeLeaves(stream.value, restart, entries: end - restart.entry)
+            }
+            var builder = OrderedIndex.Builder()
+            for box in boxes.value { for leaf in box.value! { builder.append(leaf: leaf) } }
+            indexes[section.id] = builder.build()
+        }
+        return indexes
+    }
+
+    /// The leaves of `entries` entries from `restart`, each full but the last.
+    private static func decodeLeaves(
+        _ raw: UnsafeRawBufferPointer, _ restart: IndexSection.Restart, entries: Int
+    ) -> [OrderedIndex.Node] {
+        var r = ByteReader(raw, offset: restart.offset)
+        var leaves: [OrderedIndex.Node] = []
+        leaves.reserveCapacity(entries / OrderedIndex.leafCapacity + 1)
+        var leaf = OrderedIndex.Node(leaf: true)
+        var primaryKey = restart.primaryKey
+        do {
+            try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
+                var length = restart.key.count
+                restart.key.withUnsafeBytes { key.copyMemory(from: $0) }
+                for _ in 0..<entries {
+                    let shared = try r.readLength(limit: length)
+                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                    let bytes = try r.readBytes(suffix)
+                    if suffix > 0 {
+                        key.baseAddress!.advanced(by: shared).copyMemory(from: bytes.baseAddress!, byteCount: suffix)
+                    }
+                    length = shared + suffix
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                    if leaf.count == OrderedIndex.leafCapacity {
+                        leaves.append(leaf)
+                        leaf = OrderedIndex.Node(leaf: true)
+                    }
+                    leaf.insertLeafEntry(
+                        at: leaf.count, IndexKeyProbe(UnsafeRawBufferPointer(rebasing: key[0..<length])), primaryKey)
+                }
+            }
+        } catch {
+            // The same reads passed `skipIndexes` at open, on the same bytes.
+            fatalError("a checkpoint's secondary indexes checked at open no longer decode: \(error)")
+        }
+        if leaf.count > 0 { leaves.append(leaf) }
+        return leaves
+    }
+
     /// Per set keyspace: set ids (delta-coded) and their members (delta-coded).
     private static func decodeSets(_ r: inout ByteReader) throws -> RadixMap<MemberSet> {
         var sets = RadixMap<MemberSet>()
@@ -331,11 +455,32 @@ enum Checkpoint {
     }
 
     /// Reads and checks a checkpoint file.
+    ///
+    /// The file's bytes (compressed: a small fraction of the indexes they hold) are kept for
+    /// the secondary indexes, which are built from them on first use.
     static func read(path: String, number: UInt64, fileSystem fs: any FileSystem) throws -> Loaded {
         let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
         defer { handle.close() }
         let data = try handle.read(count: try handle.size(), at: 0)
-        let stream: [UInt8] = try data.withUnsafeBytes { raw in
+        let stream = try self.stream(data, path: path, number: number)
+        do {
+            return try decode(stream) {
+                // Checked once already: the same bytes give the same stream.
+                guard let again = try? Self.stream(data, path: path, number: number) else {
+                    fatalError("a checkpoint read at open no longer decodes")
+                }
+                return again
+            }
+        } catch {
+            // The offset is in the decompressed stream (the file's frames are compressed).
+            throw EngineError.corruption(
+                "checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
+        }
+    }
+
+    /// The stream a checkpoint file holds, every frame checked.
+    private static func stream(_ data: [UInt8], path: String, number: UInt64) throws -> [UInt8] {
+        try data.withUnsafeBytes { raw in
             let header: FileHeader
             do { header = try FileHeader.decode(raw, magic: JournalFormat.checkpointMagic) } catch {
                 throw EngineError.corruption("checkpoint header is damaged (\(error))", path: path, offset: 0)
@@ -343,35 +488,50 @@ enum Checkpoint {
             guard header.number == number else {
                 throw EngineError.corruption("checkpoint header names number \(header.number)", path: path, offset: 16)
             }
-            var stream: [UInt8] = []
-            var chunks = 0
+            // The frames, each checked, in order; then their chunks decompressed in parallel.
+            var frames: [Frame.Parsed] = []
             var position = JournalFormat.fileHeaderSize
-            while true {
+            var end: (chunks: Int, length: Int, position: Int)?
+            while end == nil {
                 guard case .frame(let frame) = Frame.parse(raw, at: position, salt: header.salt) else {
                     throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: position)
                 }
-                if frame.type == .checkpointEnd {
+                switch frame.type {
+                case .checkpointEnd:
                     var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
-                    guard let n = try? r.readLE(UInt32.self), let length = try? r.readLE(UInt64.self),
-                        Int(n) == chunks, Int(length) == stream.count, frame.end == raw.count
+                    guard let n = try? r.readLE(UInt32.self), let length = try? r.readLength(UInt64.self),
+                        frame.end == raw.count
                     else {
                         throw EngineError.corruption(
                             "checkpoint end record does not match", path: path, offset: position)
                     }
-                    return stream
-                }
-                guard frame.type == .checkpointData, let chunk = Frame.decode(raw, frame) else {
+                    end = (Int(n), length, position)
+                case .checkpointData:
+                    frames.append(frame)
+                    position = frame.end
+                default:
                     throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
                 }
-                stream.append(contentsOf: chunk)
-                chunks += 1
-                position = frame.end
             }
-        }
-        do { return try decode(stream) } catch {
-            // The offset is in the decompressed stream (the file's frames are compressed).
-            throw EngineError.corruption(
-                "checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
+            let chunks = UncheckedSendable((0..<frames.count).map { _ in ResultBox<[UInt8]>() })
+            let file = UncheckedSendable(raw)
+            let parsed = frames
+            DispatchQueue.concurrentPerform(iterations: parsed.count) { k in
+                chunks.value[k].value = Frame.decode(file.value, parsed[k])
+            }
+            var stream: [UInt8] = []
+            for (k, chunk) in chunks.value.enumerated() {
+                guard let bytes = chunk.value else {
+                    throw EngineError.corruption(
+                        "a checkpoint chunk does not decompress", path: path, offset: frames[k].payload.lowerBound)
+                }
+                stream.append(contentsOf: bytes)
+            }
+            guard let end, end.chunks == frames.count, end.length == stream.count else {
+                throw EngineError.corruption(
+                    "checkpoint end record does not match", path: path, offset: end?.position ?? position)
+            }
+            return stream
         }
     }
 }

@@ -200,7 +200,10 @@ public final class Snapshot: Sendable {
                 }
                 let stop = try block.withUnsafeBytes { raw -> Bool in
                     for j in i..<end {
-                        let value = try putValue(raw, at: Location(packed: locations[j]), of: keys[j])
+                        let location = Location(packed: locations[j])
+                        guard let (stored, value) = JournalOperation.putValue(raw, at: location.blockOffset),
+                            stored == keys[j]
+                        else { throw misplaced(keys[j], at: location, in: raw) }
                         entries[j - i] = ScanEntry(key: keys[j], value: value)
                     }
                     return try !body(raw, UnsafeBufferPointer(rebasing: entries[0..<(end - i)]))
@@ -216,18 +219,26 @@ public final class Snapshot: Sendable {
     /// The value's range in `raw` of the put at `location`, which must be a put of `key`: a
     /// location that holds anything else (damage, or a bug that mixed up two records) is an
     /// error, never another record's bytes.
+    @inline(__always)
     private func putValue(_ raw: UnsafeRawBufferPointer, at location: Location, of key: UInt64) throws -> Range<Int> {
-        guard let (stored, value) = JournalOperation.putValue(raw, at: location.blockOffset) else {
-            throw EngineError.corruption(
-                "the location of key \(EngineKey(rawValue: key)) does not hold a put",
-                path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+        if let (stored, value) = JournalOperation.putValue(raw, at: location.blockOffset), stored == key {
+            return value
         }
-        guard stored == key else {
-            throw EngineError.corruption(
-                "the location of key \(EngineKey(rawValue: key)) holds the put of key \(EngineKey(rawValue: stored))",
-                path: reader.segments.files[location.segment]?.path ?? "", offset: location.frameOffset)
+        throw misplaced(key, at: location, in: raw)
+    }
+
+    /// The error for a location that does not hold a put of `key` (out of the scan's loop).
+    @inline(never)
+    private func misplaced(_ key: UInt64, at location: Location, in raw: UnsafeRawBufferPointer) -> EngineError {
+        let path = reader.segments.files[location.segment]?.path ?? ""
+        guard let (stored, _) = JournalOperation.putValue(raw, at: location.blockOffset) else {
+            return EngineError.corruption(
+                "the location of key \(EngineKey(rawValue: key)) does not hold a put", path: path,
+                offset: location.frameOffset)
         }
-        return value
+        return EngineError.corruption(
+            "the location of key \(EngineKey(rawValue: key)) holds the put of key \(EngineKey(rawValue: stored))",
+            path: path, offset: location.frameOffset)
     }
 
     /// The secondary index entries stored with `key`'s value.

@@ -334,10 +334,10 @@ import Testing
             path.contains(JournalFormat.segmentPrefix) && count > JournalFormat.fileHeaderSize
         }
         let compaction = DispatchGroup()
-        DispatchQueue.global().async(group: compaction) { _ = try? store.compact() }
+        onOwnThread(group: compaction) { _ = try? store.compact() }
         #expect(fs.waitUntilPaused())
         let committed = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
+        onOwnThread {
             try? commitOne(store, 100, "during the compaction")
             committed.signal()
         }
@@ -364,10 +364,10 @@ import Testing
             path.contains(JournalFormat.segmentPrefix) && count > JournalFormat.fileHeaderSize
         }
         let compaction = DispatchGroup()
-        DispatchQueue.global().async(group: compaction) { _ = try? store.compact() }
+        onOwnThread(group: compaction) { _ = try? store.compact() }
         #expect(fs.waitUntilPaused())
         let closed = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
+        onOwnThread {
             try? store.close()
             closed.signal()
         }

@@ -24,7 +24,7 @@ import Testing
         let reads = Atomic<Int>(0)
         let group = DispatchGroup()
         for _ in 0..<2 {
-            DispatchQueue.global().async(group: group) {
+            onOwnThread(group: group) {
                 while !done.load(ordering: .acquiring) {
                     let s = store.snapshot()
                     let values = Set((0..<50).map { string(try? s.value(forKey: key(1, $0))) ?? "missing" })
@@ -118,7 +118,7 @@ import Testing
         let store = try Store.open(at: dir.store(), options: options)
         let writerDone = Atomic<Bool>(false)
         let group = DispatchGroup()
-        DispatchQueue.global().async(group: group) {
+        onOwnThread(group: group) {
             for round in 0..<200 {
                 var t = Transaction()
                 for i in UInt64(0)..<20 { t.put(key(1, i), value: bytes("r\(round)")) }

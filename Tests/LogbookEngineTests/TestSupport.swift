@@ -1,3 +1,6 @@
+import Dispatch
+import Foundation
+
 @testable import LogbookEngine
 
 #if canImport(Glibc)
@@ -87,4 +90,16 @@ struct SeededGenerator: RandomNumberGenerator {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+}
+
+/// Runs `body` on a thread of its own, inside `group` until it returns. Not on the global
+/// queue: the test runner's tasks run on that queue's threads too, and while tests that run
+/// for a long time hold all of them (one per core), work queued there may wait for minutes.
+func onOwnThread(group: DispatchGroup? = nil, _ body: @escaping @Sendable () -> Void) {
+    group?.enter()
+    let thread = Thread {
+        body()
+        group?.leave()
+    }
+    thread.start()
 }

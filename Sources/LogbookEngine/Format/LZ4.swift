@@ -27,6 +27,24 @@ enum LZ4 {
         return true
     }
 
+    /// The length an `uncompressedLength u32 · block` payload declares (nil when too short).
+    static func declaredLength(_ payload: UnsafeRawBufferPointer) -> Int? {
+        payload.count >= 4 ? Int(payload.loadLE(at: 0, as: UInt32.self)) : nil
+    }
+
+    /// Decodes an `uncompressedLength u32 · block` payload into `output`, which must be
+    /// exactly the declared length; false when the payload is malformed.
+    static func decompress(_ payload: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) -> Bool {
+        guard let length = declaredLength(payload), length == output.count, length > 0, payload.count > 4 else {
+            return false
+        }
+        let compressed = UnsafeRawBufferPointer(rebasing: payload[4...])
+        let decoded = LZ4_decompress_safe(
+            compressed.baseAddress!.assumingMemoryBound(to: CChar.self),
+            output.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(compressed.count), Int32(length))
+        return Int(decoded) == length
+    }
+
     /// Decodes an `uncompressedLength u32 · block` payload with the safe decompressor.
     /// Returns nil when the payload is malformed or declares more than `limit` bytes.
     static func decompress(_ payload: UnsafeRawBufferPointer, limit: Int) -> [UInt8]? {

@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 /// Checkpoints: the indexes written out so that an open replays only the journal after them.
 ///
@@ -513,19 +514,50 @@ enum Checkpoint {
                     throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
                 }
             }
-            let chunks = UncheckedSendable((0..<frames.count).map { _ in ResultBox<[UInt8]>() })
-            let file = UncheckedSendable(raw)
-            let parsed = frames
-            DispatchQueue.concurrentPerform(iterations: parsed.count) { k in
-                chunks.value[k].value = Frame.decode(file.value, parsed[k])
-            }
-            var stream: [UInt8] = []
-            for (k, chunk) in chunks.value.enumerated() {
-                guard let bytes = chunk.value else {
+            // Each chunk's decoded length, from its header; then every chunk decoded in place,
+            // in parallel, into the one stream (no chunk copied twice).
+            var starts: [Int] = []
+            var total = 0
+            for (k, frame) in frames.enumerated() {
+                let payload = UnsafeRawBufferPointer(rebasing: raw[frame.payload])
+                let length = frame.codec == .raw ? payload.count : LZ4.declaredLength(payload) ?? -1
+                guard length >= 0, length <= chunkSize, let end, total + length <= end.length else {
                     throw EngineError.corruption(
-                        "a checkpoint chunk does not decompress", path: path, offset: frames[k].payload.lowerBound)
+                        "checkpoint chunk \(k) declares a length that does not fit", path: path,
+                        offset: frame.payload.lowerBound)
                 }
-                stream.append(contentsOf: bytes)
+                starts.append(total)
+                total += length
+            }
+            let failed = Atomic<Int>(-1)
+            // Not zeroed first: every byte is written by its chunk's decoder (a chunk that fails
+            // makes the whole stream an error).
+            let stream = [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
+                let out = UnsafeMutableRawBufferPointer(buffer)
+                let shared = UncheckedSendable((raw, out))
+                let parsed = frames
+                let offsets = starts
+                // Each worker writes only its own chunk's range of the stream.
+                DispatchQueue.concurrentPerform(iterations: parsed.count) { k in
+                    let (raw, out) = shared.value
+                    let payload = UnsafeRawBufferPointer(rebasing: raw[parsed[k].payload])
+                    let end = k + 1 < offsets.count ? offsets[k + 1] : out.count
+                    let target = UnsafeMutableRawBufferPointer(rebasing: out[offsets[k]..<end])
+                    let ok: Bool
+                    switch parsed[k].codec {
+                    case .raw:
+                        target.copyMemory(from: payload)
+                        ok = true
+                    case .lz4: ok = LZ4.decompress(payload, into: target)
+                    }
+                    if !ok { failed.store(k, ordering: .relaxed) }
+                }
+                initialized = total
+            }
+            let bad = failed.load(ordering: .relaxed)
+            if bad >= 0 {
+                throw EngineError.corruption(
+                    "a checkpoint chunk does not decompress", path: path, offset: frames[bad].payload.lowerBound)
             }
             guard let end, end.chunks == frames.count, end.length == stream.count else {
                 throw EngineError.corruption(

@@ -219,7 +219,6 @@ public final class Snapshot: Sendable {
     /// The value's range in `raw` of the put at `location`, which must be a put of `key`: a
     /// location that holds anything else (damage, or a bug that mixed up two records) is an
     /// error, never another record's bytes.
-    @inline(__always)
     private func putValue(_ raw: UnsafeRawBufferPointer, at location: Location, of key: UInt64) throws -> Range<Int> {
         if let (stored, value) = JournalOperation.putValue(raw, at: location.blockOffset), stored == key {
             return value

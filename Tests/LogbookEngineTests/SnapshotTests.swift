@@ -254,3 +254,36 @@ import Testing
         try store.close()
     }
 }
+
+extension DeferredIndexTests {
+    /// Found by FuzzCheckpoint: a checkpoint may name an index with no entries, and the
+    /// deferred build dropped it where the eager decode keeps it.
+    @Test func aDeferredBuildGivesTheIndexesAnEagerDecodeGives() throws {
+        var state = IndexState()
+        state.indexes[3] = OrderedIndex()
+        var two = OrderedIndex()
+        for i in UInt64(0)..<70_000 {
+            _ = IndexKey(index: 4, orderedInt64: Int64(i / 3)).bytes.withUnsafeBytes { two.insert($0, key(1, i)) }
+        }
+        state.indexes[4] = two
+        let stream = Checkpoint.encode(state, segment: 1, offset: 32)
+        let eager = try Checkpoint.decode(stream).state
+        let deferred = try Checkpoint.decode(stream) { stream }.state
+        #expect(!deferred.secondary.isBuilt)
+        #expect(deferred.indexes.keys.sorted() == [3, 4] && eager.indexes.keys.sorted() == [3, 4])
+        #expect(deferred.indexes[3]?.count == 0)
+        // Three restart points' worth of entries, built in parallel, in the same order.
+        var a: [(UInt64, [UInt8])] = []
+        var b: [(UInt64, [UInt8])] = []
+        eager.indexes[4]!.forEach(from: nil, to: nil) { bytes, pk in
+            a.append((pk, Array(bytes)))
+            return true
+        }
+        deferred.indexes[4]!.forEach(from: nil, to: nil) { bytes, pk in
+            b.append((pk, Array(bytes)))
+            return true
+        }
+        #expect(a.count == 70_000 && b.count == 70_000)
+        #expect(a.elementsEqual(b) { $0.0 == $1.0 && $0.1 == $1.1 })
+    }
+}

@@ -171,12 +171,13 @@ public final class PersistentContainer: Sendable {
     func nextOrderPage(keyspace: UInt16, snapshot: Snapshot) -> UInt64 {
         orderPages.withLock { next in
             if next[keyspace] == nil {
+                // Pages have the keyspace's largest ids (from `pageBase` up): the last key, if
+                // it is a page, is the last page.
                 var last: UInt64 = 0
-                snapshot.forEachKey(
-                    inKeyspace: keyspace, from: EngineKey(keyspace: keyspace, id: OrderPages.pageBase).rawValue
-                ) {
-                    last = EngineKey(rawValue: $0).id & (OrderPages.pageBase - 1)
-                    return true
+                if let id = snapshot.keyBounds(inKeyspace: keyspace).map({ EngineKey(rawValue: $0.upperBound).id }),
+                    id >= OrderPages.pageBase
+                {
+                    last = id & (OrderPages.pageBase - 1)
                 }
                 next[keyspace] = last + 1
             }
@@ -325,12 +326,10 @@ enum Migration {
             }
         }
         let snap = store.snapshot()
-        for (e, ks) in layout.keyspace.enumerated() where snap.count(inKeyspace: ks) > 0 {
-            var last: UInt64 = 0
-            snap.forEachKey(inKeyspace: ks) {
-                last = $0
-                return true
-            }
+        // Above the largest key of each keyspace (its last key: O(1) in the primary index,
+        // where a walk of every key cost an open of a million objects several milliseconds).
+        for (e, ks) in layout.keyspace.enumerated() {
+            guard let last = snap.keyBounds(inKeyspace: ks)?.upperBound else { continue }
             next[e] = max(next[e], EngineKey(rawValue: last).id + 1)
         }
         // One counter per inheritance tree: its root's, above every serial of the tree.

@@ -334,7 +334,8 @@ enum Checkpoint {
     /// in parallel (the leaves of each run on a worker, the tree over them after).
     static func buildIndexes(_ raw: UnsafeRawBufferPointer, _ sections: [IndexSection]) -> [UInt32: OrderedIndex] {
         var indexes: [UInt32: OrderedIndex] = [:]
-        for section in sections where section.count > 0 {
+        // (An index of no entries is kept too, as `decodeIndexes` keeps it.)
+        for section in sections {
             let runs = section.restarts.count
             // Each worker fills only its own box; all are read after `concurrentPerform` joins.
             let boxes = UncheckedSendable((0..<runs).map { _ in ResultBox<[OrderedIndex.Node]>() })

@@ -277,8 +277,12 @@ struct RadixMap<Value: RadixSlot> {
                 addedKeyspace = EngineKey(rawValue: k).keyspace
             }
             let i = Int(k & 63)
-            let old = leaf!.slots[i]
-            leaf!.slots[i] = value(n)
+            // In place (the leaf is unique here): no uniqueness check of its array per key.
+            let old = leaf!.slots.withUnsafeMutableBufferPointer { slots in
+                let old = slots[i]
+                slots[i] = value(n)
+                return old
+            }
             if old.isAbsent {
                 leaf!.occupied += 1
                 added += 1

@@ -57,10 +57,16 @@ func temporaryStorePath(_ prefix: String) -> String {
 nonisolated(unsafe) var reportsJSON = false  // set once from the command line, before any work
 
 /// Prints one phase line: `PHASE key=value …` (or `{"phase": PHASE, "key": value, …}`).
-func report(_ phase: String, _ fields: KeyValuePairs<String, Any>) {
+/// Every line says the process's peak resident memory so far (`peak_rss_mb`), measured here
+/// when the phase did not measure it itself.
+func report(_ phase: String, _ given: KeyValuePairs<String, Any>) {
     func text(_ v: Any) -> String {
         if let d = v as? Double { return String(format: "%.4f", d) }
         return "\(v)"
+    }
+    var fields = given.map { (key: $0.key, value: $0.value) }
+    if !fields.contains(where: { $0.key == "peak_rss_mb" }) {
+        fields.append((key: "peak_rss_mb", value: peakRSSMegabytes()))
     }
     if reportsJSON {
         var parts = ["\"phase\": \"\(phase)\""]

@@ -252,6 +252,8 @@ import Testing
             f["fetch_sorted"]?["records"] == "3000" && f["fetch_range"]?["records"] == "300"
                 && f["count"]?["records"] == "3000")
         #expect(f["fetch_range"]?["first_seconds"] != nil && f["count"]?["first_seconds"] != nil)
+        // Every phase says the peak memory of its process.
+        #expect(f.values.allSatisfy { Int($0["peak_rss_mb"] ?? "") ?? 0 > 0 }, "\(fetch.out)")
         let batch = try run(["bench", "populate", "--batch", "--store", dir + "/batch", "--count", "3000", "--json"])
         let object = try JSONSerialization.jsonObject(with: Data(batch.out.utf8)) as? [String: Any]
         #expect(object?["phase"] as? String == "populate_batch" && object?["records"] as? Int == 3000, "\(batch.out)")

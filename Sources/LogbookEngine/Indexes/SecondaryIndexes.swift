@@ -1,5 +1,3 @@
-import Synchronization
-
 /// The secondary indexes of one `IndexState`: in memory, or still encoded in the checkpoint
 /// the store was opened from, until something needs them.
 ///
@@ -45,20 +43,21 @@ struct SecondaryIndexes: Sendable {
 
 /// Secondary indexes that are built from their encoded form on first use, once, for every
 /// state that holds them. `Sendable`: the encoded form and the built indexes are behind a
-/// mutex, and a built `OrderedIndex` is a persistent value.
+/// lock (`Locked`, which the thread sanitizer sees), and a built `OrderedIndex` is a
+/// persistent value.
 final class DeferredIndexes: Sendable {
     private enum Source {
         case encoded(@Sendable () -> [UInt32: OrderedIndex])
         case built([UInt32: OrderedIndex])
     }
 
-    private let source: Mutex<Source>
+    private let source: Locked<Source>
 
     /// `build` turns the encoded indexes into indexes. It runs at most once, under the lock
     /// (concurrent first users wait for the one build), and must not fail: the caller checks
     /// the encoded form before deferring it.
     init(build: @escaping @Sendable () -> [UInt32: OrderedIndex]) {
-        source = Mutex(.encoded(build))
+        source = Locked(.encoded(build))
     }
 
     func load() -> [UInt32: OrderedIndex] {

@@ -260,12 +260,7 @@ enum Checkpoint {
             try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
                 var length = 0
                 for _ in 0..<count {
-                    let shared = try r.readLength(limit: length)
-                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-                    let bytes = try r.readBytes(suffix)
-                    copySuffix(bytes, into: key, at: shared)
-                    length = shared + suffix
-                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                    try readEntry(&r, into: key, length: &length, primaryKey: &primaryKey)
                     builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey)
                 }
             }
@@ -313,12 +308,7 @@ enum Checkpoint {
                                 key: Array(UnsafeRawBufferPointer(rebasing: key[0..<length])),
                                 primaryKey: primaryKey))
                     }
-                    let shared = try r.readLength(limit: length)
-                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-                    let bytes = try r.readBytes(suffix)
-                    copySuffix(bytes, into: key, at: shared)
-                    length = shared + suffix
-                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                    try readEntry(&r, into: key, length: &length, primaryKey: &primaryKey)
                 }
                 sections.append(section)
             }
@@ -362,12 +352,7 @@ enum Checkpoint {
                 var length = restart.key.count
                 restart.key.withUnsafeBytes { key.copyMemory(from: $0) }
                 for _ in 0..<entries {
-                    let shared = try r.readLength(limit: length)
-                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-                    let bytes = try r.readBytes(suffix)
-                    copySuffix(bytes, into: key, at: shared)
-                    length = shared + suffix
-                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                    try readEntry(&r, into: key, length: &length, primaryKey: &primaryKey)
                     if leaf.count == OrderedIndex.leafCapacity {
                         leaves.append(leaf)
                         leaf = OrderedIndex.Node(leaf: true)
@@ -382,6 +367,20 @@ enum Checkpoint {
         }
         if leaf.count > 0 { leaves.append(leaf) }
         return leaves
+    }
+
+    /// Reads one entry of an index section: its key rebuilt in `key` from the prefix it shares
+    /// with the key before and its new suffix (`length` becomes its length), and its primary
+    /// key from its delta (`primaryKey` moves on).
+    @inline(always)
+    private static func readEntry(
+        _ r: inout ByteReader, into key: UnsafeMutableRawBufferPointer, length: inout Int, primaryKey: inout UInt64
+    ) throws {
+        let shared = try r.readLength(limit: length)
+        let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+        copySuffix(try r.readBytes(suffix), into: key, at: shared)
+        length = shared + suffix
+        primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
     }
 
     /// Puts a key's new suffix after the prefix it shares with the key before. Suffixes are

@@ -333,7 +333,22 @@ final class RecordFilter: @unchecked Sendable {
         var o = 1 + bitmap
         let widths = self.widths
         for i in 0..<slot where raw[1 + i >> 3] & UInt8(1 << (i & 7)) != 0 {
-            try Self.step(over: widths[i], raw, &o)
+            let width = widths[i]
+            if width > 0 {
+                o += Int(width)
+            } else if width == 0 {
+                let length: Int
+                if o < raw.count && raw[o] < 0x80 {
+                    length = Int(raw[o])
+                    o += 1
+                } else {
+                    length = try RecordCodec.length(raw, &o)
+                }
+                guard length <= raw.count - o else { throw RecordCodec.Malformed() }
+                o += length
+            } else {
+                _ = try RecordCodec.varint(raw, &o)
+            }
         }
         guard o < raw.count else { throw RecordCodec.Malformed() }
         return o
@@ -353,29 +368,24 @@ final class RecordFilter: @unchecked Sendable {
                 continue
             }
             offsets[i] = o
-            try Self.step(over: widths[i], raw, &o)
-            guard o <= raw.count else { throw RecordCodec.Malformed() }
-        }
-    }
-
-    /// Moves `o` past one present value whose `widths` entry is `width`: that many bytes, a
-    /// length (one byte for the short values of most records) and its bytes, or a varint.
-    @inline(always)
-    private static func step(over width: Int8, _ raw: UnsafeRawBufferPointer, _ o: inout Int) throws {
-        if width > 0 {
-            o += Int(width)
-        } else if width == 0 {
-            let length: Int
-            if o < raw.count && raw[o] < 0x80 {
-                length = Int(raw[o])
-                o += 1
+            let width = widths[i]
+            if width > 0 {
+                o += Int(width)
+            } else if width == 0 {
+                // A length (one byte for the short values of most records), then the bytes.
+                let length: Int
+                if o < raw.count && raw[o] < 0x80 {
+                    length = Int(raw[o])
+                    o += 1
+                } else {
+                    length = try RecordCodec.length(raw, &o)
+                }
+                guard length <= raw.count - o else { throw RecordCodec.Malformed() }
+                o += length
             } else {
-                length = try RecordCodec.length(raw, &o)
+                _ = try RecordCodec.varint(raw, &o)
             }
-            guard length <= raw.count - o else { throw RecordCodec.Malformed() }
-            o += length
-        } else {
-            _ = try RecordCodec.varint(raw, &o)
+            guard o <= raw.count else { throw RecordCodec.Malformed() }
         }
     }
 

@@ -260,7 +260,12 @@ enum Checkpoint {
             try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
                 var length = 0
                 for _ in 0..<count {
-                    try readEntry(&r, into: key, length: &length, primaryKey: &primaryKey)
+                    let shared = try r.readLength(limit: length)
+                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                    let bytes = try r.readBytes(suffix)
+                    copySuffix(bytes, into: key, at: shared)
+                    length = shared + suffix
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
                     builder.append(UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey)
                 }
             }
@@ -308,7 +313,12 @@ enum Checkpoint {
                                 key: Array(UnsafeRawBufferPointer(rebasing: key[0..<length])),
                                 primaryKey: primaryKey))
                     }
-                    try readEntry(&r, into: key, length: &length, primaryKey: &primaryKey)
+                    let shared = try r.readLength(limit: length)
+                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                    let bytes = try r.readBytes(suffix)
+                    copySuffix(bytes, into: key, at: shared)
+                    length = shared + suffix
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
                 }
                 sections.append(section)
             }
@@ -352,7 +362,12 @@ enum Checkpoint {
                 var length = restart.key.count
                 restart.key.withUnsafeBytes { key.copyMemory(from: $0) }
                 for _ in 0..<entries {
-                    try readEntry(&r, into: key, length: &length, primaryKey: &primaryKey)
+                    let shared = try r.readLength(limit: length)
+                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
+                    let bytes = try r.readBytes(suffix)
+                    copySuffix(bytes, into: key, at: shared)
+                    length = shared + suffix
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
                     if leaf.count == OrderedIndex.leafCapacity {
                         leaves.append(leaf)
                         leaf = OrderedIndex.Node(leaf: true)
@@ -367,20 +382,6 @@ enum Checkpoint {
         }
         if leaf.count > 0 { leaves.append(leaf) }
         return leaves
-    }
-
-    /// Reads one entry of an index section: its key rebuilt in `key` from the prefix it shares
-    /// with the key before and its new suffix (`length` becomes its length), and its primary
-    /// key from its delta (`primaryKey` moves on).
-    @inline(always)
-    private static func readEntry(
-        _ r: inout ByteReader, into key: UnsafeMutableRawBufferPointer, length: inout Int, primaryKey: inout UInt64
-    ) throws {
-        let shared = try r.readLength(limit: length)
-        let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-        copySuffix(try r.readBytes(suffix), into: key, at: shared)
-        length = shared + suffix
-        primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
     }
 
     /// Puts a key's new suffix after the prefix it shares with the key before. Suffixes are

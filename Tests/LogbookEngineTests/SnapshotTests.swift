@@ -268,7 +268,7 @@ extension DeferredIndexTests {
         state.indexes[4] = two
         let stream = Checkpoint.encode(state, segment: 1, offset: 32)
         let eager = try Checkpoint.decode(stream).state
-        let deferred = try Checkpoint.decode(stream) { stream }.state
+        let deferred = try Checkpoint.decode(stream) { _ in stream }.state
         #expect(!deferred.secondary.isBuilt)
         #expect(deferred.indexes.keys.sorted() == [3, 4] && eager.indexes.keys.sorted() == [3, 4])
         #expect(deferred.indexes[3]?.count == 0)
@@ -284,6 +284,92 @@ extension DeferredIndexTests {
             return true
         }
         #expect(a.count == 70_000 && b.count == 70_000)
+        #expect(a.elementsEqual(b) { $0.0 == $1.0 && $0.1 == $1.1 })
+    }
+}
+
+extension DeferredIndexTests {
+    /// The deferred build keeps each key's first eight bytes in a register, updated from the
+    /// shared length and the suffix: keys of every length from 0 to 23 bytes, sharing prefixes
+    /// of every length, must come back byte for byte, in the order of the index they came from.
+    @Test func aDeferredBuildRestoresKeysOfEveryLengthAndSharedPrefix() throws {
+        var generator = SeededGenerator(seed: 0x5EED_1DE7)
+        var source = OrderedIndex()
+        let stems: [[UInt8]] = (0..<40).map { _ in
+            (0..<Int(generator.next() % 12)).map { _ in UInt8(generator.next() % 4) }
+        }
+        for i in UInt64(0)..<80_000 {
+            var bytes = stems[Int(generator.next() % UInt64(stems.count))]
+            bytes += (0..<Int(generator.next() % 13)).map { _ in UInt8(generator.next() % 3) }
+            bytes.withUnsafeBytes { _ = source.insert($0, key(1, i)) }
+        }
+        var state = IndexState()
+        state.indexes[7] = source
+        let stream = Checkpoint.encode(state, segment: 1, offset: 32)
+        let deferred = try Checkpoint.decode(stream) { _ in stream }.state
+        #expect(!deferred.secondary.isBuilt)
+        func entries(_ index: OrderedIndex) -> [(UInt64, [UInt8])] {
+            var out: [(UInt64, [UInt8])] = []
+            index.forEach(from: nil, to: nil) { bytes, pk in
+                out.append((pk, Array(bytes)))
+                return true
+            }
+            return out
+        }
+        let expected = entries(source)
+        let built = entries(deferred.indexes[7]!)
+        #expect(Set(expected.map(\.1.count)) == Set(0...23))
+        #expect(built.count == 80_000)
+        #expect(built.elementsEqual(expected) { $0.0 == $1.0 && $0.1 == $1.1 })
+        // Searches compare the rebuilt prefixes: a count of each stem's range agrees too.
+        for stem in stems.prefix(10) {
+            let low = IndexBound(stem, inclusive: true)
+            let high = IndexBound(stem + [0xFF], inclusive: false)
+            #expect(deferred.indexes[7]!.count(from: low, to: high) == source.count(from: low, to: high))
+        }
+    }
+}
+
+extension DeferredIndexTests {
+    /// A checkpoint file of several 1 MiB chunks, its secondary indexes after the primary
+    /// index's chunks: the deferred build decompresses only the chunks of their section, and
+    /// builds the indexes the state had.
+    @Test func aDeferredBuildFromAFileOfManyChunksReadsOnlyTheIndexSection() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var state = IndexState()
+        var random = SeededGenerator(seed: 11)
+        for i in UInt64(0)..<400_000 {
+            let location = Location(
+                segment: 1 + random.next() % 200, frameOffset: Int(random.next() % (1 << 29)),
+                blockOffset: Int(random.next() % 60_000))
+            _ = state.primary.set(key(1, i), location.packed)
+        }
+        var index = OrderedIndex()
+        for i in UInt64(0)..<90_000 {
+            _ = IndexKey(index: 2, orderedInt64: Int64(random.next() % 5_000)).bytes.withUnsafeBytes {
+                index.insert($0, key(1, i))
+            }
+        }
+        state.indexes[2] = index
+        let stream = Checkpoint.encode(state, segment: 1, offset: 32)
+        #expect(stream.count > 3 * Checkpoint.chunkSize)
+        try Checkpoint.write(stream, number: 9, directory: dir.path, fileSystem: PosixFileSystem())
+        let loaded = try Checkpoint.read(
+            path: dir.path + "/" + Checkpoint.fileName(9), number: 9, fileSystem: PosixFileSystem())
+        #expect(!loaded.state.secondary.isBuilt)
+        #expect(loaded.state.primary[key(1, 399_999)] == state.primary[key(1, 399_999)])
+        var a: [(UInt64, [UInt8])] = []
+        var b: [(UInt64, [UInt8])] = []
+        index.forEach(from: nil, to: nil) { bytes, pk in
+            a.append((pk, Array(bytes)))
+            return true
+        }
+        loaded.state.indexes[2]!.forEach(from: nil, to: nil) { bytes, pk in
+            b.append((pk, Array(bytes)))
+            return true
+        }
+        #expect(b.count == 90_000)
         #expect(a.elementsEqual(b) { $0.0 == $1.0 && $0.1 == $1.1 })
     }
 }

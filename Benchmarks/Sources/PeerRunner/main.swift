@@ -192,8 +192,10 @@ func runPhase(_ phase: String, _ path: String) throws {
         print(
             "open=\(opened - t0) fetch=\(fetched - fetchStart) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
     case "logbook-w3":
+        let t0 = now()
         let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
         let context = container.newContext(concurrencyType: .confinement)
+        let opened = now() - t0
         var request = FetchRequest<Item>()
         request.predicate = try FetchPredicate(
             format: "createdAt >= %@ AND createdAt < %@", Date(timeIntervalSince1970: lo),
@@ -205,7 +207,7 @@ func runPhase(_ phase: String, _ path: String) throws {
             for item in items { chars &+= item.name.utf8.count }
             return (items.count, items)
         }
-        print("median=\(m) first=\(first) records=\(n)")
+        print("median=\(m) first=\(first) open_first=\(opened + first) records=\(n)")
     case "logbook-w4":
         let t0 = now()
         let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
@@ -228,7 +230,9 @@ func runPhase(_ phase: String, _ path: String) throws {
         items = nil
         print("open=\(opened - t0) fetch=\(fetched - opened) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
     case "grdb-w3":
+        let t0 = now()
         let pool = try DatabasePool(path: path + "/db.sqlite")
+        let opened = now() - t0
         let (m, first, n) = try median10 {
             let items = try pool.read { db in
                 try ItemRecord.fetchAll(
@@ -241,7 +245,7 @@ func runPhase(_ phase: String, _ path: String) throws {
             for item in items { chars &+= item.name.utf8.count }
             return (items.count, items)
         }
-        print("median=\(m) first=\(first) records=\(n)")
+        print("median=\(m) first=\(first) open_first=\(opened + first) records=\(n)")
     case "grdb-w4":
         let t0 = now()
         let pool = try DatabasePool(path: path + "/db.sqlite")
@@ -682,6 +686,7 @@ print(
         gw2["release"] ?? .nan))
 print(row("W3 100,000-row range, median of 10", lw3["median"] ?? .nan, gw3["median"] ?? .nan))
 print(row("W3 first run", lw3["first"] ?? .nan, gw3["first"] ?? .nan))
+print(row("W3 open + first run (new process)", lw3["open_first"] ?? .nan, gw3["open_first"] ?? .nan))
 print(row("W4 count, median of 10", lw4["median"] ?? .nan, gw4["median"] ?? .nan))
 print(row("W8 open to first count", lw4["open_to_count"] ?? .nan, gw4["open_to_count"] ?? .nan))
 print(

@@ -13,7 +13,7 @@ func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let eager = try? Checkpoint.decode(stream)
     // An open defers the secondary indexes once their section passes a check; building them
     // later must then succeed (it traps otherwise) and give what an eager decode gives.
-    let deferred = try? Checkpoint.decode(stream) { stream }
+    let deferred = try? Checkpoint.decode(stream) { _ in stream }
     precondition(
         (eager == nil) == (deferred == nil),
         "the deferred decode accepts what the eager one does not, or not what it does")

@@ -21,7 +21,7 @@ extension OrderedIndex {
                 push(leaf, level: 0)
                 leaf = Node(leaf: true)
             }
-            leaf.insertLeafEntry(at: leaf.count, IndexKeyProbe(key), pk)
+            leaf.appendLeafEntry(IndexKeyProbe(key), pk)
             count += 1
         }
 
@@ -81,4 +81,80 @@ extension OrderedIndex {
         }
     }
 
+    /// Fills full leaves from entries given in ascending order, one entry at a time, with
+    /// nothing but stores: the inner loop of a parallel checkpoint load. A key is given as its
+    /// first eight bytes, already packed big-endian (`IndexKeyProbe.prefix`), its length, and
+    /// the bytes after the eighth; tails gather in a scratch buffer and become the leaf's
+    /// `tails` in one copy when the leaf is full. Call `finish()` once, at the end: it returns
+    /// the leaves and frees the scratch buffer.
+    struct LeafFiller {
+        private var leaf = Node(leaf: true)
+        // The current leaf's storage and fill, held here so that an entry costs only stores.
+        private var count = 0
+        private var prefixes: UnsafeMutablePointer<UInt64>
+        private var lengths: UnsafeMutablePointer<UInt16>
+        private var primaryKeys: UnsafeMutablePointer<UInt64>
+        private var tailEnds: UnsafeMutablePointer<UInt32>?
+        private var used = 0
+        private let scratch = UnsafeMutableRawPointer.allocate(
+            byteCount: OrderedIndex.leafCapacity * JournalFormat.maxIndexKeyLength, alignment: 8)
+        private var leaves: [Node] = []
+
+        init(expectedEntries: Int) {
+            leaves.reserveCapacity(expectedEntries / OrderedIndex.leafCapacity + 1)
+            prefixes = leaf.prefixes
+            lengths = leaf.lengths
+            primaryKeys = leaf.primaryKeys
+        }
+
+        @inline(always)
+        mutating func append(prefix: UInt64, length: Int, tail: UnsafeRawPointer, _ pk: UInt64) {
+            if count == OrderedIndex.leafCapacity { flush() }
+            let i = count
+            prefixes[i] = prefix
+            lengths[i] = UInt16(truncatingIfNeeded: length)
+            primaryKeys[i] = pk
+            if length > 8 {
+                if tailEnds == nil {
+                    // Every entry before this one had no tail.
+                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
+                    tailEnds!.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+                }
+                let extra = length - 8
+                if extra <= 16 {
+                    for j in 0..<extra {
+                        (scratch + used + j).storeBytes(
+                            of: tail.load(fromByteOffset: j, as: UInt8.self), as: UInt8.self)
+                    }
+                } else {
+                    (scratch + used).copyMemory(from: tail, byteCount: extra)
+                }
+                used += extra
+                tailEnds.unsafelyUnwrapped[i] = UInt32(truncatingIfNeeded: used)
+            } else if let ends = tailEnds {
+                ends[i] = UInt32(truncatingIfNeeded: used)
+            }
+            count = i + 1
+        }
+
+        private mutating func flush() {
+            leaf.count = count
+            leaf.tailEnds = tailEnds
+            if used > 0 { leaf.tails = Array(UnsafeRawBufferPointer(start: scratch, count: used)) }
+            leaves.append(leaf)
+            leaf = Node(leaf: true)
+            prefixes = leaf.prefixes
+            lengths = leaf.lengths
+            primaryKeys = leaf.primaryKeys
+            tailEnds = nil
+            count = 0
+            used = 0
+        }
+
+        mutating func finish() -> [Node] {
+            if count > 0 { flush() }
+            scratch.deallocate()
+            return leaves
+        }
+    }
 }

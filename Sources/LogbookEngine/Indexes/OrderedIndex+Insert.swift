@@ -41,7 +41,7 @@ extension OrderedIndex {
             node.counts[last] += 1
             node = node.children[last]
         }
-        node.insertLeafEntry(at: n, probe, pk)
+        node.appendLeafEntry(probe, pk)
         count += 1
         return true
     }
@@ -78,7 +78,7 @@ extension OrderedIndex {
                 node = node.children[last]
             }
             for j in i..<(i + k) {
-                node.insertLeafEntry(at: node.count, entries.probe(j, block), entries.primaryKeys[j])
+                node.appendLeafEntry(entries.probe(j, block), entries.primaryKeys[j])
             }
             count += k
             i += k

@@ -160,6 +160,32 @@ struct OrderedIndex {
             }
         }
 
+        /// Appends an entry after the last of a leaf that has room: a bulk load's step, with
+        /// no moves, and the tails (mostly a byte or a few) copied without a generic append.
+        @inline(__always)
+        func appendLeafEntry(_ probe: IndexKeyProbe, _ pk: UInt64) {
+            let i = count
+            prefixes[i] = probe.prefix
+            lengths[i] = UInt16(probe.length)
+            primaryKeys[i] = pk
+            if probe.length > 8 || tailEnds != nil {
+                if tailEnds == nil {
+                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
+                    tailEnds!.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+                    // Room for a leaf of tails as long as this one (exact for fixed-width keys).
+                    tails.reserveCapacity(OrderedIndex.leafCapacity * probe.tail.count)
+                }
+                let tail = probe.tail
+                if tail.count <= 16 {
+                    for j in 0..<tail.count { tails.append(tail[j]) }
+                } else {
+                    tails.append(contentsOf: tail)
+                }
+                tailEnds![i] = UInt32(tails.count)
+            }
+            count = i + 1
+        }
+
         /// Inserts an entry at position `i` of a leaf that has room.
         func insertLeafEntry(at i: Int, _ probe: IndexKeyProbe, _ pk: UInt64) {
             let n = count

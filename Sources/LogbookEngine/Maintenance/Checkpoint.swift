@@ -123,8 +123,11 @@ enum Checkpoint {
     /// its map on another thread while the rest is read), secondary indexes, sets.
     ///
     /// With `stream`, the secondary indexes are only checked here and built on first use
-    /// (`SecondaryIndexes`), from the stream that `stream` gives again then.
-    static func decode(_ bytes: [UInt8], stream: (@Sendable () -> [UInt8])? = nil) throws(Malformed) -> Loaded {
+    /// (`SecondaryIndexes`), from the stream that `stream` gives again then: it is passed the
+    /// range of the secondary-index section, and needs to give only those bytes of the
+    /// stream (the rest of the array it returns is never read).
+    static func decode(_ bytes: [UInt8], stream: (@Sendable (Range<Int>) -> [UInt8])? = nil) throws(Malformed) -> Loaded
+    {
         let decoded: Result<Loaded, Malformed> = bytes.withUnsafeBytes { raw in
             var r = ByteReader(raw)
             return Result { () throws(Malformed) -> Loaded in
@@ -154,10 +157,12 @@ enum Checkpoint {
                 // Joined on every path: the other thread reads the same bytes.
                 defer { group.wait() }
                 if let stream {
+                    let start = r.offset
                     let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                    let range = start..<r.offset
                     state.secondary = SecondaryIndexes(
                         deferred: DeferredIndexes {
-                            stream().withUnsafeBytes { raw in buildIndexes(raw, sections) }
+                            stream(range).withUnsafeBytes { raw in buildIndexes(raw, sections) }
                         })
                 } else {
                     state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
@@ -349,39 +354,81 @@ enum Checkpoint {
     }
 
     /// The leaves of `entries` entries from `restart`, each full but the last.
+    ///
+    /// Each key's first eight bytes are kept packed in a register, updated from the shared
+    /// length and the new suffix, rather than loaded back from the key buffer the suffix was
+    /// just written to (a wide load over narrow stores stalls on store forwarding).
     private static func decodeLeaves(
         _ raw: UnsafeRawBufferPointer, _ restart: IndexSection.Restart, entries: Int
     ) -> [OrderedIndex.Node] {
-        var r = ByteReader(raw, offset: restart.offset)
-        var leaves: [OrderedIndex.Node] = []
-        leaves.reserveCapacity(entries / OrderedIndex.leafCapacity + 1)
-        var leaf = OrderedIndex.Node(leaf: true)
+        // `skipIndexes` checked every read below at open, on these same bytes: they are read
+        // here without bounds checks.
+        var p = raw.baseAddress! + restart.offset
+        // Past this point an 8-byte load from `p` could read beyond the buffer.
+        let wideEnd = raw.baseAddress! + max(0, raw.count - 8)
+        var filler = OrderedIndex.LeafFiller(expectedEntries: entries)
         var primaryKey = restart.primaryKey
+        // (A heap buffer, not a closure's temporary one: the loop's state stays in registers.)
+        let key = UnsafeMutableRawPointer.allocate(byteCount: 2 * JournalFormat.maxIndexKeyLength + 8, alignment: 8)
+        defer { key.deallocate() }
+        restart.key.withUnsafeBytes { if let b = $0.baseAddress { key.copyMemory(from: b, byteCount: $0.count) } }
+        var prefix = restart.key.withUnsafeBytes { IndexKeyProbe($0).prefix }
         do {
-            try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
-                var length = restart.key.count
-                restart.key.withUnsafeBytes { key.copyMemory(from: $0) }
-                for _ in 0..<entries {
-                    let shared = try r.readLength(limit: length)
-                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-                    let bytes = try r.readBytes(suffix)
-                    copySuffix(bytes, into: key, at: shared)
-                    length = shared + suffix
-                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
-                    if leaf.count == OrderedIndex.leafCapacity {
-                        leaves.append(leaf)
-                        leaf = OrderedIndex.Node(leaf: true)
+            for _ in 0..<entries {
+                let shared = Int(truncatingIfNeeded: checkedVarint(&p))
+                let suffix = Int(truncatingIfNeeded: checkedVarint(&p))
+                let bytes = p
+                p += suffix
+                let length = shared &+ suffix
+                if bytes <= wideEnd {
+                    let next = bytes.loadUnaligned(as: UInt64.self)
+                    if suffix <= 8 {
+                        // One store (bytes past the suffix are overwritten by later keys).
+                        (key + shared).storeBytes(of: next, as: UInt64.self)
+                    } else {
+                        (key + shared).copyMemory(from: bytes, byteCount: suffix)
                     }
-                    leaf.insertLeafEntry(
-                        at: leaf.count, IndexKeyProbe(UnsafeRawBufferPointer(rebasing: key[0..<length])), primaryKey)
+                    if shared < 8 {
+                        // The `shared` leading bytes, then the suffix's, then zeros.
+                        let kept = UInt64(truncatingIfNeeded: shared &* 8)
+                        var word = (prefix & ~(UInt64.max &>> kept)) | (UInt64(bigEndian: next) &>> kept)
+                        if length < 8 { word &= ~(UInt64.max &>> UInt64(truncatingIfNeeded: length &* 8)) }
+                        prefix = word
+                    }
+                } else {
+                    // The last few bytes of the buffer: byte by byte.
+                    (key + shared).copyMemory(from: bytes, byteCount: suffix)
+                    if shared < 8 {
+                        var word = shared == 0 ? 0 : prefix & ~(UInt64.max >> UInt64(8 * shared))
+                        for j in 0..<min(suffix, 8 - shared) {
+                            word |=
+                                UInt64(bytes.load(fromByteOffset: j, as: UInt8.self)) << UInt64(56 - 8 * (shared + j))
+                        }
+                        prefix = word
+                    }
                 }
+                primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(checkedVarint(&p)))
+                filler.append(prefix: prefix, length: length, tail: key + 8, primaryKey)
             }
-        } catch {
-            // The same reads passed `skipIndexes` at open, on the same bytes.
-            fatalError("a checkpoint's secondary indexes checked at open no longer decode: \(error)")
         }
-        if leaf.count > 0 { leaves.append(leaf) }
-        return leaves
+        return filler.finish()
+    }
+
+    /// A varint at `p`, which `skipIndexes` read before (so it ends, within the buffer).
+    @inline(always)
+    private static func checkedVarint(_ p: inout UnsafeRawPointer) -> UInt64 {
+        var byte = p.load(as: UInt8.self)
+        p += 1
+        if byte < 0x80 { return UInt64(byte) }
+        var value = UInt64(byte & 0x7F)
+        var shift: UInt64 = 7
+        repeat {
+            byte = p.load(as: UInt8.self)
+            p += 1
+            value |= UInt64(byte & 0x7F) << (shift & 63)
+            shift += 7
+        } while byte >= 0x80
+        return value
     }
 
     /// Puts a key's new suffix after the prefix it shares with the key before. Suffixes are
@@ -474,9 +521,10 @@ enum Checkpoint {
         let data = try handle.read(count: try handle.size(), at: 0)
         let stream = try self.stream(data, path: path, number: number)
         do {
-            return try decode(stream) {
-                // Checked once already: the same bytes give the same stream.
-                guard let again = try? Self.stream(data, path: path, number: number) else {
+            return try decode(stream) { range in
+                // Checked once already: the same bytes give the same stream. Only the chunks
+                // of the secondary-index section are decompressed again.
+                guard let again = try? Self.stream(data, path: path, number: number, only: range) else {
                     fatalError("a checkpoint read at open no longer decodes")
                 }
                 return again
@@ -488,8 +536,13 @@ enum Checkpoint {
         }
     }
 
-    /// The stream a checkpoint file holds, every frame checked.
-    private static func stream(_ data: [UInt8], path: String, number: UInt64) throws -> [UInt8] {
+    /// The stream a checkpoint file holds, every frame checked. With `only`, only the chunks
+    /// that hold those bytes of the stream are decompressed: the array has the stream's
+    /// length, and its other bytes are left as they were allocated, never written (nor, in a
+    /// large allocation, given memory).
+    private static func stream(_ data: [UInt8], path: String, number: UInt64, only: Range<Int>? = nil) throws
+        -> [UInt8]
+    {
         try data.withUnsafeBytes { raw in
             let header: FileHeader
             do { header = try FileHeader.decode(raw, magic: JournalFormat.checkpointMagic) } catch {
@@ -551,6 +604,7 @@ enum Checkpoint {
                     let (raw, out) = shared.value
                     let payload = UnsafeRawBufferPointer(rebasing: raw[parsed[k].payload])
                     let end = k + 1 < offsets.count ? offsets[k + 1] : out.count
+                    if let only, !only.overlaps(offsets[k]..<end) { return }
                     let target = UnsafeMutableRawBufferPointer(rebasing: out[offsets[k]..<end])
                     let ok: Bool
                     switch parsed[k].codec {

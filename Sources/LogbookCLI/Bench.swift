@@ -23,12 +23,14 @@ struct Bench: ParsableCommand {
     @Option(help: "commits: number of saves.") var commits = 10_000
     @Option(help: "commits: Items per save.") var per = 1
     @Flag(help: "Print each phase as a JSON object on its own line.") var json = false
+    @Flag(help: "Open the workloads' stores with persistent history tracking on.") var history = false
 
     func run() throws {
         guard let durability = Durability(rawValue: durability) else {
             throw ValidationError("durability must be full, normal or none")
         }
         reportsJSON = json
+        tracksHistory = history
         do {
             try run(workload, durability)
         } catch let e as ValidationError {
@@ -134,6 +136,7 @@ struct Bench: ParsableCommand {
         var args = ["bench"] + arguments + ["--count", "\(count)", "--durability", durability]
         if arguments.first == "commits" { args += ["--commits", "\(commits)", "--per", "\(per)"] }
         if json { args.append("--json") }
+        if history { args.append("--history") }
         p.arguments = args
         if output == .standardError { p.standardOutput = FileHandle.standardError }
         try p.run()
@@ -236,6 +239,15 @@ struct Stats: ParsableCommand {
                 print("  \(entity) (keyspace \(ks)): \(n) records")
             } else if ks == 0 {
                 print("  keyspace 0 (schema and counters): \(n) records")
+            } else if ks == 0xFFFF {
+                // History records (a tracked save's changes), keyed by version.
+                let snapshot = store.snapshot()
+                var bytes = 0
+                snapshot.forEachKey(inKeyspace: ks) { key in
+                    bytes += (try? snapshot.value(forKey: key))??.count ?? 0
+                    return true
+                }
+                print("  history (keyspace \(ks)): \(n) transactions, \(bytes) bytes")
             } else if let relationship = names.relationships[ks] {
                 print("  \(relationship) (keyspace \(ks)): \(n) records")
             } else {

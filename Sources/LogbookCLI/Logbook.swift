@@ -6,6 +6,7 @@ struct LogbookCommand: ParsableCommand {
         commandName: "logbook",
         abstract: "Populate, benchmark, inspect, verify and compact Logbook stores.",
         subcommands: [
-            Bench.self, Stats.self, Verify.self, Schema.self, Count.self, Query.self, Export.self, Compact.self
+            Bench.self, Stats.self, Verify.self, Schema.self, Count.self, Query.self, History.self, Export.self,
+            Compact.self
         ])
 }

@@ -55,6 +55,8 @@ func temporaryStorePath(_ prefix: String) -> String {
 
 /// How phase lines are printed: `PHASE key=value …`, or one JSON object per line.
 nonisolated(unsafe) var reportsJSON = false  // set once from the command line, before any work
+/// `logbook bench --history`: the workloads' containers record history (set once, before any work).
+nonisolated(unsafe) var tracksHistory = false
 
 /// Prints one phase line: `PHASE key=value …` (or `{"phase": PHASE, "key": value, …}`).
 /// Every line says the process's peak resident memory so far (`peak_rss_mb`), measured here

@@ -40,6 +40,7 @@ final class Item: ManagedObject {
 func openItems(_ path: String, durability: Durability = .full) throws -> PersistentContainer {
     var options = ContainerOptions()
     options.durability = durability
+    options.persistentHistoryTracking = tracksHistory
     return try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
 }
 

@@ -269,3 +269,57 @@ import Testing
         #expect(none.status != 0 && none.err.contains("durability"))
     }
 }
+
+extension ToolTests {
+    /// `logbook history` prints, per transaction, what `PersistentContainer.history(after:)`
+    /// returns: version, time, author, context name and the counts per entity; `--since` and
+    /// `--json` select and shape it; `stats` shows the space history takes.
+    @Test func historyPrintsTheTransactionsTheLibraryRecorded() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-tool-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let model = try ManagedObjectModel {
+            EntityDescription("Person") { AttributeDescription("name", .string) }
+        }
+        var options = ContainerOptions()
+        options.persistentHistoryTracking = true
+        let container = try PersistentContainer(name: "People", model: model, directory: dir, options: options)
+        let context = container.newContext(concurrencyType: .confinement)
+        context.name = "main"
+        context.transactionAuthor = "tests"
+        var people: [ManagedObject] = []
+        for name in ["Ann", "Bob", "Cy"] {
+            let p = try context.insertNewObject(forEntityName: "Person")
+            try p.setValue(name, forKey: "name")
+            people.append(p)
+        }
+        try context.save()
+        try people[0].setValue("Anne", forKey: "name")
+        context.delete(people[2])
+        context.transactionAuthor = nil
+        try context.save()
+        let history = try container.history(after: nil)
+        try container.close()
+        #expect(history.count == 2)
+
+        let text = try run(["history", dir])
+        #expect(text.status == 0)
+        let lines = text.out.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2)
+        #expect(lines[0].hasPrefix("version=\(history[0].token.version) time="))
+        #expect(lines[0].hasSuffix(" author=tests context=main Person +3 ~0 -0"))
+        #expect(lines[1].hasSuffix(" author=- context=main Person +0 ~1 -1"))
+
+        let since = try run(["history", dir, "--since", "\(history[0].token.version)", "--json"])
+        #expect(since.status == 0)
+        let parsed = try JSONSerialization.jsonObject(with: Data(since.out.utf8)) as? [[String: Any]]
+        #expect(parsed?.count == 1)
+        #expect(parsed?.first?["version"] as? Int == Int(history[1].token.version))
+        #expect(parsed?.first?["author"] is NSNull && parsed?.first?["contextName"] as? String == "main")
+        let counts = (parsed?.first?["entities"] as? [String: Any])?["Person"] as? [String: Int]
+        #expect(counts == ["inserted": 0, "updated": 1, "deleted": 1])
+
+        let stats = try run(["stats", dir])
+        #expect(stats.out.contains("history (keyspace 65535): 2 transactions, "))
+    }
+}

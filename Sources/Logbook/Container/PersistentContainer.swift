@@ -19,6 +19,13 @@ public struct ContainerOptions: Sendable {
     /// one outside the configuration is an `.invalidModel` error, as Core Data forbids
     /// relationships across stores.
     public var configuration: String?
+    /// Record every save's changes as history (Core Data's `NSPersistentHistoryTrackingKey`):
+    /// who saved (the context's `name` and `transactionAuthor`), when, and which objects were
+    /// inserted, updated (with the names of the properties changed) and deleted (with the
+    /// values of attributes marked `preservesValueInHistoryOnDeletion`). Read it with
+    /// `history(after:)` or a `HistoryRequest`; purge it with `deleteHistory(before:)`. Off by
+    /// default: with it off a save writes nothing more.
+    public var persistentHistoryTracking = false
     /// The defaults: full durability, automatic compaction.
     public init() {}
 }
@@ -51,6 +58,8 @@ public final class PersistentContainer: Sendable {
     let storeLayout: StoreLayout
     /// The entities of the configuration the container was opened for (nil: all).
     let configurationEntities: Set<Int>?
+    /// Whether saves record history (`ContainerOptions.persistentHistoryTracking`).
+    let historyTracking: Bool
     /// Next serial number per entity (by model index), shared by all contexts.
     private let counters: Locked<[UInt64]>
     private let contexts = Locked<[WeakContext]>([])
@@ -74,6 +83,7 @@ public final class PersistentContainer: Sendable {
         self.model = model
         self.storeDirectory = directory ?? Self.defaultDirectory(name)
         configurationEntities = try Self.entities(of: options.configuration, in: model)
+        historyTracking = options.persistentHistoryTracking
         var storeOptions = StoreOptions()
         storeOptions.durability = options.durability
         storeOptions.compaction = options.compaction

@@ -36,8 +36,11 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public let concurrencyType: ConcurrencyType
     /// The container whose store the context reads and saves.
     public let container: PersistentContainer
-    /// A name for logs and debugging.
+    /// A name for logs and debugging; with history tracking on, each save's history records it.
     public var name: String?
+    /// Who makes this context's saves (an app extension, an importer, a user), recorded in each
+    /// save's history when tracking is on (Core Data's `transactionAuthor`).
+    public var transactionAuthor: String?
     /// Merge the saves of other contexts of the container into this one (on this context's
     /// queue). Core Data's `automaticallyMergesChangesFromParent`; on by default here.
     public var automaticallyMergesChangesFromOtherContexts = true

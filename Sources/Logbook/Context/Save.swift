@@ -131,8 +131,7 @@ extension ManagedObjectContext {
             if !inserted.isEmpty {
                 transaction.put(StoredSchema.countersKey, value: container.countersRecord())
             }
-            let version: UInt64
-            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            let version = try commitUnderSaveLock(&transaction) { try historyRecord() }
             log.record(written, version: version)
             return (version, written)
         }

@@ -132,6 +132,10 @@ public struct AttributeDescription: Sendable {
     /// (`manager.name`), an aggregate of a to-many relationship (`employees.@count`), a
     /// function (`lowercase:(name)`, `canonical:(name)`, `now()`)…
     public var derivationExpression: String?
+    /// Whether a deleted object's value of this attribute is kept in the history of the
+    /// delete (Core Data's `preservesValueInHistoryOnDeletion`, a *tombstone*), so that a
+    /// reader of history can tell which object went (by a UUID or a server ID).
+    public var preservesValueInHistoryOnDeletion = false
 
     /// An attribute named `name` of `type`.
     ///

@@ -231,6 +231,7 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
             indexed: a["indexed"] == "YES" && !transient, transient: transient, rules: rules,
             renamedFrom: a["renamingIdentifier"] ?? a["elementID"])
         if a["derived"] == "YES" { attribute.derivationExpression = a["derivationExpression"] }
+        attribute.preservesValueInHistoryOnDeletion = a["preserveAfterDeletion"] == "YES"
         current!.attributes.append(attribute)
         owner = .attribute
     }

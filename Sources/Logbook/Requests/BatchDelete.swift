@@ -140,8 +140,21 @@ extension ManagedObjectContext {
                     }
                 }
             }
-            let version: UInt64
-            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            let version = try commitUnderSaveLock(&transaction) {
+                var changes: [HistoryRecord.Change] = changed.keys.sorted().map { .update($0, []) }
+                for key in order {
+                    let (layout, slots) = records[key]!
+                    let attributes = layout.entity.attributes
+                    changes.append(
+                        .delete(
+                            key,
+                            attributes.indices.filter { attributes[$0].preservesValueInHistoryOnDeletion }.map {
+                                (attributes[$0].name, slots[$0], attributes[$0].type)
+                            }))
+                }
+                return HistoryRecord.encode(
+                    timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+            }
             log.record(order + changed.keys, version: version)
             return (version, order, Array(changed.keys))
         }

@@ -187,8 +187,9 @@ extension ManagedObjectContext {
         if !failures.isEmpty { throw Self.validationError(failures) }
         if constrained { return try upsertRows(rows, keys: keys, layout: layout, resultType: request.resultType) }
         transaction.put(StoredSchema.countersKey, value: container.countersRecord())
-        let version: UInt64
-        do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+        let version = try container.withSaveLock { _ in
+            try commitUnderSaveLock(&transaction) { batchHistoryRecord(inserted: Array(keys)) }
+        }
         let ids = request.resultType == .objectIDs ? keys.map { ObjectID(store: store.identity, key: $0) } : []
         if container.hasListeners(besides: self) || !changeObservers.isEmpty {
             let all = ids.isEmpty ? keys.map { ObjectID(store: store.identity, key: $0) } : ids
@@ -248,6 +249,7 @@ extension ManagedObjectContext {
         }
         // Read and written under the save lock: no save comes between (its values would be lost).
         let store = storeLayout
+        let propertyNames = Set(changes.map(\.slot) + computed.map(\.slot)).map { layout.slotNames[$0] }.sorted()
         let (version, updatedKeys) = try container.withSaveLock { log -> (UInt64, [UInt64]) in
             let snapshot = container.store.snapshot()
             var transaction = Transaction()
@@ -313,8 +315,9 @@ extension ManagedObjectContext {
                 }
             }
             guard !updatedKeys.isEmpty else { return (0, []) }
-            let version: UInt64
-            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            let version = try commitUnderSaveLock(&transaction) {
+                batchHistoryRecord(updated: updatedKeys, names: propertyNames)
+            }
             log.record(updatedKeys, version: version)
             return (version, updatedKeys)
         }
@@ -409,8 +412,11 @@ extension ManagedObjectContext {
                 Self.encode(written[key]!, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
             }
             transaction.put(StoredSchema.countersKey, value: container.countersRecord())
-            let version: UInt64
-            do { version = try container.store.commit(transaction) } catch { throw LogbookError.wrap(error) }
+            let version = try commitUnderSaveLock(&transaction) {
+                batchHistoryRecord(
+                    inserted: order.filter { !existing.contains($0) }, updated: order.filter { existing.contains($0) },
+                    names: (0..<layout.attributeCount).map { layout.slotNames[$0] })
+            }
             log.record(existing, version: version)
             return (version, targets, Array(existing))
         }

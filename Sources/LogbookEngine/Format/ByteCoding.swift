@@ -3,16 +3,16 @@
 /// The buffer grows ahead of use (zero filled) and is written through a raw pointer, so an
 /// append costs a bounds check and a store rather than an Array append: building a block of
 /// operations is the engine's hottest loop.
-struct ByteWriter {
+package struct ByteWriter {
     private var storage: [UInt8]
-    private(set) var count = 0
+    package private(set) var count = 0
 
-    init(capacity: Int = 0) {
+    package init(capacity: Int = 0) {
         storage = capacity > 0 ? [UInt8](repeating: 0, count: capacity) : []
     }
 
     /// The bytes written so far.
-    var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         get { storage.count == count ? storage : Array(storage[0..<count]) }
         set {
             storage = newValue
@@ -20,7 +20,7 @@ struct ByteWriter {
         }
     }
 
-    var capacity: Int { storage.count }
+    package var capacity: Int { storage.count }
 
     @inline(__always)
     private mutating func reserve(_ n: Int) {
@@ -35,7 +35,7 @@ struct ByteWriter {
 
     /// Writes `n` bytes through `body` (which gets a pointer to the first one).
     @inline(__always)
-    mutating func write(_ n: Int, _ body: (UnsafeMutableRawPointer) -> Void) {
+    package mutating func write(_ n: Int, _ body: (UnsafeMutableRawPointer) -> Void) {
         reserve(n)
         let at = count
         storage.withUnsafeMutableBytes { body($0.baseAddress! + at) }
@@ -43,52 +43,52 @@ struct ByteWriter {
     }
 
     @inline(__always)
-    mutating func append(_ byte: UInt8) {
+    package mutating func append(_ byte: UInt8) {
         write(1) { $0.storeBytes(of: byte, as: UInt8.self) }
     }
 
     @inline(__always)
-    mutating func appendVarint(_ value: UInt64) {
+    package mutating func appendVarint(_ value: UInt64) {
         write(varintSize(value)) { p in _ = storeVarint(value, at: p) }
     }
 
     @inline(__always)
-    mutating func appendVarint(_ value: Int) { appendVarint(UInt64(value)) }
+    package mutating func appendVarint(_ value: Int) { appendVarint(UInt64(value)) }
 
     /// A key as two varints: keyspace (high 16 bits), then id (low 48 bits), so that the
     /// common small ids of any keyspace take a few bytes.
     @inline(__always)
-    mutating func appendKey(_ key: UInt64) {
+    package mutating func appendKey(_ key: UInt64) {
         appendVarint(UInt64(EngineKey(rawValue: key).keyspace))
         appendVarint(EngineKey(rawValue: key).id)
     }
 
     @inline(__always)
-    mutating func appendLE<T: FixedWidthInteger>(_ value: T) {
+    package mutating func appendLE<T: FixedWidthInteger>(_ value: T) {
         write(MemoryLayout<T>.size) { $0.storeBytes(of: value.littleEndian, as: T.self) }
     }
 
-    mutating func append(contentsOf data: some Sequence<UInt8>) {
+    package mutating func append(contentsOf data: some Sequence<UInt8>) {
         for byte in data { append(byte) }
     }
 
     @inline(__always)
-    mutating func append(_ buffer: UnsafeRawBufferPointer) {
+    package mutating func append(_ buffer: UnsafeRawBufferPointer) {
         guard buffer.count > 0 else { return }
         write(buffer.count) { $0.copyMemory(from: buffer.baseAddress!, byteCount: buffer.count) }
     }
 
-    mutating func append(contentsOf data: [UInt8]) {
+    package mutating func append(contentsOf data: [UInt8]) {
         data.withUnsafeBytes { append($0) }
     }
 
     /// Overwrites a little-endian integer at `offset`.
-    mutating func patchLE<T: FixedWidthInteger>(_ value: T, at offset: Int) {
+    package mutating func patchLE<T: FixedWidthInteger>(_ value: T, at offset: Int) {
         precondition(offset + MemoryLayout<T>.size <= count)
         storage.withUnsafeMutableBytes { $0.storeBytes(of: value.littleEndian, toByteOffset: offset, as: T.self) }
     }
 
-    mutating func removeAll() { count = 0 }
+    package mutating func removeAll() { count = 0 }
 }
 
 /// Stores a varint at `p`; returns its size.
@@ -115,29 +115,29 @@ func varintSize(_ value: UInt64) -> Int {
 /// Reads little-endian integers and varints from a byte buffer, checking every bound.
 ///
 /// Any read past the end throws `ByteReader.OutOfBounds`; nothing is ever read outside `buffer`.
-struct ByteReader {
-    struct OutOfBounds: Error {}
+package struct ByteReader {
+    package struct OutOfBounds: Error {}
 
-    let buffer: UnsafeRawBufferPointer
-    var offset: Int
+    package let buffer: UnsafeRawBufferPointer
+    package var offset: Int
 
-    init(_ buffer: UnsafeRawBufferPointer, offset: Int = 0) {
+    package init(_ buffer: UnsafeRawBufferPointer, offset: Int = 0) {
         self.buffer = buffer
         self.offset = offset
     }
 
-    var isAtEnd: Bool { offset >= buffer.count }
-    var remaining: Int { buffer.count - offset }
+    package var isAtEnd: Bool { offset >= buffer.count }
+    package var remaining: Int { buffer.count - offset }
 
     @inline(__always)
-    mutating func readByte() throws(OutOfBounds) -> UInt8 {
+    package mutating func readByte() throws(OutOfBounds) -> UInt8 {
         guard offset < buffer.count else { throw OutOfBounds() }
         defer { offset += 1 }
         return buffer[offset]
     }
 
     @inline(__always)
-    mutating func readVarint() throws(OutOfBounds) -> UInt64 {
+    package mutating func readVarint() throws(OutOfBounds) -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -153,7 +153,7 @@ struct ByteReader {
     }
 
     @inline(__always)
-    mutating func readKey() throws(OutOfBounds) -> UInt64 {
+    package mutating func readKey() throws(OutOfBounds) -> UInt64 {
         let keyspace = try readVarint()
         let id = try readVarint()
         guard keyspace <= UInt64(UInt16.max), id <= EngineKey.maxID else { throw OutOfBounds() }
@@ -162,14 +162,14 @@ struct ByteReader {
 
     /// A varint that must fit in `limit` (a length or count), so callers can allocate safely.
     @inline(__always)
-    mutating func readLength(limit: Int) throws(OutOfBounds) -> Int {
+    package mutating func readLength(limit: Int) throws(OutOfBounds) -> Int {
         let value = try readVarint()
         guard value <= UInt64(limit) else { throw OutOfBounds() }
         return Int(value)
     }
 
     @inline(__always)
-    mutating func readLE<T: FixedWidthInteger>(_: T.Type) throws(OutOfBounds) -> T {
+    package mutating func readLE<T: FixedWidthInteger>(_: T.Type) throws(OutOfBounds) -> T {
         let size = MemoryLayout<T>.size
         guard size <= buffer.count - offset else { throw OutOfBounds() }
         defer { offset += size }
@@ -179,21 +179,21 @@ struct ByteReader {
     /// A little-endian u64 that must fit in `Int` (a byte count or file offset read from a
     /// file: a value past that is damage, not a number to trap on).
     @inline(__always)
-    mutating func readLength(_: UInt64.Type) throws(OutOfBounds) -> Int {
+    package mutating func readLength(_: UInt64.Type) throws(OutOfBounds) -> Int {
         let value = try readLE(UInt64.self)
         guard value <= UInt64(Int.max) else { throw OutOfBounds() }
         return Int(value)
     }
 
     @inline(__always)
-    mutating func readBytes(_ count: Int) throws(OutOfBounds) -> UnsafeRawBufferPointer {
+    package mutating func readBytes(_ count: Int) throws(OutOfBounds) -> UnsafeRawBufferPointer {
         guard count >= 0, count <= buffer.count - offset else { throw OutOfBounds() }
         defer { offset += count }
         return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
     }
 
     @inline(__always)
-    mutating func skip(_ count: Int) throws(OutOfBounds) {
+    package mutating func skip(_ count: Int) throws(OutOfBounds) {
         guard count >= 0, count <= buffer.count - offset else { throw OutOfBounds() }
         offset += count
     }

@@ -160,18 +160,33 @@ struct OrderedIndex {
             }
         }
 
+        /// Writes entry `i`'s prefix, length and primary key (not its tail).
+        @inline(__always)
+        private func setEntry(_ i: Int, _ probe: IndexKeyProbe, _ pk: UInt64) {
+            prefixes[i] = probe.prefix
+            lengths[i] = UInt16(probe.length)
+            primaryKeys[i] = pk
+        }
+
+        /// The tail ends, allocated (all zero: no entry so far had a tail) on the first long key.
+        @inline(__always)
+        private func allocatedTailEnds() -> UnsafeMutablePointer<UInt32> {
+            if let ends = tailEnds { return ends }
+            let ends = UnsafeMutablePointer<UInt32>.allocate(capacity: OrderedIndex.leafCapacity)
+            ends.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+            tailEnds = ends
+            return ends
+        }
+
         /// Appends an entry after the last of a leaf that has room: a bulk load's step, with
         /// no moves, and the tails (mostly a byte or a few) copied without a generic append.
         @inline(__always)
         func appendLeafEntry(_ probe: IndexKeyProbe, _ pk: UInt64) {
             let i = count
-            prefixes[i] = probe.prefix
-            lengths[i] = UInt16(probe.length)
-            primaryKeys[i] = pk
+            setEntry(i, probe, pk)
             if probe.length > 8 || tailEnds != nil {
                 if tailEnds == nil {
-                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
-                    tailEnds!.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+                    _ = allocatedTailEnds()
                     // Room for a leaf of tails as long as this one (exact for fixed-width keys).
                     tails.reserveCapacity(OrderedIndex.leafCapacity * probe.tail.count)
                 }
@@ -194,15 +209,9 @@ struct OrderedIndex {
                 overlappingMove(lengths + i + 1, from: lengths + i, count: n - i)
                 overlappingMove(primaryKeys + i + 1, from: primaryKeys + i, count: n - i)
             }
-            prefixes[i] = probe.prefix
-            lengths[i] = UInt16(probe.length)
-            primaryKeys[i] = pk
+            setEntry(i, probe, pk)
             if probe.length > 8 || tailEnds != nil {
-                if tailEnds == nil {
-                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
-                    tailEnds!.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
-                }
-                let ends = tailEnds!
+                let ends = allocatedTailEnds()
                 let at = i == 0 ? 0 : Int(ends[i - 1])
                 let extra = probe.tail.count
                 // Appending (as a bulk load does) is the common case and needs no move.

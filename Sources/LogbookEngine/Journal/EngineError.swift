@@ -46,6 +46,9 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         /// of one put, an operation, a segment); the message names the limit. Nothing of the
         /// transaction was written.
         public static let transactionTooLarge = Code("transactionTooLarge")
+        /// A commit made with `expectingVersion` would have been given another version (some
+        /// other commit came first). Nothing of the transaction was written.
+        public static let versionMismatch = Code("versionMismatch")
 
         /// Whether `error` is an `EngineError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool {

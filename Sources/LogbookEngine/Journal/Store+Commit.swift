@@ -23,8 +23,13 @@ extension Store {
     /// transaction's background compressor has not), frames (operation frames, then the commit
     /// record, written at the append offset), apply (the sync starts, the indexes take the new
     /// operations meanwhile), and publish (the new state becomes what snapshots see).
+    ///
+    /// With `expectingVersion`, the commit is refused (`versionMismatch`, nothing written)
+    /// unless it would be given that version: a caller that writes records naming the version
+    /// of their own transaction (history records, keyed by version) checks that no other
+    /// commit came between.
     @discardableResult
-    public func commit(_ transaction: Transaction) throws -> UInt64 {
+    public func commit(_ transaction: Transaction, expectingVersion: UInt64? = nil) throws -> UInt64 {
         if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
         if let violation = transaction.limitViolation { throw violation }
         let blocks = transaction.finishedBlocks()
@@ -44,6 +49,10 @@ extension Store {
             }
             guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
             let version = state.working.version + 1
+            if let expectingVersion, expectingVersion != version {
+                throw EngineError(
+                    .versionMismatch, "the commit would be version \(version), not the expected \(expectingVersion)")
+            }
 
             var payloads = Self.framePayloads(transaction, blocks)
             let written = try writeFrames(

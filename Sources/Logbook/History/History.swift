@@ -1,0 +1,519 @@
+import Foundation
+import LogbookEngine
+
+/// A point in a store's history: the version of one committed transaction (Core Data's
+/// `NSPersistentHistoryToken`).
+///
+/// A token is the store version the transaction made. Tokens are `Codable` (keep the last one you processed, in user defaults or a
+/// file, and ask for the changes after it next time), and ordered: a later transaction has a
+/// greater token. A token stays valid across reopening and compaction.
+///
+/// ```swift
+/// let token = container.currentHistoryToken
+/// let data = try JSONEncoder().encode(token)
+/// // … later, maybe in another process …
+/// let since = try JSONDecoder().decode(HistoryToken.self, from: data)
+/// let transactions = try container.history(after: since)
+/// ```
+public struct HistoryToken: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// The store version of the transaction the token names (what `logbook history` prints).
+    public let version: UInt64
+
+    /// The token of the transaction that made store version `version`.
+    public init(version: UInt64) { self.version = version }
+
+    public static func < (a: HistoryToken, b: HistoryToken) -> Bool { a.version < b.version }
+
+    public init(from decoder: any Decoder) throws {
+        version = try decoder.singleValueContainer().decode(UInt64.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(version)
+    }
+
+    public var description: String { "HistoryToken(\(version))" }
+}
+
+/// What happened to one object in a transaction (Core Data's `NSPersistentHistoryChangeType`).
+public enum HistoryChangeType: String, Sendable, Hashable, Codable {
+    case insert
+    case update
+    case delete
+}
+
+/// One object's change in a recorded transaction (Core Data's `NSPersistentHistoryChange`).
+public struct HistoryChange: Sendable {
+    /// Insert, update or delete.
+    public var changeType: HistoryChangeType
+    /// The object changed (a deleted object's ID no longer finds an object).
+    public var changedObjectID: ObjectID
+    /// The entity of the object.
+    public var entityName: String
+    /// For an update: the attributes and relationships whose values changed (to-one
+    /// relationships by name; a change to a to-many relationship names it on the owner when the
+    /// owner's own record changed too). Nil for inserts and deletes.
+    public var updatedProperties: Set<String>?
+    /// For a delete: the values, at the time of the delete, of the attributes marked
+    /// `preservesValueInHistoryOnDeletion` (attributes with no value are left out). Nil for
+    /// inserts and updates.
+    public var tombstone: [String: any Sendable]?
+}
+
+/// One committed transaction, as history recorded it (Core Data's
+/// `NSPersistentHistoryTransaction`).
+public struct HistoryTransaction: Sendable {
+    /// The transaction's token: ask for the changes `after:` it to read what came next.
+    public var token: HistoryToken
+    /// When the transaction was committed.
+    public var timestamp: Date
+    /// The saving context's `transactionAuthor`, if it had one.
+    public var author: String?
+    /// The saving context's `name`, if it had one.
+    public var contextName: String?
+    /// The objects the transaction inserted, updated and deleted, in that order.
+    public var changes: [HistoryChange]
+
+    /// The number of changes of each type for each entity, for summaries.
+    public func counts() -> [String: (inserted: Int, updated: Int, deleted: Int)] {
+        var out: [String: (inserted: Int, updated: Int, deleted: Int)] = [:]
+        for c in changes {
+            var n = out[c.entityName] ?? (0, 0, 0)
+            switch c.changeType {
+            case .insert: n.inserted += 1
+            case .update: n.updated += 1
+            case .delete: n.deleted += 1
+            }
+            out[c.entityName] = n
+        }
+        return out
+    }
+}
+
+/// A history request, executed by a context (Core Data's `NSPersistentHistoryChangeRequest`):
+/// fetch the transactions after a token or a date, or purge those before one.
+///
+/// ```swift
+/// let result = try context.execute(HistoryRequest.fetchHistory(after: lastToken))
+/// for transaction in result.transactions { … }
+/// try context.execute(HistoryRequest.deleteHistory(before: lastToken))
+/// ```
+public struct HistoryRequest: Sendable {
+    enum Kind: Sendable {
+        case fetch(after: HistoryToken?)
+        case fetchAfterDate(Date)
+        case delete(before: HistoryToken)
+        case deleteBeforeDate(Date)
+    }
+    let kind: Kind
+
+    /// The transactions after `token` (all recorded ones with nil), oldest first.
+    public static func fetchHistory(after token: HistoryToken?) -> HistoryRequest { .init(kind: .fetch(after: token)) }
+    /// The transactions committed at or after `date`, oldest first.
+    public static func fetchHistory(after date: Date) -> HistoryRequest { .init(kind: .fetchAfterDate(date)) }
+    /// Purges the transactions before `token` (the one it names is kept).
+    public static func deleteHistory(before token: HistoryToken) -> HistoryRequest {
+        .init(kind: .delete(before: token))
+    }
+    /// Purges the transactions committed before `date`.
+    public static func deleteHistory(before date: Date) -> HistoryRequest { .init(kind: .deleteBeforeDate(date)) }
+}
+
+/// What a history request gives back.
+public struct HistoryResult: Sendable {
+    /// The transactions fetched (empty for a purge).
+    public var transactions: [HistoryTransaction]
+    /// The number of transactions purged (0 for a fetch).
+    public var deletedCount: Int
+}
+
+extension ManagedObjectContext {
+    /// Runs a history request against the context's store (Core Data's
+    /// `execute(_:)` with an `NSPersistentHistoryChangeRequest`).
+    @discardableResult
+    public func execute(_ request: HistoryRequest) throws -> HistoryResult {
+        switch request.kind {
+        case .fetch(let token):
+            return HistoryResult(transactions: try container.history(after: token), deletedCount: 0)
+        case .fetchAfterDate(let date):
+            return HistoryResult(transactions: try container.history(after: date), deletedCount: 0)
+        case .delete(let token):
+            return HistoryResult(transactions: [], deletedCount: try container.deleteHistory(before: token))
+        case .deleteBeforeDate(let date):
+            return HistoryResult(transactions: [], deletedCount: try container.deleteHistory(before: date))
+        }
+    }
+}
+
+extension PersistentContainer {
+    /// The token of the store's latest transaction (Core Data's
+    /// `currentPersistentHistoryToken(fromStores:)`): history after it is what comes next.
+    public var currentHistoryToken: HistoryToken { HistoryToken(version: store.version) }
+
+    /// The recorded transactions after `token` (all of them with nil), oldest first.
+    ///
+    /// History is recorded only while `ContainerOptions.persistentHistoryTracking` is on;
+    /// commits made with it off (and the container's own, such as a schema migration) have no
+    /// transaction here, so tokens of consecutive transactions need not be consecutive.
+    public func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
+        let snapshot = store.snapshot()
+        let start = token.map { $0.version &+ 1 } ?? 0
+        var out: [HistoryTransaction] = []
+        var failure: (any Error)?
+        let names = storeLayout.entityByKeyspace.mapValues { model.entities[$0].name }
+        snapshot.forEachKey(inKeyspace: HistoryRecord.keyspace, from: HistoryRecord.key(version: start)) { key in
+            do {
+                guard let bytes = try snapshot.value(forKey: key) else { return true }
+                out.append(
+                    try HistoryRecord.decode(
+                        bytes, version: EngineKey(rawValue: key).id, entityNames: names, store: storeLayout.identity))
+                return true
+            } catch {
+                failure = error
+                return false
+            }
+        }
+        if let failure { throw LogbookError.wrap(failure) }
+        return out
+    }
+
+    /// The recorded transactions committed at or after `date`, oldest first.
+    public func history(after date: Date) throws -> [HistoryTransaction] {
+        try history(after: nil).filter { $0.timestamp >= date }
+    }
+
+    /// Purges the recorded transactions before `token` (the transaction `token` names is
+    /// kept); returns how many were purged. Purged history is gone for every reader; the
+    /// space it took is reclaimed by the next compaction.
+    @discardableResult
+    public func deleteHistory(before token: HistoryToken) throws -> Int {
+        try purgeHistory { version, _ in version < token.version }
+    }
+
+    /// Purges the recorded transactions committed before `date`; returns how many.
+    @discardableResult
+    public func deleteHistory(before date: Date) throws -> Int {
+        let limit = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        return try purgeHistory { _, bytes in (HistoryRecord.timestampMilliseconds(bytes) ?? .max) < limit }
+    }
+
+    private func purgeHistory(_ matches: (UInt64, [UInt8]) -> Bool) throws -> Int {
+        try withSaveLock { _ in
+            let snapshot = store.snapshot()
+            var t = Transaction()
+            var failure: (any Error)?
+            snapshot.forEachKey(inKeyspace: HistoryRecord.keyspace) { key in
+                do {
+                    guard let bytes = try snapshot.value(forKey: key) else { return true }
+                    if matches(EngineKey(rawValue: key).id, bytes) {
+                        t.delete(key)
+                        return true
+                    }
+                    // Versions and times both grow: the first record kept ends the purge.
+                    return false
+                } catch {
+                    failure = error
+                    return false
+                }
+            }
+            if let failure { throw LogbookError.wrap(failure) }
+            let count = t.operationCount
+            if count > 0 {
+                do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
+            }
+            return count
+        }
+    }
+}
+
+/// The record a tracked save writes beside its changes: keyed by the version of its own
+/// transaction in a keyspace of its own, so that history is read in commit order by key, is
+/// kept by compaction until purged (a purge deletes the records), and costs nothing when
+/// tracking is off. The layout is in docs/journal-format.md ("History records").
+struct HistoryRecord {
+    /// The keyspace of history records (the highest; entities' keyspaces count up from 1).
+    static let keyspace: UInt16 = 0xFFFF
+    static let formatVersion: UInt8 = 1
+
+    enum Change {
+        case insert(UInt64)
+        case update(UInt64, [String])
+        case delete(UInt64, [(String, Slot, AttributeType)])
+    }
+
+    static func key(version: UInt64) -> UInt64 { EngineKey(keyspace: keyspace, id: version).rawValue }
+
+    static func encode(
+        timestamp: Date, author: String?, contextName: String?, changes: [Change]
+    ) -> [UInt8] {
+        var w = ByteWriter(capacity: 64 + changes.count * 4)
+        w.append(formatVersion)
+        w.appendLE(Int64((timestamp.timeIntervalSince1970 * 1000).rounded(.down)))
+        w.append((author == nil ? 0 : 1) | (contextName == nil ? 0 : 2))
+        if let author { appendString(author, &w) }
+        if let contextName { appendString(contextName, &w) }
+        w.appendVarint(changes.count)
+        var previous: UInt64 = 0
+        for change in changes {
+            switch change {
+            case .insert(let k):
+                w.append(1)
+                appendKey(k, &previous, &w)
+            case .update(let k, let names):
+                w.append(2)
+                appendKey(k, &previous, &w)
+                w.appendVarint(names.count)
+                for n in names { appendString(n, &w) }
+            case .delete(let k, let values):
+                w.append(3)
+                appendKey(k, &previous, &w)
+                w.appendVarint(values.count)
+                for (name, slot, type) in values {
+                    appendString(name, &w)
+                    appendValue(slot, type, &w)
+                }
+            }
+        }
+        return w.bytes
+    }
+
+    /// A key as the zigzag difference from the previous one (a save's keys are mostly close).
+    private static func appendKey(_ key: UInt64, _ previous: inout UInt64, _ w: inout ByteWriter) {
+        let d = Int64(bitPattern: key &- previous)
+        w.appendVarint(UInt64(bitPattern: (d << 1) ^ (d >> 63)))
+        previous = key
+    }
+
+    private static func appendString(_ s: String, _ w: inout ByteWriter) {
+        let utf8 = Array(s.utf8)
+        w.appendVarint(utf8.count)
+        w.append(contentsOf: utf8)
+    }
+
+    /// A tombstone value: a tag, then the value (see docs/journal-format.md).
+    private static func appendValue(_ slot: Slot, _ type: AttributeType, _ w: inout ByteWriter) {
+        switch slot {
+        case .null: w.append(0)
+        case .string(let s):
+            w.append(1)
+            appendString(s, &w)
+        case .int(let v):
+            w.append(2)
+            w.appendLE(v)
+        case .bool(let b):
+            w.append(4)
+            w.appendLE(Int64(b ? 1 : 0))
+        case .double(let d):
+            w.append(type == .date ? 9 : 3)
+            w.appendLE(d.bitPattern)
+        case .data(let d):
+            w.append(5)
+            w.appendVarint(d.count)
+            w.append(contentsOf: Array(d))
+        case .boxed(let b):
+            switch b.value {
+            case .uuid(let u):
+                w.append(6)
+                w.append(contentsOf: withUnsafeBytes(of: u.uuid) { Array($0) })
+            case .url(let u):
+                w.append(7)
+                appendString(u.absoluteString, &w)
+            case .decimal(let d):
+                w.append(8)
+                appendString("\(d)", &w)
+            }
+        case .object: w.append(0)
+        }
+    }
+
+    /// The commit time of a record, without decoding the rest.
+    static func timestampMilliseconds(_ bytes: [UInt8]) -> Int64? {
+        bytes.withUnsafeBytes { raw in
+            var r = ByteReader(raw)
+            guard (try? r.readByte()) == formatVersion else { return nil }
+            return try? r.readLE(Int64.self)
+        }
+    }
+
+    static func decode(
+        _ bytes: [UInt8], version: UInt64, entityNames: [UInt16: String], store: StoreIdentity
+    ) throws -> HistoryTransaction {
+        try bytes.withUnsafeBytes { raw in
+            var r = ByteReader(raw)
+            func fail(_ reason: String) -> LogbookError {
+                LogbookError(.store, "the history record of version \(version) is malformed: \(reason)")
+            }
+            do {
+                guard try r.readByte() == formatVersion else { throw fail("unknown format") }
+                let ms = try r.readLE(Int64.self)
+                let flags = try r.readByte()
+                let author = flags & 1 != 0 ? try readString(&r) : nil
+                let contextName = flags & 2 != 0 ? try readString(&r) : nil
+                let count = try r.readLength(limit: r.remaining)
+                var changes: [HistoryChange] = []
+                changes.reserveCapacity(count)
+                var previous: UInt64 = 0
+                for _ in 0..<count {
+                    let type = try r.readByte()
+                    let z = try r.readVarint()
+                    previous = previous &+ UInt64(bitPattern: Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
+                    let key = previous
+                    let entityName = entityNames[EngineKey(rawValue: key).keyspace] ?? "?"
+                    let id = ObjectID(store: store, key: key)
+                    switch type {
+                    case 1:
+                        changes.append(HistoryChange(changeType: .insert, changedObjectID: id, entityName: entityName))
+                    case 2:
+                        let n = try r.readLength(limit: r.remaining)
+                        var names = Set<String>()
+                        for _ in 0..<n { names.insert(try readString(&r)) }
+                        changes.append(
+                            HistoryChange(
+                                changeType: .update, changedObjectID: id, entityName: entityName,
+                                updatedProperties: names))
+                    case 3:
+                        let n = try r.readLength(limit: r.remaining)
+                        var values: [String: any Sendable] = [:]
+                        for _ in 0..<n {
+                            let name = try readString(&r)
+                            if let v = try readValue(&r) { values[name] = v }
+                        }
+                        changes.append(
+                            HistoryChange(
+                                changeType: .delete, changedObjectID: id, entityName: entityName, tombstone: values))
+                    default: throw fail("unknown change type \(type)")
+                    }
+                }
+                guard r.isAtEnd else { throw fail("bytes after the last change") }
+                return HistoryTransaction(
+                    token: HistoryToken(version: version), timestamp: Date(timeIntervalSince1970: Double(ms) / 1000),
+                    author: author, contextName: contextName, changes: changes)
+            } catch is ByteReader.OutOfBounds {
+                throw fail("truncated")
+            }
+        }
+    }
+
+    private static func readString(_ r: inout ByteReader) throws -> String {
+        let n = try r.readLength(limit: r.remaining)
+        return String(decoding: try r.readBytes(n), as: UTF8.self)
+    }
+
+    private static func readValue(_ r: inout ByteReader) throws -> (any Sendable)? {
+        switch try r.readByte() {
+        case 0: return nil
+        case 1: return try readString(&r)
+        case 2: return Int(try r.readLE(Int64.self))
+        case 3: return Double(bitPattern: try r.readLE(UInt64.self))
+        case 4: return try r.readLE(Int64.self) != 0
+        case 5:
+            let n = try r.readLength(limit: r.remaining)
+            return Data(try r.readBytes(n))
+        case 6:
+            let b = Array(try r.readBytes(16))
+            return UUID(
+                uuid: (
+                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]
+                ))
+        case 7: return URL(string: try readString(&r))
+        case 8: return Decimal(string: try readString(&r))
+        case 9: return Date(timeIntervalSince1970: Double(bitPattern: try r.readLE(UInt64.self)))
+        default:
+            throw LogbookError(.store, "a history record holds a value of an unknown kind")
+        }
+    }
+}
+
+extension ManagedObjectContext {
+    /// The history record of the save being made (under the save lock, before its commit):
+    /// the inserted objects, the updated ones with the names of what changed, the deleted
+    /// ones with their preserved values.
+    func historyRecord() throws -> [UInt8] {
+        var changes: [HistoryRecord.Change] = []
+        changes.reserveCapacity(inserted.count + updated.count + deleted.count)
+        for object in inserted.values { changes.append(.insert(object.engineKey)) }
+        // To-many changes name the relationship on the owner.
+        var toMany: [UInt64: Set<String>] = [:]
+        let layout = storeLayout
+        var relationshipsBySetKeyspace: [UInt16: [(entity: Int, relationship: Int)]] = [:]
+        for (e, spaces) in layout.setKeyspace.enumerated() {
+            for (r, ks) in spaces.enumerated() {
+                if let ks { relationshipsBySetKeyspace[ks, default: []].append((e, r)) }
+            }
+        }
+        for setKey in Set(setAdds.keys).union(setRemoves.keys) {
+            let k = EngineKey(rawValue: setKey)
+            for (e, r) in relationshipsBySetKeyspace[k.keyspace] ?? [] {
+                let owner = EngineKey(keyspace: layout.keyspace[e], id: k.id).rawValue
+                if updated[owner] != nil {
+                    toMany[owner, default: []].insert(container.model.entities[e].relationships[r].name)
+                }
+            }
+        }
+        for key in updated.keys.sorted() {
+            let object = updated[key].unsafelyUnwrapped
+            var names = toMany[key] ?? []
+            if let before = object.committed {
+                for (i, slot) in object.slots.enumerated() where before[i] != slot {
+                    names.insert(object.name(ofSlot: i))
+                }
+            }
+            changes.append(.update(key, names.sorted()))
+        }
+        let snapshot = deleted.isEmpty ? nil : container.store.snapshot()
+        for object in deleted.values {
+            let preserved = object.layout.entity.attributes.indices.filter {
+                object.layout.entity.attributes[$0].preservesValueInHistoryOnDeletion
+            }
+            var values: [(String, Slot, AttributeType)] = []
+            if !preserved.isEmpty {
+                // The values as stored (a delete drops unsaved changes).
+                let stored: [Slot]? =
+                    object.flags.contains(.fault) || object.flags.contains(.inserted)
+                    ? try decode(snapshot!, key: object.engineKey, layout: object.layout)
+                    : (object.committed ?? object.slots)
+                if let stored {
+                    for i in preserved {
+                        let a = object.layout.entity.attributes[i]
+                        values.append((a.name, stored[i], a.type))
+                    }
+                }
+            }
+            changes.append(.delete(object.engineKey, values))
+        }
+        return HistoryRecord.encode(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+    }
+}
+
+extension ManagedObjectContext {
+    /// Commits `transaction` under the save lock, with its history record when the container
+    /// tracks history: the record is keyed by the version this commit will get (no other
+    /// commit of the container can come first under the save lock, and the store refuses the
+    /// commit, writing nothing, if one did).
+    func commitUnderSaveLock(_ transaction: inout Transaction, history: () throws -> [UInt8]) throws -> UInt64 {
+        var expected: UInt64?
+        if container.historyTracking {
+            let next = container.store.version + 1
+            transaction.put(HistoryRecord.key(version: next), value: try history())
+            expected = next
+        }
+        do { return try container.store.commit(transaction, expectingVersion: expected) } catch {
+            throw LogbookError.wrap(error)
+        }
+    }
+
+    /// The history record of a batch request: its changes, made by this context.
+    func batchHistoryRecord(
+        inserted: [UInt64] = [], updated: [UInt64] = [], names: [String] = [], deleted: [UInt64] = []
+    )
+        -> [UInt8]
+    {
+        var changes: [HistoryRecord.Change] = []
+        changes.reserveCapacity(inserted.count + updated.count + deleted.count)
+        for k in inserted { changes.append(.insert(k)) }
+        for k in updated { changes.append(.update(k, names)) }
+        for k in deleted { changes.append(.delete(k, [])) }
+        return HistoryRecord.encode(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+    }
+}

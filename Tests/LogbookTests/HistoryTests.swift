@@ -1,0 +1,216 @@
+import Foundation
+import LogbookEngine
+import Testing
+
+@testable import Logbook
+
+/// Persistent history: what a save records, tokens, purging, batch requests, reopen and
+/// compaction.
+@Suite struct HistoryTests {
+    /// Note (title, uuid preserved after deletion) ↔ Tag (to-many `tags`).
+    static func model() throws -> ManagedObjectModel {
+        var uuid = AttributeDescription("uuid", .uuid, optional: true)
+        uuid.preservesValueInHistoryOnDeletion = true
+        return try ManagedObjectModel {
+            EntityDescription("Note") {
+                AttributeDescription("title", .string)
+                AttributeDescription("body", .string, optional: true)
+                uuid
+                RelationshipDescription("tags", to: "Tag", inverse: "notes", toMany: true)
+            }
+            EntityDescription("Tag") {
+                AttributeDescription("name", .string)
+                RelationshipDescription("notes", to: "Note", inverse: "tags", toMany: true)
+            }
+        }
+    }
+
+    func open(_ store: TemporaryStore, tracking: Bool = true) throws -> PersistentContainer {
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        var options = ContainerOptions()
+        options.persistentHistoryTracking = tracking
+        return try PersistentContainer(name: "Notes", model: Self.model(), directory: store.path, options: options)
+    }
+
+    func note(_ c: ManagedObjectContext, _ title: String, uuid: UUID = UUID()) throws -> ManagedObject {
+        let n = try c.insertNewObject(forEntityName: "Note")
+        try n.setValue(title, forKey: "title")
+        try n.setValue(uuid, forKey: "uuid")
+        return n
+    }
+
+    @Test func aSaveRecordsExactlyItsChangesWithAuthorAndContextName() throws {
+        let store = TemporaryStore()
+        let container = try open(store)
+        let c = container.newContext(concurrencyType: .confinement)
+        c.name = "editor"
+        c.transactionAuthor = "app"
+        let a = try note(c, "a")
+        let b = try note(c, "b")
+        let gone = UUID()
+        let doomed = try note(c, "doomed", uuid: gone)
+        try c.save()
+        let first = container.currentHistoryToken
+
+        try a.setValue("a2", forKey: "title")
+        let tag = try c.insertNewObject(forEntityName: "Tag")
+        try tag.setValue("t", forKey: "name")
+        try b.add(tag, toRelationship: "tags")
+        c.delete(doomed)
+        c.transactionAuthor = "importer"
+        let before = Date()
+        try c.save()
+
+        let all = try container.history(after: nil)
+        #expect(all.count == 2)
+        #expect(all[0].token == first && all[0].author == "app" && all[0].contextName == "editor")
+        #expect(Set(all[0].changes.map(\.changeType)) == [.insert] && all[0].changes.count == 3)
+        #expect(all[0].changes.allSatisfy { $0.entityName == "Note" })
+
+        let second = all[1]
+        #expect(second.token > first && second.author == "importer")
+        #expect(second.timestamp >= before.addingTimeInterval(-0.001))
+        let byID = Dictionary(uniqueKeysWithValues: second.changes.map { ($0.changedObjectID, $0) })
+        #expect(second.changes.count == 4)
+        #expect(byID[tag.objectID]?.changeType == .insert && byID[tag.objectID]?.entityName == "Tag")
+        #expect(byID[a.objectID]?.changeType == .update)
+        #expect(byID[a.objectID]?.updatedProperties == ["title"])
+        #expect(byID[b.objectID]?.updatedProperties == ["tags"])
+        #expect(byID[tag.objectID]?.updatedProperties == nil)
+        let deleted = byID[doomed.objectID]
+        #expect(deleted?.changeType == .delete)
+        #expect(deleted?.tombstone?["uuid"] as? UUID == gone)
+        #expect(deleted?.tombstone?["title"] == nil, "only attributes marked to be preserved")
+        #expect(try container.history(after: first).map(\.token) == [second.token])
+        #expect(try container.history(after: second.token).isEmpty)
+        try container.close()
+    }
+
+    @Test func withTrackingOffASaveRecordsNothing() throws {
+        let store = TemporaryStore()
+        let container = try open(store, tracking: false)
+        let c = container.newContext(concurrencyType: .confinement)
+        _ = try note(c, "x")
+        try c.save()
+        #expect(try container.history(after: nil).isEmpty)
+        #expect(container.store.statistics().keysPerKeyspace[HistoryRecord.keyspace] == nil)
+        try container.close()
+    }
+
+    @Test func tokensAreCodableAndSurviveReopenAndCompaction() throws {
+        let store = TemporaryStore()
+        var container = try open(store)
+        var c = container.newContext(concurrencyType: .confinement)
+        var tokens: [HistoryToken] = []
+        for i in 0..<5 {
+            let n = try note(c, "n\(i)")
+            try c.save()
+            try n.setValue("n\(i)!", forKey: "title")
+            try c.save()
+            tokens.append(container.currentHistoryToken)
+        }
+        let encoded = try JSONEncoder().encode(tokens[1])
+        #expect(try JSONDecoder().decode(HistoryToken.self, from: encoded) == tokens[1])
+        _ = try container.store.compact()
+        try container.close()
+
+        container = try open(store)
+        c = container.newContext(concurrencyType: .confinement)
+        let after = try container.history(after: JSONDecoder().decode(HistoryToken.self, from: encoded))
+        #expect(after.count == 6)
+        #expect(after.map(\.token) == after.map(\.token).sorted())
+        #expect(after.last?.token == tokens[4])
+        #expect(after.last?.changes.first?.updatedProperties == ["title"])
+        _ = c
+        try container.close()
+    }
+
+    @Test func purgingRemovesExactlyTheTransactionsBeforeTheToken() throws {
+        let store = TemporaryStore()
+        let container = try open(store)
+        let c = container.newContext(concurrencyType: .confinement)
+        for i in 0..<6 {
+            _ = try note(c, "n\(i)")
+            try c.save()
+        }
+        let all = try container.history(after: nil)
+        #expect(all.count == 6)
+        #expect(try c.execute(HistoryRequest.deleteHistory(before: all[3].token)).deletedCount == 3)
+        #expect(try container.history(after: nil).map(\.token) == all[3...].map(\.token))
+        // The purge itself is not history, and the store keeps the purge across reopen.
+        #expect(try c.execute(HistoryRequest.fetchHistory(after: nil)).transactions.count == 3)
+        #expect(try container.deleteHistory(before: Date().addingTimeInterval(60)) == 3)
+        #expect(try container.history(after: nil).isEmpty)
+        try container.close()
+        let again = try open(store)
+        #expect(try again.history(after: nil).isEmpty)
+        // Objects are untouched by a purge.
+        #expect(
+            try again.newContext(concurrencyType: .confinement).count(
+                for: FetchRequest<ManagedObject>(entityName: "Note")) == 6)
+        try again.close()
+    }
+
+    @Test func batchRequestsRecordTheirChanges() throws {
+        let store = TemporaryStore()
+        let container = try open(store)
+        let c = container.newContext(concurrencyType: .confinement)
+        c.transactionAuthor = "batch"
+        let inserted = try c.execute(
+            BatchInsertRequest(entityName: "Note", count: 4) { i, row in
+                row.set("b\(i)", forKey: "title")
+                row.set(UUID(), forKey: "uuid")
+            })
+        #expect(inserted.count == 4)
+        var update = BatchUpdateRequest(entityName: "Note")
+        update.propertiesToUpdate = ["body": "x"]
+        _ = try c.execute(update)
+        let target = try c.fetch(FetchRequest<ManagedObject>(entityName: "Note")).first!
+        let uuid = try target.value(forKey: "uuid") as? UUID
+        _ = try c.execute(BatchDeleteRequest(objectIDs: [target.objectID]))
+
+        let history = try container.history(after: nil)
+        #expect(history.count == 3)
+        #expect(history.allSatisfy { $0.author == "batch" })
+        #expect(history[0].changes.count == 4 && history[0].changes.allSatisfy { $0.changeType == .insert })
+        #expect(history[1].changes.count == 4)
+        #expect(history[1].changes.allSatisfy { $0.changeType == .update && $0.updatedProperties == ["body"] })
+        #expect(history[2].changes.map(\.changeType) == [.delete])
+        #expect(history[2].changes[0].changedObjectID == target.objectID)
+        #expect(history[2].changes[0].tombstone?["uuid"] as? UUID == uuid)
+        #expect(history[2].counts()["Note"]?.deleted == 1)
+        try container.close()
+    }
+
+    @Test func aCommitWithAnotherVersionThanExpectedWritesNothing() throws {
+        let store = TemporaryStore()
+        let container = try open(store)
+        var t = Transaction()
+        t.put(EngineKey(keyspace: 9, id: 1).rawValue, value: [1, 2, 3])
+        let version = container.store.version
+        let error = #expect(throws: EngineError.self) {
+            try container.store.commit(t, expectingVersion: version + 2)
+        }
+        #expect(error?.code == .versionMismatch)
+        #expect(container.store.version == version)
+        #expect(try container.store.snapshot().value(forKey: EngineKey(keyspace: 9, id: 1).rawValue) == nil)
+        #expect(try container.store.commit(t, expectingVersion: version + 1) == version + 1)
+        try container.close()
+    }
+
+    @Test func aModelFilesPreserveAfterDeletionMarksTheAttribute() throws {
+        let xml = """
+            <?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+            <model type="com.apple.IDECoreDataModeler.DataModel" documentVersion="1.0">
+                <entity name="Car" representedClassName="Car" syncable="YES">
+                    <attribute name="id" attributeType="UUID" usesScalarValueType="NO" preserveAfterDeletion="YES"/>
+                    <attribute name="plate" optional="YES" attributeType="String"/>
+                </entity>
+            </model>
+            """
+        let model = try ManagedObjectModel(xml: Data(xml.utf8))
+        let car = model[entity: "Car"]!
+        #expect(car.attributes.first { $0.name == "id" }?.preservesValueInHistoryOnDeletion == true)
+        #expect(car.attributes.first { $0.name == "plate" }?.preservesValueInHistoryOnDeletion == false)
+    }
+}

@@ -236,46 +236,49 @@ struct HistoryRecord {
     static let keyspace: UInt16 = 0xFFFF
     static let formatVersion: UInt8 = 1
 
-    enum Change {
-        case insert(UInt64)
-        case update(UInt64, [String])
-        case delete(UInt64, [(String, Slot, AttributeType)])
-    }
-
     static func key(version: UInt64) -> UInt64 { EngineKey(keyspace: keyspace, id: version).rawValue }
 
-    static func encode(
-        timestamp: Date, author: String?, contextName: String?, changes: [Change]
-    ) -> [UInt8] {
-        var w = ByteWriter(capacity: 64 + changes.count * 4)
-        w.append(formatVersion)
-        w.appendLE(Int64((timestamp.timeIntervalSince1970 * 1000).rounded(.down)))
-        w.append((author == nil ? 0 : 1) | (contextName == nil ? 0 : 2))
-        if let author { appendString(author, &w) }
-        if let contextName { appendString(contextName, &w) }
-        w.appendVarint(changes.count)
-        var previous: UInt64 = 0
-        for change in changes {
-            switch change {
-            case .insert(let k):
-                w.append(1)
-                appendKey(k, &previous, &w)
-            case .update(let k, let names):
-                w.append(2)
-                appendKey(k, &previous, &w)
-                w.appendVarint(names.count)
-                for n in names { appendString(n, &w) }
-            case .delete(let k, let values):
-                w.append(3)
-                appendKey(k, &previous, &w)
-                w.appendVarint(values.count)
-                for (name, slot, type) in values {
-                    appendString(name, &w)
-                    appendValue(slot, type, &w)
-                }
+    /// Writes a record change by change, with no list of changes kept beside it (a save of a
+    /// million objects writes a million changes).
+    struct Writer {
+        private var w: ByteWriter
+        private var previous: UInt64 = 0
+
+        /// A record of `changes` changes (exactly that many are written after).
+        init(timestamp: Date, author: String?, contextName: String?, changes: Int) {
+            w = ByteWriter(capacity: 64 + changes * 3)
+            w.append(formatVersion)
+            w.appendLE(Int64((timestamp.timeIntervalSince1970 * 1000).rounded(.down)))
+            w.append((author == nil ? 0 : 1) | (contextName == nil ? 0 : 2))
+            if let author { appendString(author, &w) }
+            if let contextName { appendString(contextName, &w) }
+            w.appendVarint(changes)
+        }
+
+        mutating func insert(_ key: UInt64) {
+            w.append(1)
+            appendKey(key, &previous, &w)
+        }
+
+        mutating func update(_ key: UInt64, _ names: [String]) {
+            w.append(2)
+            appendKey(key, &previous, &w)
+            w.appendVarint(names.count)
+            for n in names { appendString(n, &w) }
+        }
+
+        /// A delete, with the preserved attributes' names, values and types.
+        mutating func delete(_ key: UInt64, _ values: [(String, Slot, AttributeType)]) {
+            w.append(3)
+            appendKey(key, &previous, &w)
+            w.appendVarint(values.count)
+            for (name, slot, type) in values {
+                appendString(name, &w)
+                appendValue(slot, type, &w)
             }
         }
-        return w.bytes
+
+        var bytes: [UInt8] { w.bytes }
     }
 
     /// A key as the zigzag difference from the previous one (a save's keys are mostly close).
@@ -430,24 +433,25 @@ extension ManagedObjectContext {
     /// the inserted objects, the updated ones with the names of what changed, the deleted
     /// ones with their preserved values.
     func historyRecord() throws -> [UInt8] {
-        var changes: [HistoryRecord.Change] = []
-        changes.reserveCapacity(inserted.count + updated.count + deleted.count)
-        for object in inserted.values { changes.append(.insert(object.engineKey)) }
+        var record = historyWriter(changes: inserted.count + updated.count + deleted.count)
+        for object in inserted.values { record.insert(object.engineKey) }
         // To-many changes name the relationship on the owner.
         var toMany: [UInt64: Set<String>] = [:]
-        let layout = storeLayout
-        var relationshipsBySetKeyspace: [UInt16: [(entity: Int, relationship: Int)]] = [:]
-        for (e, spaces) in layout.setKeyspace.enumerated() {
-            for (r, ks) in spaces.enumerated() {
-                if let ks { relationshipsBySetKeyspace[ks, default: []].append((e, r)) }
+        if !setAdds.isEmpty || !setRemoves.isEmpty {
+            let layout = storeLayout
+            var relationshipsBySetKeyspace: [UInt16: [(entity: Int, relationship: Int)]] = [:]
+            for (e, spaces) in layout.setKeyspace.enumerated() {
+                for (r, ks) in spaces.enumerated() {
+                    if let ks { relationshipsBySetKeyspace[ks, default: []].append((e, r)) }
+                }
             }
-        }
-        for setKey in Set(setAdds.keys).union(setRemoves.keys) {
-            let k = EngineKey(rawValue: setKey)
-            for (e, r) in relationshipsBySetKeyspace[k.keyspace] ?? [] {
-                let owner = EngineKey(keyspace: layout.keyspace[e], id: k.id).rawValue
-                if updated[owner] != nil {
-                    toMany[owner, default: []].insert(container.model.entities[e].relationships[r].name)
+            for setKey in Set(setAdds.keys).union(setRemoves.keys) {
+                let k = EngineKey(rawValue: setKey)
+                for (e, r) in relationshipsBySetKeyspace[k.keyspace] ?? [] {
+                    let owner = EngineKey(keyspace: layout.keyspace[e], id: k.id).rawValue
+                    if updated[owner] != nil {
+                        toMany[owner, default: []].insert(container.model.entities[e].relationships[r].name)
+                    }
                 }
             }
         }
@@ -459,13 +463,12 @@ extension ManagedObjectContext {
                     names.insert(object.name(ofSlot: i))
                 }
             }
-            changes.append(.update(key, names.sorted()))
+            record.update(key, names.sorted())
         }
         let snapshot = deleted.isEmpty ? nil : container.store.snapshot()
         for object in deleted.values {
-            let preserved = object.layout.entity.attributes.indices.filter {
-                object.layout.entity.attributes[$0].preservesValueInHistoryOnDeletion
-            }
+            let attributes = object.layout.entity.attributes
+            let preserved = attributes.indices.filter { attributes[$0].preservesValueInHistoryOnDeletion }
             var values: [(String, Slot, AttributeType)] = []
             if !preserved.isEmpty {
                 // The values as stored (a delete drops unsaved changes).
@@ -473,16 +476,11 @@ extension ManagedObjectContext {
                     object.flags.contains(.fault) || object.flags.contains(.inserted)
                     ? try decode(snapshot!, key: object.engineKey, layout: object.layout)
                     : (object.committed ?? object.slots)
-                if let stored {
-                    for i in preserved {
-                        let a = object.layout.entity.attributes[i]
-                        values.append((a.name, stored[i], a.type))
-                    }
-                }
+                if let stored { values = preserved.map { (attributes[$0].name, stored[$0], attributes[$0].type) } }
             }
-            changes.append(.delete(object.engineKey, values))
+            record.delete(object.engineKey, values)
         }
-        return HistoryRecord.encode(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+        return record.bytes
     }
 }
 
@@ -509,11 +507,15 @@ extension ManagedObjectContext {
     )
         -> [UInt8]
     {
-        var changes: [HistoryRecord.Change] = []
-        changes.reserveCapacity(inserted.count + updated.count + deleted.count)
-        for k in inserted { changes.append(.insert(k)) }
-        for k in updated { changes.append(.update(k, names)) }
-        for k in deleted { changes.append(.delete(k, [])) }
-        return HistoryRecord.encode(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+        var record = historyWriter(changes: inserted.count + updated.count + deleted.count)
+        for k in inserted { record.insert(k) }
+        for k in updated { record.update(k, names) }
+        for k in deleted { record.delete(k, []) }
+        return record.bytes
+    }
+
+    /// A history record of `changes` changes made by this context now.
+    func historyWriter(changes: Int) -> HistoryRecord.Writer {
+        HistoryRecord.Writer(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
     }
 }

@@ -141,19 +141,18 @@ extension ManagedObjectContext {
                 }
             }
             let version = try commitUnderSaveLock(&transaction) {
-                var changes: [HistoryRecord.Change] = changed.keys.sorted().map { .update($0, []) }
+                var record = historyWriter(changes: changed.count + order.count)
+                for key in changed.keys.sorted() { record.update(key, []) }
                 for key in order {
                     let (layout, slots) = records[key]!
                     let attributes = layout.entity.attributes
-                    changes.append(
-                        .delete(
-                            key,
-                            attributes.indices.filter { attributes[$0].preservesValueInHistoryOnDeletion }.map {
-                                (attributes[$0].name, slots[$0], attributes[$0].type)
-                            }))
+                    record.delete(
+                        key,
+                        attributes.indices.filter { attributes[$0].preservesValueInHistoryOnDeletion }.map {
+                            (attributes[$0].name, slots[$0], attributes[$0].type)
+                        })
                 }
-                return HistoryRecord.encode(
-                    timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+                return record.bytes
             }
             log.record(order + changed.keys, version: version)
             return (version, order, Array(changed.keys))

@@ -153,3 +153,41 @@ extension FetchRequest {
         try container.close()
     }
 }
+
+extension FetchingTests {
+    /// A scan's single-string-test path (`name CONTAINS 'x'` read in place) gives what
+    /// `String.contains` gives: short and long ASCII values, values that are not plain ASCII
+    /// (decoded and compared as strings), and objects with no value.
+    @Test func aContainsScanAgreesWithStringContains() throws {
+        let store = TemporaryStore()
+        let model = try ManagedObjectModel {
+            EntityDescription("Note") { AttributeDescription("name", .string, optional: true) }
+        }
+        let container = try makeContainer(store, model: model)
+        let c = container.newContext(concurrencyType: .confinement)
+        var names: [String?] = []
+        for i in 0..<400 {
+            let name: String? =
+                switch i % 5 {
+                case 0: "Item \(i)"
+                case 1: "A long title that goes past thirty-two bytes, number \(i)"
+                case 2: "Ünïcode e\u{301} \(i)"
+                case 3: nil
+                default: "x\(i)9"
+                }
+            let o = try c.insertNewObject(forEntityName: "Note")
+            try o.setValue(name, forKey: "name")
+            names.append(name)
+        }
+        try c.save()
+        c.reset()
+        for needle in ["9", "Item 1", "number 39", "e", "é", "Ünï", "39 ", "zzz"] {
+            var request = FetchRequest<ManagedObject>(entityName: "Note")
+            request.predicate = try FetchPredicate(format: "name CONTAINS %@", needle)
+            let expected = names.filter { $0?.contains(needle) ?? false }.count
+            #expect(try c.count(for: request) == expected, "CONTAINS '\(needle)'")
+            #expect(try c.fetch(request).count == expected)
+        }
+        try container.close()
+    }
+}

@@ -312,6 +312,19 @@ final class RecordFilter: @unchecked Sendable {
             }
             return n
         }
+        if flatConjunction && program.count == 1 && program[0].code == .string {
+            // One string test (`name CONTAINS 'x'`): straight to its value.
+            let i = program[0]
+            let constant = constant(of: i, in: UnsafeRawBufferPointer(self.pool))
+            for (j, e) in entries.enumerated() {
+                let raw = UnsafeRawBufferPointer(rebasing: block[e.value])
+                if try string(i, raw, at: try offset(of: Int(i.slot), in: raw), constant) {
+                    selected[n] = Int32(truncatingIfNeeded: j)
+                    n += 1
+                }
+            }
+            return n
+        }
         for (j, e) in entries.enumerated() {
             let raw = UnsafeRawBufferPointer(rebasing: block[e.value])
             try locate(raw, offsets)
@@ -474,16 +487,7 @@ final class RecordFilter: @unchecked Sendable {
             let o = offsets[Int(i.slot)]
             guard o >= 0 else { return false }
             return (raw[o] != 0) == i.flag
-        case .string:
-            var o = offsets[Int(i.slot)]
-            guard o >= 0 else { return try judge(fallbacks[Int(i.fallback)], nil) }
-            let length = try RecordCodec.length(raw, &o)
-            let bytes = UnsafeRawBufferPointer(rebasing: raw[o..<(o + length)])
-            guard Self.isPlain(bytes) else {
-                return try judge(fallbacks[Int(i.fallback)], String(decoding: bytes, as: UTF8.self))
-            }
-            let constant = UnsafeRawBufferPointer(rebasing: pool[Int(i.start)..<Int(i.start + i.count)])
-            return Self.test(i.stringTest, i.op, constant, bytes)
+        case .string: return try string(i, raw, at: offsets[Int(i.slot)], constant(of: i, in: pool))
         case .object:
             var o = offsets[Int(i.slot)]
             guard o >= 0 else { return i.flag }
@@ -506,6 +510,31 @@ final class RecordFilter: @unchecked Sendable {
             }
             return try judge(fallback, value)
         }
+    }
+
+    /// A string test on the value at `o` (-1: no value): on the bytes when they are plain
+    /// ASCII, else on the decoded string through the test's fallback.
+    @inline(always)
+    private func string(
+        _ i: Instruction, _ raw: UnsafeRawBufferPointer, at start: Int, _ constant: UnsafeRawBufferPointer
+    ) throws -> Bool {
+        var o = start
+        guard o >= 0 else { return try judge(fallbacks[Int(i.fallback)], nil) }
+        let length = try RecordCodec.length(raw, &o)
+        guard length <= raw.count - o else { throw RecordCodec.Malformed() }
+        let bytes = UnsafeRawBufferPointer(rebasing: raw[o..<(o + length)])
+        guard Self.isPlain(bytes) else {
+            return try judge(fallbacks[Int(i.fallback)], String(decoding: bytes, as: UTF8.self))
+        }
+        // The commonest test of a scan, called straight.
+        if i.stringTest == .contains { return Self.find(constant, in: bytes) }
+        return Self.test(i.stringTest, i.op, constant, bytes)
+    }
+
+    /// The constant bytes of a string test.
+    @inline(__always)
+    private func constant(of i: Instruction, in pool: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: pool[Int(i.start)..<Int(i.start + i.count)])
     }
 
     static func sortedContains<T: Comparable>(_ sorted: Slice<UnsafeBufferPointer<T>>, _ x: T) -> Bool {
@@ -602,12 +631,23 @@ final class RecordFilter: @unchecked Sendable {
 
     /// Whether `needle` (not empty) occurs in `haystack`: `memchr` for its first byte, then
     /// `memcmp` for the rest.
+    @inline(__always)
     static func find(_ needle: UnsafeRawBufferPointer, in haystack: UnsafeRawBufferPointer) -> Bool {
         guard needle.count <= haystack.count, let base = haystack.baseAddress, let n = needle.baseAddress else {
             return false
         }
-        let first = Int32(needle[0])
         let lastStart = haystack.count - needle.count
+        if haystack.count <= 32 {
+            // Short values (names, titles): a loop costs less than calls to memchr and memcmp.
+            let first = needle[0]
+            for i in 0...lastStart where haystack[i] == first {
+                var k = 1
+                while k < needle.count && haystack[i + k] == needle[k] { k += 1 }
+                if k == needle.count { return true }
+            }
+            return false
+        }
+        let first = Int32(needle[0])
         var i = 0
         while i <= lastStart {
             guard let hit = memchr(base + i, first, lastStart - i + 1) else { return false }

@@ -167,11 +167,8 @@ extension ManagedObjectContext {
     /// The keys the owner of a set key may have: one per entity whose to-many relationship
     /// uses the set's keyspace (several when a sub-entity inherits the relationship).
     func possibleOwners(ofSet setKey: UInt64) -> [UInt64] {
-        let k = EngineKey(rawValue: setKey)
         var owners: [UInt64] = []
-        for (e, sets) in storeLayout.setKeyspace.enumerated() where sets.contains(k.keyspace) {
-            owners.append(EngineKey(keyspace: storeLayout.keyspace[e], id: k.id).rawValue)
-        }
+        for (owner, _, _) in storeLayout.owners(ofSet: setKey) where owners.last != owner { owners.append(owner) }
         return owners
     }
 

@@ -283,8 +283,7 @@ struct HistoryRecord {
 
     /// A key as the zigzag difference from the previous one (a save's keys are mostly close).
     private static func appendKey(_ key: UInt64, _ previous: inout UInt64, _ w: inout ByteWriter) {
-        let d = Int64(bitPattern: key &- previous)
-        w.appendVarint(UInt64(bitPattern: (d << 1) ^ (d >> 63)))
+        w.appendVarint(zigzag(Int64(bitPattern: key &- previous)))
         previous = key
     }
 
@@ -360,7 +359,7 @@ struct HistoryRecord {
                 for _ in 0..<count {
                     let type = try r.readByte()
                     let z = try r.readVarint()
-                    previous = previous &+ UInt64(bitPattern: Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1))
+                    previous = previous &+ UInt64(bitPattern: unzigzag(z))
                     let key = previous
                     let entityName = entityNames[EngineKey(rawValue: key).keyspace] ?? "?"
                     let id = ObjectID(store: store, key: key)
@@ -437,22 +436,9 @@ extension ManagedObjectContext {
         for object in inserted.values { record.insert(object.engineKey) }
         // To-many changes name the relationship on the owner.
         var toMany: [UInt64: Set<String>] = [:]
-        if !setAdds.isEmpty || !setRemoves.isEmpty {
-            let layout = storeLayout
-            var relationshipsBySetKeyspace: [UInt16: [(entity: Int, relationship: Int)]] = [:]
-            for (e, spaces) in layout.setKeyspace.enumerated() {
-                for (r, ks) in spaces.enumerated() {
-                    if let ks { relationshipsBySetKeyspace[ks, default: []].append((e, r)) }
-                }
-            }
-            for setKey in Set(setAdds.keys).union(setRemoves.keys) {
-                let k = EngineKey(rawValue: setKey)
-                for (e, r) in relationshipsBySetKeyspace[k.keyspace] ?? [] {
-                    let owner = EngineKey(keyspace: layout.keyspace[e], id: k.id).rawValue
-                    if updated[owner] != nil {
-                        toMany[owner, default: []].insert(container.model.entities[e].relationships[r].name)
-                    }
-                }
+        for setKey in Set(setAdds.keys).union(setRemoves.keys) {
+            for (owner, e, r) in storeLayout.owners(ofSet: setKey) where updated[owner] != nil {
+                toMany[owner, default: []].insert(container.model.entities[e].relationships[r].name)
             }
         }
         for key in updated.keys.sorted() {

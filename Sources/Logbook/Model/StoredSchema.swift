@@ -221,6 +221,20 @@ final class StoreLayout: Sendable {
     /// By model entity index: each compound index's slots and index.
     let compoundIndexes: [[(slots: [Int], index: IndexID)]]
 
+    /// The owners a set key may have — one per entity and to-many relationship whose members
+    /// are stored in the set's keyspace (several when sub-entities inherit the relationship) —
+    /// with that entity (by model index) and relationship (by index).
+    func owners(ofSet setKey: UInt64) -> [(owner: UInt64, entity: Int, relationship: Int)] {
+        let k = EngineKey(rawValue: setKey)
+        var out: [(owner: UInt64, entity: Int, relationship: Int)] = []
+        for (e, sets) in setKeyspace.enumerated() {
+            for (r, ks) in sets.enumerated() where ks == k.keyspace {
+                out.append((EngineKey(keyspace: keyspace[e], id: k.id).rawValue, e, r))
+            }
+        }
+        return out
+    }
+
     init(schema: StoredSchema, model: ManagedObjectModel) {
         self.schema = schema
         var ks: [UInt16] = []

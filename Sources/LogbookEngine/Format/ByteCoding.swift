@@ -222,3 +222,11 @@ func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> I
 #elseif canImport(Darwin)
     import Darwin
 #endif
+
+/// A signed difference as an unsigned varint value: small magnitudes, either sign, stay small.
+@inline(__always)
+package func zigzag(_ v: Int64) -> UInt64 { UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
+
+/// The signed value `zigzag` encoded.
+@inline(__always)
+package func unzigzag(_ v: UInt64) -> Int64 { Int64(bitPattern: v >> 1) ^ -Int64(bitPattern: v & 1) }

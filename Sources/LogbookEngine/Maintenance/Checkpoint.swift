@@ -23,11 +23,6 @@ enum Checkpoint {
 
     // MARK: Stream
 
-    @inline(__always) static func zigzag(_ v: Int64) -> UInt64 { UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
-    @inline(__always) static func unzigzag(_ v: UInt64) -> Int64 {
-        Int64(bitPattern: v >> 1) ^ -Int64(bitPattern: v & 1)
-    }
-
     /// Serializes the state: position and byte counts, then the primary index, the secondary
     /// indexes and the sets, each sorted and delta-encoded.
     static func encode(_ state: IndexState, segment: UInt64, offset: Int) -> [UInt8] {

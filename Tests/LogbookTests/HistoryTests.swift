@@ -139,6 +139,11 @@ import Testing
         #expect(try container.history(after: nil).map(\.token) == all[3...].map(\.token))
         // The purge itself is not history, and the store keeps the purge across reopen.
         #expect(try c.execute(HistoryRequest.fetchHistory(after: nil)).transactions.count == 3)
+        #expect(
+            try c.execute(HistoryRequest.changes(after: all[3].token)).transactions.map(\.token) == [
+                all[4].token, all[5].token
+            ])
+        #expect(try c.execute(HistoryRequest.changes(after: all[5].timestamp)).transactions.last?.token == all[5].token)
         #expect(try container.deleteHistory(before: Date().addingTimeInterval(60)) == 3)
         #expect(try container.history(after: nil).isEmpty)
         try container.close()

@@ -112,6 +112,10 @@ public struct HistoryRequest: Sendable {
     public static func fetchHistory(after token: HistoryToken?) -> HistoryRequest { .init(kind: .fetch(after: token)) }
     /// The transactions committed at or after `date`, oldest first.
     public static func fetchHistory(after date: Date) -> HistoryRequest { .init(kind: .fetchAfterDate(date)) }
+    /// The same as `fetchHistory(after:)`, by the name SwiftData's history API leads to.
+    public static func changes(after token: HistoryToken?) -> HistoryRequest { fetchHistory(after: token) }
+    /// The same as `fetchHistory(after:)` with a date.
+    public static func changes(after date: Date) -> HistoryRequest { fetchHistory(after: date) }
     /// Purges the transactions before `token` (the one it names is kept).
     public static func deleteHistory(before token: HistoryToken) -> HistoryRequest {
         .init(kind: .delete(before: token))

@@ -5,6 +5,15 @@
 /// Peak resident set size of this process, in MiB (VmHWM).
 func peakRSSMegabytes() -> Int { statusMegabytes("VmHWM:") }
 
+/// Starts the peak resident memory (VmHWM) again from the current resident memory (Linux:
+/// writing 5 to /proc/self/clear_refs), so that the next `peakRSSMegabytes()` is the peak of
+/// what ran since. Where that is not possible the peak stays the process's.
+func resetPeakRSS() {
+    guard let f = fopen("/proc/self/clear_refs", "w") else { return }
+    fputs("5", f)
+    fclose(f)
+}
+
 /// Resident set size of this process now, in MiB (VmRSS).
 func currentRSSMegabytes() -> Int { statusMegabytes("VmRSS:") }
 

@@ -20,12 +20,17 @@ func timedTen(_ body: () throws -> Int) rethrows -> (median: Double, min: Double
 func scanWorkload(store path: String) throws {
     let container = try openItems(path)
     let context = container.newContext(concurrencyType: .confinement)
-    report("scan_open", ["rss_mb": currentRSSMegabytes(), "peak_rss_mb": peakRSSMegabytes()])
-    func run(_ phase: String, _ format: String, count: Bool) throws {
+    let openRSS = currentRSSMegabytes()
+    report("scan_open", ["rss_mb": openRSS, "peak_rss_mb": peakRSSMegabytes()])
+    enum Result { case objects, count, ids }
+    func run(_ phase: String, _ format: String, _ result: Result) throws {
         var request = FetchRequest<Item>()
         request.predicate = try FetchPredicate(format: format)
+        // The peak of this phase alone, above the open store's resident memory.
+        resetPeakRSS()
         let t = try timedTen {
-            if count { return try context.count(for: request) }
+            if result == .count { return try context.count(for: request) }
+            if result == .ids { return try context.fetchObjectIDs(request).count }
             var chars = 0
             let items = try context.fetch(request)
             for item in items { chars &+= item.name.utf8.count }
@@ -36,13 +41,14 @@ func scanWorkload(store path: String) throws {
             phase,
             [
                 "records": t.result, "seconds": t.median, "min_seconds": t.min, "max_seconds": t.max,
-                "peak_rss_mb": peakRSSMegabytes(),
+                "peak_rss_mb": peakRSSMegabytes(), "peak_above_open_mb": peakRSSMegabytes() - openRSS,
                 "plan": try context.explain(request).description.replacingOccurrences(of: " ", with: "_")
             ])
     }
-    try run("scan_count", "done == YES", count: true)
-    try run("scan_contains", "name CONTAINS '99999'", count: false)
-    try run("scan_mixed", "done == NO AND name LIKE 'Item 1*'", count: false)
+    try run("scan_count", "done == YES", .count)
+    try run("scan_contains", "name CONTAINS '99999'", .objects)
+    try run("scan_mixed", "done == NO AND name LIKE 'Item 1*'", .objects)
+    try run("scan_ids", "done == YES", .ids)
     report("scan_memory", ["peak_rss_mb": peakRSSMegabytes(), "rss_mb": currentRSSMegabytes()])
     try container.close()
 }

@@ -250,6 +250,9 @@ import Testing
             counts.withLock { $0[i] = n }
         }
         #expect(counts.withLock { $0 } == Array(repeating: 10, count: snapshots.count))
+        // The reads did not wait for the build they started; once it is done, every snapshot
+        // sees the one copy it made.
+        snapshots[0].state.secondary.waitUntilBuilt()
         #expect(snapshots.allSatisfy { $0.state.secondary.isBuilt })
         try store.close()
     }
@@ -371,5 +374,66 @@ extension DeferredIndexTests {
         }
         #expect(b.count == 90_000)
         #expect(a.elementsEqual(b) { $0.0 == $1.0 && $0.1 == $1.1 })
+    }
+}
+
+extension DeferredIndexTests {
+    /// Before the deferred build finishes, reads decode the checkpoint's entries in place
+    /// (`EncodedIndex`): counts, visits and primary keys between random bounds, forwards and
+    /// reversed, with and without a limit, must be exactly the built index's.
+    @Test func readsBeforeTheBuildAnswerWhatTheBuiltIndexAnswers() throws {
+        var generator = SeededGenerator(seed: 0xE1C0_DED)
+        var source = OrderedIndex()
+        func randomKey() -> [UInt8] {
+            (0..<Int(generator.next() % 11)).map { _ in UInt8(generator.next() % 5) }
+        }
+        // Four restart intervals and a part, many equal keys (primary keys order them).
+        let n = 4 * Checkpoint.restartInterval + 1_234
+        for i in UInt64(0)..<UInt64(n) {
+            randomKey().withUnsafeBytes { _ = source.insert($0, key(1, i)) }
+        }
+        var state = IndexState()
+        state.indexes[7] = source
+        state.indexes[8] = OrderedIndex()
+        let stream = Checkpoint.encode(state, segment: 1, offset: 32)
+        let deferred = try Checkpoint.decode(stream) { _ in stream }.state
+        guard case .encoded(let encoded)? = deferred.secondary.reader(7) else {
+            Issue.record("the first read should decode in place")
+            return
+        }
+        guard case .encoded(let empty)? = deferred.secondary.reader(8) else {
+            Issue.record("an empty index is read in place too")
+            return
+        }
+        #expect(deferred.secondary.reader(9).map { _ in true } == nil)
+        #expect(empty.count(from: nil, to: nil) == 0 && empty.primaryKeys(from: nil, to: nil).isEmpty)
+        #expect(encoded.count(from: nil, to: nil) == n)
+        func bound() -> IndexBound? {
+            generator.next() % 6 == 0 ? nil : IndexBound(randomKey(), inclusive: generator.next() % 2 == 0)
+        }
+        func visit(_ body: ((UnsafeRawBufferPointer, UInt64) -> Bool) -> Void) -> [(UInt64, [UInt8])] {
+            var out: [(UInt64, [UInt8])] = []
+            body { bytes, pk in
+                out.append((pk, Array(bytes)))
+                return out.count < 3_000
+            }
+            return out
+        }
+        for _ in 0..<200 {
+            let (lower, upper) = (bound(), bound())
+            let reverse = generator.next() % 2 == 0
+            let limit: Int? = generator.next() % 3 == 0 ? Int(generator.next() % 50) : nil
+            #expect(encoded.count(from: lower, to: upper) == source.count(from: lower, to: upper))
+            #expect(
+                encoded.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit)
+                    == source.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit))
+            let a = visit { encoded.forEach(from: lower, to: upper, reverse: reverse, $0) }
+            let b = visit { source.forEach(from: lower, to: upper, reverse: reverse, $0) }
+            #expect(a.elementsEqual(b) { $0.0 == $1.0 && $0.1 == $1.1 })
+        }
+        // The first read started the build on another thread: it finishes with the same index.
+        deferred.secondary.waitUntilBuilt()
+        #expect(deferred.secondary.isBuilt)
+        #expect(deferred.indexes[7]!.primaryKeys(from: nil, to: nil) == source.primaryKeys(from: nil, to: nil))
     }
 }

@@ -11,4 +11,10 @@ uint32_t logbook_crc32c(uint32_t crc, const void *data, size_t length);
 /// The portable table-driven path alone, for tests that compare it with the hardware path.
 uint32_t logbook_crc32c_software_only(uint32_t crc, const void *data, size_t length);
 
+/// Runs `body(context)` on a new detached thread that lowers its own scheduling priority
+/// to the lowest (nice 19 on Linux) first: background work that takes only the CPU time
+/// the other threads leave. Returns 0, or the error of `pthread_create` (the caller then
+/// runs the work itself).
+int logbook_run_at_low_priority(void (*body)(void *), void *context);
+
 #endif

@@ -1,3 +1,12 @@
+import CLogbookSupport
+import Dispatch
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The secondary indexes of one `IndexState`: in memory, or still encoded in the checkpoint
 /// the store was opened from, until something needs them.
 ///
@@ -34,6 +43,19 @@ struct SecondaryIndexes: Sendable {
     /// Whether the indexes are built (false while they are only in the checkpoint).
     var isBuilt: Bool { deferred?.isBuilt ?? true }
 
+    /// One index for a read, without waiting for a deferred build (`DeferredIndexes.reader`).
+    func reader(_ id: UInt32) -> IndexReader? {
+        if let deferred { return deferred.reader(id) }
+        return stored[id].map(IndexReader.built)
+    }
+
+    /// The ids of the indexes, without building deferred ones.
+    var ids: [UInt32] { deferred?.ids ?? Array(stored.keys) }
+
+    /// Waits for a deferred build that a read started (for tests and for a close that
+    /// should not leave a thread behind).
+    func waitUntilBuilt() { _ = deferred?.load() }
+
     private mutating func materialize() {
         guard let d = deferred else { return }
         stored = d.load()
@@ -41,42 +63,118 @@ struct SecondaryIndexes: Sendable {
     }
 }
 
+/// One index as a read sees it: built, or still encoded in the checkpoint (its reads decode
+/// in place, `EncodedIndex`). Both answer the same questions with the same results.
+enum IndexReader {
+    case built(OrderedIndex)
+    case encoded(EncodedIndex)
+
+    func count(from lower: IndexBound?, to upper: IndexBound?) -> Int {
+        switch self {
+        case .built(let index): index.count(from: lower, to: upper)
+        case .encoded(let index): index.count(from: lower, to: upper)
+        }
+    }
+
+    func forEach(
+        from lower: IndexBound?, to upper: IndexBound?, reverse: Bool,
+        _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows {
+        switch self {
+        case .built(let index): try index.forEach(from: lower, to: upper, reverse: reverse, body)
+        case .encoded(let index): try index.forEach(from: lower, to: upper, reverse: reverse, body)
+        }
+    }
+
+    func primaryKeys(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool, limit: Int?) -> [UInt64] {
+        switch self {
+        case .built(let index): index.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit)
+        case .encoded(let index): index.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit)
+        }
+    }
+}
+
 /// Secondary indexes that are built from their encoded form on first use, once, for every
-/// state that holds them. `Sendable`: the encoded form and the built indexes are behind a
-/// lock (`Locked`, which the thread sanitizer sees), and a built `OrderedIndex` is a
+/// state that holds them. `Sendable`: the encoded form and the built indexes are behind
+/// locks (`Locked`, which the thread sanitizer sees), and a built `OrderedIndex` is a
 /// persistent value.
+///
+/// A read of one index (`reader(_:)`) does not wait for the build: it decodes what it needs
+/// from the encoded bytes (`EncodedIndex`) and starts the build on another thread, so the
+/// first indexed query of a process costs about what it reads, and the queries after it
+/// find the indexes built. What needs every index, or changes one (`load()`), waits for the
+/// build, or makes it.
 final class DeferredIndexes: Sendable {
-    private enum Source {
-        case encoded(@Sendable () -> [UInt32: OrderedIndex])
-        case built([UInt32: OrderedIndex])
+    /// The checked section: each index's entry count and restart points.
+    private let sections: [Checkpoint.IndexSection]
+    /// Gives the checkpoint stream again (its secondary-index section at least).
+    private let stream: @Sendable () -> [UInt8]
+    /// The built indexes; the build runs under this lock, once.
+    private let built: Locked<[UInt32: OrderedIndex]?>
+    /// The stream, kept from the first in-place read until the build has finished.
+    private let encoded: Locked<[UInt8]?>
+    /// Whether a build on another thread has been started.
+    private let started: Locked<Bool>
+
+    /// `stream` gives the encoded indexes whose checked `sections` it holds. It is read at
+    /// most twice (once if the build comes first), and the build must not fail: the caller
+    /// checks the encoded form before deferring it.
+    init(sections: [Checkpoint.IndexSection], stream: @escaping @Sendable () -> [UInt8]) {
+        self.sections = sections
+        self.stream = stream
+        built = Locked(nil)
+        encoded = Locked(nil)
+        started = Locked(false)
     }
 
-    private let source: Locked<Source>
-
-    /// `build` turns the encoded indexes into indexes. It runs at most once, under the lock
-    /// (concurrent first users wait for the one build), and must not fail: the caller checks
-    /// the encoded form before deferring it.
-    init(build: @escaping @Sendable () -> [UInt32: OrderedIndex]) {
-        source = Locked(.encoded(build))
+    /// Every index, built (waiting for a build in progress, or making it: on every core, or
+    /// on this thread alone when not `parallel`).
+    func load(parallel: Bool = true) -> [UInt32: OrderedIndex] {
+        built.withLock { built in
+            if let built { return built }
+            let bytes = encoded.withLock { $0 } ?? stream()
+            let indexes = bytes.withUnsafeBytes { Checkpoint.buildIndexes($0, sections, parallel: parallel) }
+            built = indexes
+            encoded.withLock { $0 = nil }
+            return indexes
+        }
     }
 
-    func load() -> [UInt32: OrderedIndex] {
-        source.withLock { source in
-            switch source {
-            case .built(let indexes):
-                return indexes
-            case .encoded(let build):
-                let indexes = build()
-                source = .built(indexes)
-                return indexes
+    /// One index for a read: built if the build has finished, else read in place while the
+    /// build runs on another thread. Nil for an index the checkpoint does not name.
+    func reader(_ id: UInt32) -> IndexReader? {
+        if let indexes = built.tryWithLock({ $0 }) ?? nil {
+            return indexes[id].map(IndexReader.built)
+        }
+        guard let section = sections.first(where: { $0.id == id }) else { return nil }
+        let bytes = encoded.withLock { bytes in
+            if let bytes { return bytes }
+            let fresh = stream()
+            bytes = fresh
+            return fresh
+        }
+        let first = started.withLock { started in
+            defer { started = true }
+            return !started
+        }
+        if first {
+            // One thread at the lowest priority: the reads in the foreground keep the cores
+            // they are using, and the build takes what they leave.
+            let context = Unmanaged.passRetained(self).toOpaque()
+            let body: @convention(c) (UnsafeMutableRawPointer?) -> Void = { context in
+                let indexes = Unmanaged<DeferredIndexes>.fromOpaque(context!).takeRetainedValue()
+                _ = indexes.load(parallel: false)
+            }
+            if logbook_run_at_low_priority(body, context) != 0 {
+                Unmanaged<DeferredIndexes>.fromOpaque(context).release()
+                DispatchQueue.global(qos: .utility).async { _ = self.load(parallel: false) }
             }
         }
+        return .encoded(EncodedIndex(bytes: bytes, section: section))
     }
 
-    var isBuilt: Bool {
-        source.withLock { source in
-            if case .built = source { return true }
-            return false
-        }
-    }
+    /// The ids of the indexes, without building them.
+    var ids: [UInt32] { sections.map(\.id) }
+
+    var isBuilt: Bool { built.tryWithLock { $0 != nil } ?? false }
 }

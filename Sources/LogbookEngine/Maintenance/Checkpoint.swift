@@ -156,9 +156,7 @@ enum Checkpoint {
                     let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
                     let range = start..<r.offset
                     state.secondary = SecondaryIndexes(
-                        deferred: DeferredIndexes {
-                            stream(range).withUnsafeBytes { raw in buildIndexes(raw, sections) }
-                        })
+                        deferred: DeferredIndexes(sections: sections) { stream(range) })
                 } else {
                     state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
                 }
@@ -327,8 +325,12 @@ enum Checkpoint {
     }
 
     /// Builds the indexes of a section `skipIndexes` checked, each from its restart points
-    /// in parallel (the leaves of each run on a worker, the tree over them after).
-    static func buildIndexes(_ raw: UnsafeRawBufferPointer, _ sections: [IndexSection]) -> [UInt32: OrderedIndex] {
+    /// in parallel (the leaves of each run on a worker, the tree over them after), or on
+    /// this thread alone when not `parallel` (a build in the background, which leaves the
+    /// other cores to the work in the foreground).
+    static func buildIndexes(
+        _ raw: UnsafeRawBufferPointer, _ sections: [IndexSection], parallel: Bool = true
+    ) -> [UInt32: OrderedIndex] {
         var indexes: [UInt32: OrderedIndex] = [:]
         // (An index of no entries is kept too, as `decodeIndexes` keeps it.)
         for section in sections {
@@ -336,10 +338,15 @@ enum Checkpoint {
             // Each worker fills only its own box; all are read after `concurrentPerform` joins.
             let boxes = UncheckedSendable((0..<runs).map { _ in ResultBox<[OrderedIndex.Node]>() })
             let stream = UncheckedSendable(raw)
-            DispatchQueue.concurrentPerform(iterations: runs) { k in
+            let decodeRun: @Sendable (Int) -> Void = { k in
                 let restart = section.restarts[k]
                 let end = k + 1 < runs ? section.restarts[k + 1].entry : section.count
                 boxes.value[k].value = decodeLeaves(stream.value, restart, entries: end - restart.entry)
+            }
+            if parallel {
+                DispatchQueue.concurrentPerform(iterations: runs, execute: decodeRun)
+            } else {
+                for k in 0..<runs { decodeRun(k) }
             }
             var builder = OrderedIndex.Builder()
             for box in boxes.value { for leaf in box.value! { builder.append(leaf: leaf) } }

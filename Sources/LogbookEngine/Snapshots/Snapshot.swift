@@ -282,11 +282,12 @@ public final class Snapshot: Sendable {
     // MARK: Secondary indexes
 
     /// The indexes that hold entries.
-    public var indexes: [IndexID] { state.indexes.keys.sorted().map(IndexID.init(rawValue:)) }
+    public var indexes: [IndexID] { state.secondary.ids.sorted().map(IndexID.init(rawValue:)) }
 
-    /// Number of entries of `index` between the bounds, in O(log n).
+    /// Number of entries of `index` between the bounds, in O(log n) (before a deferred build
+    /// has finished, a search of its restart points and one interval decoded in place).
     public func indexCount(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil) -> Int {
-        state.indexes[index.rawValue]?.count(from: lower, to: upper) ?? 0
+        state.secondary.reader(index.rawValue)?.count(from: lower, to: upper) ?? 0
     }
 
     /// Visits the entries of `index` between the bounds in key order (or reverse), with the
@@ -295,7 +296,7 @@ public final class Snapshot: Sendable {
         index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
         _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
     ) rethrows {
-        try state.indexes[index.rawValue]?.forEach(from: lower, to: upper, reverse: reverse, body)
+        try state.secondary.reader(index.rawValue)?.forEach(from: lower, to: upper, reverse: reverse, body)
     }
 
     /// The primary keys of `index`'s entries between the bounds, in order (or reverse), at most
@@ -304,7 +305,8 @@ public final class Snapshot: Sendable {
         index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
         limit: Int? = nil
     ) -> [UInt64] {
-        state.indexes[index.rawValue]?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit) ?? []
+        state.secondary.reader(index.rawValue)?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit)
+            ?? []
     }
 
     /// The values of many keys copied into one buffer, with each key's span in it (`offset` is

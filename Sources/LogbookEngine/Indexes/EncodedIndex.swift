@@ -1,0 +1,143 @@
+/// One secondary index read in place from the checkpoint's encoded section, for the reads
+/// that come before the deferred build (`DeferredIndexes`) has finished.
+///
+/// The section holds each index's entries in key order, each key prefix-coded against the
+/// one before (shared length, suffix, primary-key delta); the open's check recorded a
+/// restart point every `Checkpoint.restartInterval` entries: where the bytes are, and the
+/// key and primary key the coding has reached there. A position in the index is therefore a
+/// binary search over the restart points plus at most one interval of sequential decoding,
+/// and a range is decoded once from its first entry: a query of 100,000 entries decodes
+/// 100,000 entries, not the million that a build would.
+///
+/// It answers what `OrderedIndex` answers (counts, visits and primary keys between bounds,
+/// forwards or reversed) with the same results, so the first indexed query of a process
+/// need not wait for the whole index to be built.
+struct EncodedIndex {
+    /// The checkpoint stream (only the secondary-index section is read).
+    let bytes: [UInt8]
+    let section: Checkpoint.IndexSection
+
+    var count: Int { section.count }
+
+    /// Decodes entries in order from restart point `r`; `body` gets the entry's number, key
+    /// and primary key, and returns false to stop. The bytes were checked when the store
+    /// opened (`Checkpoint.skipIndexes`), so reads that fail here end the walk.
+    private func walk(from r: Int, _ body: (Int, UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
+        guard r < section.restarts.count else { return }
+        let restart = section.restarts[r]
+        try bytes.withUnsafeBytes { raw in
+            var reader = ByteReader(raw, offset: restart.offset)
+            let key = UnsafeMutableRawBufferPointer.allocate(
+                byteCount: max(1, 2 * JournalFormat.maxIndexKeyLength), alignment: 8)
+            defer { key.deallocate() }
+            restart.key.withUnsafeBytes { if !$0.isEmpty { key.copyMemory(from: $0) } }
+            var length = restart.key.count
+            var primaryKey = restart.primaryKey
+            for entry in restart.entry..<section.count {
+                guard let shared = try? reader.readLength(limit: length),
+                    let suffix = try? reader.readLength(limit: JournalFormat.maxIndexKeyLength - shared),
+                    let suffixBytes = try? reader.readBytes(suffix),
+                    let delta = try? reader.readVarint()
+                else { return }
+                if suffix > 0 {
+                    key.baseAddress!.advanced(by: shared).copyMemory(
+                        from: suffixBytes.baseAddress!, byteCount: suffix)
+                }
+                length = shared + suffix
+                primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(delta))
+                if try !body(entry, UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey) { return }
+            }
+        }
+    }
+
+    /// The restart point at or before entry number `entry`.
+    private func restart(atOrBefore entry: Int) -> Int {
+        min(entry / Checkpoint.restartInterval, section.restarts.count - 1)
+    }
+
+    /// The number of entries whose key is below `key` (or at most `key` when `inclusive`):
+    /// `OrderedIndex.rank`.
+    func rank(_ key: [UInt8], inclusive: Bool) -> Int {
+        guard count > 0 else { return 0 }
+        // The last restart point whose entry before it is below the key: every entry before
+        // that point is below too. (Point 0 has no entry before it.)
+        func below(_ k: [UInt8]) -> Bool {
+            let c = k.withUnsafeBytes { a in key.withUnsafeBytes { compareBytes(a, $0) } }
+            return inclusive ? c <= 0 : c < 0
+        }
+        var low = 0
+        var high = section.restarts.count - 1
+        while low < high {
+            let mid = (low + high + 1) / 2
+            if below(section.restarts[mid].key) { low = mid } else { high = mid - 1 }
+        }
+        var rank = section.restarts[low].entry
+        key.withUnsafeBytes { probe in
+            walk(from: low) { entry, k, _ in
+                let c = compareBytes(k, probe)
+                guard inclusive ? c <= 0 : c < 0 else { return false }
+                rank = entry + 1
+                return true
+            }
+        }
+        return rank
+    }
+
+    /// The ranks bounding the entries between `lower` and `upper`: `OrderedIndex.count`'s.
+    private func ranks(_ lower: IndexBound?, _ upper: IndexBound?) -> Range<Int> {
+        let start = lower.map { rank($0.key, inclusive: !$0.inclusive) } ?? 0
+        let end = upper.map { rank($0.key, inclusive: $0.inclusive) } ?? count
+        return start < end ? start..<end : start..<start
+    }
+
+    func count(from lower: IndexBound?, to upper: IndexBound?) -> Int { ranks(lower, upper).count }
+
+    /// Visits the entries between the bounds in key order (or reverse, from a decoded copy
+    /// of the range); `body` returns false to stop.
+    func forEach(
+        from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false,
+        _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows {
+        let range = ranks(lower, upper)
+        guard !range.isEmpty else { return }
+        if reverse {
+            var entries: [([UInt8], UInt64)] = []
+            entries.reserveCapacity(range.count)
+            walk(from: restart(atOrBefore: range.lowerBound)) { entry, key, pk in
+                guard entry < range.upperBound else { return false }
+                if entry >= range.lowerBound { entries.append((Array(key), pk)) }
+                return true
+            }
+            for (key, pk) in entries.reversed() {
+                if try !key.withUnsafeBytes({ try body($0, pk) }) { return }
+            }
+        } else {
+            try walk(from: restart(atOrBefore: range.lowerBound)) { entry, key, pk in
+                guard entry < range.upperBound else { return false }
+                return entry < range.lowerBound ? true : try body(key, pk)
+            }
+        }
+    }
+
+    /// The primary keys of the entries between the bounds, in order (or reverse), at most
+    /// `limit` of them: `OrderedIndex.primaryKeys`.
+    func primaryKeys(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false, limit: Int? = nil)
+        -> [UInt64]
+    {
+        let range = ranks(lower, upper)
+        guard !range.isEmpty else { return [] }
+        // Forwards, the first `limit` of the range; reversed, its last `limit`.
+        let total = min(range.count, limit ?? .max)
+        let wanted =
+            reverse ? (range.upperBound - total)..<range.upperBound : range.lowerBound..<(range.lowerBound + total)
+        var out: [UInt64] = []
+        out.reserveCapacity(total)
+        walk(from: restart(atOrBefore: wanted.lowerBound)) { entry, _, pk in
+            guard entry < wanted.upperBound else { return false }
+            if entry >= wanted.lowerBound { out.append(pk) }
+            return true
+        }
+        if reverse { out.reverse() }
+        return out
+    }
+}

@@ -230,6 +230,9 @@ struct Stats: ParsableCommand {
         } catch { fail(error) }
         let s = store.statistics()
         print("version: \(s.version)")
+        if let oldest = try? store.oldestVersion() {
+            print("oldest readable version: \(oldest) (`--as-of` reads any version from it to \(s.version))")
+        }
         print("segments: \(s.segments.count) (\(s.fileBytes) bytes)")
         for seg in s.segments { print("  \(seg.number): \(seg.bytes) bytes") }
         print("live bytes: \(s.liveBytes), dead bytes: \(s.deadBytes)")

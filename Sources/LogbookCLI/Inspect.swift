@@ -3,14 +3,21 @@ import Foundation
 import Logbook
 import LogbookEngine
 
-/// Opens a store read-only with the model it records.
-func openRecorded(_ directory: String) throws -> (PersistentContainer, ManagedObjectContext) {
+/// Opens a store read-only with the model it records; the context reads the store as it
+/// was at version `asOf` when one is given (`snapshot(asOf:)`).
+func openRecorded(_ directory: String, asOf: UInt64? = nil) throws -> (PersistentContainer, ManagedObjectContext) {
     let model = try ManagedObjectModel(recordedIn: directory)
     var options = ContainerOptions()
     options.readOnly = true
     let container = try PersistentContainer(name: "inspect", model: model, directory: directory, options: options)
+    if let asOf { return (container, try container.snapshot(asOf: HistoryToken(version: asOf))) }
     return (container, container.newContext(concurrencyType: .confinement))
 }
+
+/// The help of `--as-of`, shared by the commands that read.
+let asOfHelp = ArgumentHelp(
+    "Read the store as it was at this version (`logbook history` lists them; versions before the last compaction are gone).",
+    valueName: "version")
 
 /// Prints one error line and exits non-zero (no stack trace).
 func fail(_ error: any Error, code: Int32 = 1) -> Never {
@@ -52,10 +59,11 @@ struct Count: ParsableCommand {
     @Argument(help: "The store directory.") var directory: String
     @Option(help: "The entity.") var entity: String
     @Option(name: .customLong("where"), help: "A predicate, in Core Data's format language.") var predicate: String?
+    @Option(name: .customLong("as-of"), help: asOfHelp) var asOf: UInt64?
 
     func run() throws {
         do {
-            let (container, context) = try openRecorded(directory)
+            let (container, context) = try openRecorded(directory, asOf: asOf)
             var request = FetchRequest<ManagedObject>(entityName: entity)
             if let predicate { request.predicate = try FetchPredicate(format: predicate) }
             print(try context.count(for: request))
@@ -73,10 +81,11 @@ struct Query: ParsableCommand {
     @Option(help: "Sort keys, KEY or KEY:desc, separated by commas.") var sort: String?
     @Option(help: "At most this many objects.") var limit: Int?
     @Flag(help: "Print JSON (one array).") var json = false
+    @Option(name: .customLong("as-of"), help: asOfHelp) var asOf: UInt64?
 
     func run() throws {
         do {
-            let (container, context) = try openRecorded(directory)
+            let (container, context) = try openRecorded(directory, asOf: asOf)
             var request = FetchRequest<ManagedObject>(entityName: entity)
             if let predicate { request.predicate = try FetchPredicate(format: predicate) }
             if let sort {

@@ -323,3 +323,100 @@ extension ToolTests {
         #expect(stats.out.contains("history (keyspace 65535): 2 transactions, "))
     }
 }
+
+extension ToolTests {
+    /// `count --as-of` and `query --as-of` read the store as it was at a version: on a W1 store
+    /// rewritten by `bench update` (W5: every Item's `done` set, then every name changed), the
+    /// version before the update still counts half the Items done and the old names; after a
+    /// compaction that version is gone, with a clear error.
+    @Test func asOfReadsTheStoreBeforeAnUpdate() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-asof-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = dir + "/w1"
+        #expect(try run(["bench", "populate", "--store", store, "--count", "3000"]).status == 0)
+        func version() throws -> UInt64? {
+            let stats = try run(["stats", store]).out
+            return stats.split(separator: "\n").first { $0.hasPrefix("version: ") }.flatMap {
+                UInt64($0.dropFirst("version: ".count))
+            }
+        }
+        let before = try #require(try version())
+        #expect(try run(["bench", "update", "--store", store]).status == 0)
+        let after = try #require(try version())
+        #expect(after > before)
+        #expect(try run(["stats", store]).out.contains("oldest readable version: 0 "))
+
+        let done = ["count", store, "--entity", "Item", "--where", "done == YES"]
+        #expect(try run(done).out == "3000\n")
+        #expect(try run(done + ["--as-of", "\(before)"]).out == "1500\n")
+        #expect(try run(["count", store, "--entity", "Item", "--as-of", "0"]).out == "0\n")
+        let first = ["query", store, "--entity", "Item", "--sort", "createdAt", "--limit", "1", "--json"]
+        #expect(try run(first + ["--as-of", "\(before)"]).out.contains("\"name\": \"Item 1\""))
+        #expect(try run(first).out.contains("\"name\": \"Renamed 1\""))
+        let future = try run(done + ["--as-of", "\(after + 1)"])
+        #expect(future.status != 0 && future.err.contains("after the last commit"))
+
+        #expect(try run(["compact", store]).status == 0)
+        let gone = try run(done + ["--as-of", "\(before)"])
+        #expect(gone.status != 0 && gone.err.contains("compacted away"))
+        #expect(try run(done + ["--as-of", "\(try #require(try version()))"]).out == "3000\n")
+    }
+}
+
+extension ToolTests {
+    /// A read-only container in this process follows `logbook bench commits` writing the same
+    /// store in another: `remoteChanges()` delivers each of its transactions once, in order,
+    /// with its inserts, while it commits; merged into a context, they show in its fetches.
+    @Test func aFollowerReceivesEveryTransactionOfAWriterInAnotherProcess() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-feed-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = dir + "/items"
+        let first = try run(["bench", "commits", "--store", store, "--commits", "1", "--per", "1", "--history"])
+        #expect(first.status == 0, "\(first.err)")
+        var options = ContainerOptions()
+        options.readOnly = true
+        let follower = try PersistentContainer(
+            name: "follower", model: ManagedObjectModel(recordedIn: store), directory: store, options: options)
+        let start = follower.currentHistoryToken
+        let context = follower.newContext(concurrencyType: .confinement)
+        let items = FetchRequest<ManagedObject>(entityName: "Item")
+        #expect(try context.count(for: items) == 1)
+
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: Self.tool)
+        writer.arguments = [
+            "bench", "commits", "--store", store, "--commits", "300", "--per", "3", "--history", "--durability",
+            "normal"
+        ]
+        writer.standardOutput = FileHandle.nullDevice
+        writer.standardError = FileHandle.nullDevice
+        try writer.run()
+        defer { writer.waitUntilExit() }
+
+        let follow = Task { () throws -> [HistoryTransaction] in
+            var received: [HistoryTransaction] = []
+            for try await transaction in follower.remoteChanges(after: start, pollInterval: .seconds(5)) {
+                received.append(transaction)
+                if received.count == 300 { break }
+            }
+            return received
+        }
+        // A watchdog: a follower that misses a transaction would wait for ever.
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(60))
+            follow.cancel()
+        }
+        let received = try await follow.value
+        watchdog.cancel()
+        #expect(received.count == 300)
+        let versions = received.map(\.token.version)
+        #expect(versions == versions.sorted() && Set(versions).count == 300)
+        #expect(versions.first! > start.version)
+        #expect(received.allSatisfy { t in t.changes.count == 3 && t.changes.allSatisfy { $0.changeType == .insert } })
+        for transaction in received { context.mergeChanges(fromContextDidSave: transaction.contextChanges) }
+        #expect(try context.count(for: items) == 1 + 900)
+        try follower.close()
+    }
+}

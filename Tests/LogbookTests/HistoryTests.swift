@@ -219,3 +219,168 @@ import Testing
         #expect(car.attributes.first { $0.name == "plate" }?.preservesValueInHistoryOnDeletion == false)
     }
 }
+
+/// Time travel: a read-only context as of a past version.
+extension HistoryTests {
+    @Test func aSnapshotAsOfAnOldVersionAnswersAsTheStoreDidThenAfterManyLaterSaves() throws {
+        let store = TemporaryStore()
+        var container = try open(store, tracking: false)
+        let c = container.newContext(concurrencyType: .confinement)
+        let notes = try (0..<10).map { try note(c, "n\($0)") }
+        try c.save()
+        let inserted = container.currentHistoryToken
+        for n in notes.prefix(4) { try n.setValue("edited", forKey: "title") }
+        try c.save()
+        let edited = container.currentHistoryToken
+        for n in notes.suffix(3) { c.delete(n) }
+        try c.save()
+        // Many later saves, over every object left.
+        for round in 0..<30 {
+            for n in notes.prefix(7) { try n.setValue("round \(round)", forKey: "title") }
+            _ = try note(c, "later \(round)")
+            try c.save()
+        }
+        let ids = notes.map(\.objectID)
+        func noteRequest(_ predicate: String? = nil) throws -> FetchRequest<ManagedObject> {
+            var request = FetchRequest<ManagedObject>(entityName: "Note")
+            if let predicate { request.predicate = try FetchPredicate(format: predicate) }
+            return request
+        }
+        func check(_ container: PersistentContainer) throws {
+            let then = try container.snapshot(asOf: inserted)
+            #expect(then.isHistorical)
+            #expect(try then.count(for: noteRequest()) == 10)
+            #expect(
+                try then.count(for: noteRequest("title == 'edited'"))
+                    == 0)
+            // A fault fills from that version too.
+            let first = try then.existingObject(with: ids[0])
+            #expect(try first.value(forKey: "title") as? String == "n0")
+            let later = try container.snapshot(asOf: edited)
+            let titles = try later.fetch(
+                noteRequest()
+            ).map { try $0.value(forKey: "title") as? String }
+            #expect(titles.count == 10 && titles.filter { $0 == "edited" }.count == 4)
+            // The present is untouched: 7 notes left of the ten, 30 later ones.
+            let now = container.newContext(concurrencyType: .confinement)
+            #expect(try now.count(for: noteRequest()) == 37)
+        }
+        try check(container)
+
+        // Read-only, and deaf to later saves.
+        let then = try container.snapshot(asOf: inserted)
+        let n0 = try then.existingObject(with: ids[0])
+        try n0.setValue("changed in the past", forKey: "title")
+        #expect(throws: LogbookError.self) { try then.save() }
+        then.rollback()
+        try notes[0].setValue("after", forKey: "title")
+        try c.save()
+        #expect(try then.existingObject(with: ids[0]).value(forKey: "title") as? String == "n0")
+        #expect(throws: LogbookError.self) { try then.setQueryGeneration(.current) }
+
+        // Versions after the last commit do not exist yet.
+        #expect(throws: LogbookError.self) {
+            try container.snapshot(asOf: HistoryToken(version: container.currentHistoryToken.version + 1))
+        }
+        #expect(try container.oldestReadableToken == HistoryToken(version: 0))
+
+        // A reopened store (from its checkpoint) reads the past the same way.
+        try container.close()
+        container = try open(store, tracking: false)
+        try check(container)
+
+        // Compaction folds the versions before it into one: they are gone, later ones stay.
+        _ = try container.store.compact()
+        let compactedAt = container.currentHistoryToken
+        #expect(try container.oldestReadableToken == compactedAt)
+        do {
+            _ = try container.snapshot(asOf: inserted)
+            Issue.record("a version before the compaction should be unavailable")
+        } catch let error as LogbookError {
+            #expect(error.underlying?.code == .versionUnavailable)
+        }
+        let c2 = container.newContext(concurrencyType: .confinement)
+        try c2.existingObject(with: ids[1]).setValue("after compaction", forKey: "title")
+        try c2.save()
+        let atCompaction = try container.snapshot(asOf: compactedAt)
+        #expect(try atCompaction.existingObject(with: ids[1]).value(forKey: "title") as? String == "round 29")
+        #expect(try atCompaction.count(for: noteRequest()) == 37)
+        try container.close()
+    }
+
+    @Test func aSnapshotAsOfADateUsesTheRecordedTransactionTimes() throws {
+        let store = TemporaryStore()
+        let container = try open(store)
+        let c = container.newContext(concurrencyType: .confinement)
+        _ = try note(c, "first")
+        try c.save()
+        Thread.sleep(forTimeInterval: 0.02)
+        let between = Date()
+        Thread.sleep(forTimeInterval: 0.02)
+        _ = try note(c, "second")
+        try c.save()
+        let then = try container.snapshot(asOf: between)
+        #expect(try then.count(for: FetchRequest<ManagedObject>(entityName: "Note")) == 1)
+        #expect(throws: LogbookError.self) { try container.snapshot(asOf: Date(timeIntervalSince1970: 0)) }
+        try container.close()
+    }
+}
+
+/// Retention: what a compaction keeps of the history.
+extension HistoryTests {
+    func open(_ store: TemporaryStore, retention: HistoryRetention) throws -> PersistentContainer {
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        var options = ContainerOptions()
+        options.persistentHistoryTracking = true
+        options.historyRetention = retention
+        return try PersistentContainer(name: "Notes", model: Self.model(), directory: store.path, options: options)
+    }
+
+    func saveNotes(_ container: PersistentContainer, _ count: Int) throws -> [HistoryToken] {
+        let c = container.newContext(concurrencyType: .confinement)
+        return try (0..<count).map { i in
+            _ = try note(c, "n\(i)")
+            try c.save()
+            return container.currentHistoryToken
+        }
+    }
+
+    @Test func aCompactionKeepsTheHistoryTheRetentionSays() throws {
+        // By token: the transactions after it.
+        let a = TemporaryStore()
+        var tokens: [HistoryToken] = []
+        do {
+            let probe = try open(a, retention: .all)
+            tokens = try saveNotes(probe, 5)
+            try probe.close()
+        }
+        let byToken = try open(a, retention: .after(tokens[1]))
+        #expect(try byToken.history(after: nil).count == 5)  // nothing is purged before a compaction
+        _ = try byToken.store.compact()
+        #expect(try byToken.history(after: nil).map(\.token) == Array(tokens[2...]))
+        try byToken.close()
+
+        // None: a compaction purges it all; saves after it are recorded again.
+        let b = TemporaryStore()
+        let none = try open(b, retention: .none)
+        _ = try saveNotes(none, 3)
+        _ = try none.store.compact()
+        #expect(try none.history(after: nil).isEmpty)
+        let later = try saveNotes(none, 2)
+        #expect(try none.history(after: nil).map(\.token) == later)
+        #expect(
+            try none.newContext(concurrencyType: .confinement).count(
+                for: FetchRequest<ManagedObject>(entityName: "Note")) == 5)
+        try none.close()
+
+        // Age: the transactions of the last so many seconds.
+        let c = TemporaryStore()
+        let aged = try open(c, retention: .age(0.2))
+        _ = try saveNotes(aged, 2)
+        Thread.sleep(forTimeInterval: 0.4)
+        let recent = try saveNotes(aged, 2)
+        _ = try aged.store.compact()
+        #expect(try aged.history(after: nil).map(\.token) == recent)
+        try aged.close()
+    }
+}

@@ -26,6 +26,11 @@ public struct ContainerOptions: Sendable {
     /// `history(after:)` or a `HistoryRequest`; purge it with `deleteHistory(before:)`. Off by
     /// default: with it off a save writes nothing more.
     public var persistentHistoryTracking = false
+    /// How much recorded history a compaction keeps (`.all` by default: everything not
+    /// purged with `deleteHistory(before:)`). The retention is applied as each compaction
+    /// starts, automatic or not, by purging what it lets go; between compactions every
+    /// transaction stays readable, for `history(after:)` and for a follower.
+    public var historyRetention: HistoryRetention = .all
     /// The defaults: full durability, automatic compaction.
     public init() {}
 }
@@ -58,6 +63,8 @@ public final class PersistentContainer: Sendable {
     let storeLayout: StoreLayout
     /// The entities of the configuration the container was opened for (nil: all).
     let configurationEntities: Set<Int>?
+    /// What a compaction keeps of the recorded history (`ContainerOptions.historyRetention`).
+    public let historyRetention: HistoryRetention
     /// Whether saves record history (`ContainerOptions.persistentHistoryTracking`).
     let historyTracking: Bool
     /// Next serial number per entity (by model index), shared by all contexts.
@@ -90,6 +97,9 @@ public final class PersistentContainer: Sendable {
         storeOptions.segmentSize = options.segmentSize
         storeOptions.checkpointInterval = options.checkpointInterval
         storeOptions.readOnly = options.readOnly
+        historyRetention = options.historyRetention
+        let retention = RetentionHook()
+        if options.historyRetention != .all { storeOptions.beforeCompaction = { retention.run() } }
         do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch {
             throw LogbookError.wrap(error)
         }
@@ -101,6 +111,7 @@ public final class PersistentContainer: Sendable {
             try? store.close()
             throw error
         }
+        retention.container.withLock { $0.value = self }
     }
 
     /// The model indexes of a configuration's entities (their sub-entities included), checked.

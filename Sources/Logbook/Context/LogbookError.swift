@@ -59,6 +59,9 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         public static let invalidFetch = Code("invalidFetch")
         /// An argument out of its range (a negative limit, an empty name…).
         public static let invalidArgument = Code("invalidArgument")
+        /// A change or save in a context that reads the store as of a past version
+        /// (`PersistentContainer.snapshot(asOf:)`), which is read-only.
+        public static let readOnly = Code("readOnly")
         /// A save found objects another save changed or deleted since they were read, and the
         /// merge policy is `.error`; see `conflicts`. Nothing was written.
         public static let mergeConflict = Code("mergeConflict")

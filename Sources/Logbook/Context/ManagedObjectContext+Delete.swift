@@ -102,7 +102,7 @@ extension ManagedObjectContext {
         for o in inserted.values { o.flags = [.invalid] }
         registry.withLock { $0 = RegistryTable() }
         clearChanges()
-        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        advancePinnedSnapshot()
         var changes = ContextChanges()
         changes.invalidatedAll = true
         post(.objectsDidChange(changes))
@@ -143,8 +143,8 @@ extension ManagedObjectContext {
     /// Refreshes every registered object, merging its changes (Core Data's
     /// `refreshAllObjects()`): unchanged objects become faults that read the latest values.
     public func refreshAllObjects() {
-        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
-        let snapshot = container.store.snapshot()
+        advancePinnedSnapshot()
+        let snapshot = readSnapshot()
         var changes = ContextChanges()
         for o in registeredObjects where !o.flags.contains(.inserted) && !o.flags.contains(.invalid) {
             do { try mergeStoreValues(into: o, from: snapshot) } catch { turnIntoFault(o) }

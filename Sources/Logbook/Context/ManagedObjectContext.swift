@@ -106,6 +106,15 @@ public final class ManagedObjectContext: @unchecked Sendable {
     var nextObserver = 0
     /// The snapshot a context pinned to a query generation reads (nil: the latest).
     var pinnedSnapshot: Snapshot?
+    /// Whether the context reads the store as of a past version (`snapshot(asOf:)`): pinned
+    /// for good, read-only, and deaf to other contexts' saves.
+    public internal(set) var isHistorical = false
+
+    /// A pinned context moves to the latest version (after a save, a merge, a reset); one that
+    /// reads a past version stays where it is.
+    func advancePinnedSnapshot() {
+        if pinnedSnapshot != nil && !isHistorical { pinnedSnapshot = container.store.snapshot() }
+    }
 
     /// Calls `handler` (on the context's queue) with the changes of each save of this context
     /// and of each save of another context merged into it.

@@ -31,6 +31,9 @@ extension ManagedObjectContext {
     /// context), or unpins it (`.unpinned`). A child context reads through its parent and
     /// cannot be pinned: that is an `.invalidArgument` error.
     public func setQueryGeneration(_ token: QueryGenerationToken) throws {
+        if isHistorical {
+            throw LogbookError(.readOnly, "a context as of a past version stays at that version")
+        }
         if parent != nil && token.kind != .unpinned {
             throw LogbookError(
                 .invalidArgument, "a child context reads through its parent; pin the parent to a query generation")

@@ -53,6 +53,12 @@ extension ManagedObjectContext {
     /// `.validation` error, and nothing is written. A failed save keeps the changes unsaved.
     public func save() throws {
         guard hasChanges || !pendingErrors.isEmpty else { return }
+        if isHistorical {
+            throw LogbookError(
+                .readOnly,
+                "this context reads the store as of version \(pinnedSnapshot?.version ?? 0); it cannot save (rollback() drops its changes)"
+            )
+        }
         if let first = pendingErrors.first {
             var e = first
             if pendingErrors.count > 1 {
@@ -157,7 +163,7 @@ extension ManagedObjectContext {
         // Only records this save wrote are known to hold these values now.
         for key in written { updated[key]?.baseVersion = version }
         settleSavedChanges()
-        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        advancePinnedSnapshot()
         if let changes {
             container.didSave(changes, from: self)
             post(.didSave(changes))
@@ -308,8 +314,10 @@ extension ManagedObjectContext {
     /// changed here.
     @discardableResult
     func refreshObjects(_ changes: ContextChanges) -> ContextChanges {
+        // A context as of a past version sees no later save.
+        if isHistorical { return ContextChanges(version: changes.version) }
         // A context pinned to a query generation moves to the latest one when it merges.
-        if pinnedSnapshot != nil { pinnedSnapshot = container.store.snapshot() }
+        advancePinnedSnapshot()
         var merged = ContextChanges(version: changes.version)
         var snapshot: Snapshot?
         for id in changes.updated.union(changes.inserted) {

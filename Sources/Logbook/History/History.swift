@@ -182,6 +182,60 @@ extension PersistentContainer {
         return out
     }
 
+    /// A read-only context that sees the store exactly as it was after the transaction
+    /// `token` names: its fetches, counts and faults read that version, whatever was saved
+    /// since. (Core Data has no counterpart; a query generation pins the present instead.)
+    ///
+    /// The journal keeps every version since the store was created or last compacted, so this
+    /// copies nothing: it replays the journal up to the version (about what an open without a
+    /// checkpoint costs) and pins the segments it reads until the context goes. A token before
+    /// the oldest version the store keeps (`oldestReadableToken`) or after the last commit is
+    /// a `.store` error whose engine error is `.versionUnavailable`. The context cannot save
+    /// (`.readOnly`), and does not merge later saves.
+    ///
+    /// ```swift
+    /// let token = container.currentHistoryToken
+    /// …                                             // later saves
+    /// let then = try container.snapshot(asOf: token)
+    /// let openThen = try then.count(for: FetchRequest<Item>(predicate: "done == NO"))
+    /// ```
+    public func snapshot(
+        asOf token: HistoryToken, concurrencyType: ManagedObjectContext.ConcurrencyType = .confinement
+    ) throws -> ManagedObjectContext {
+        let past: Snapshot
+        do { past = try store.snapshot(asOf: token.version) } catch { throw LogbookError.wrap(error) }
+        let context = newContext(concurrencyType: concurrencyType)
+        context.pinnedSnapshot = past
+        context.isHistorical = true
+        return context
+    }
+
+    /// A read-only context as of the last transaction committed at or before `date`
+    /// (`snapshot(asOf:)` with its token). Finding it needs the transactions' times: with
+    /// history tracking off, or the transactions before `date` purged, this is an
+    /// `.invalidArgument` error.
+    public func snapshot(
+        asOf date: Date, concurrencyType: ManagedObjectContext.ConcurrencyType = .confinement
+    ) throws -> ManagedObjectContext {
+        let all = try history(after: nil)
+        guard let last = all.last(where: { $0.timestamp <= date }) else {
+            throw LogbookError(
+                .invalidArgument,
+                all.isEmpty
+                    ? "a snapshot as of a date needs recorded history (ContainerOptions.persistentHistoryTracking)"
+                    : "no recorded transaction was committed at or before \(date)")
+        }
+        return try snapshot(asOf: last.token, concurrencyType: concurrencyType)
+    }
+
+    /// The token of the oldest version `snapshot(asOf:)` can read: the store's first (0) if it
+    /// was never compacted, else the version its last compaction folded the earlier ones into.
+    public var oldestReadableToken: HistoryToken {
+        get throws {
+            do { return HistoryToken(version: try store.oldestVersion()) } catch { throw LogbookError.wrap(error) }
+        }
+    }
+
     /// The recorded transactions committed at or after `date`, oldest first.
     public func history(after date: Date) throws -> [HistoryTransaction] {
         try history(after: nil).filter { $0.timestamp >= date }
@@ -200,6 +254,18 @@ extension PersistentContainer {
     public func deleteHistory(before date: Date) throws -> Int {
         let limit = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
         return try purgeHistory { _, bytes in (HistoryRecord.timestampMilliseconds(bytes) ?? .max) < limit }
+    }
+
+    /// Purges what `historyRetention` lets go; returns how many transactions. Each compaction
+    /// calls it as it starts (`ContainerOptions.historyRetention`).
+    @discardableResult
+    public func applyHistoryRetention() throws -> Int {
+        switch historyRetention {
+        case .all: return 0
+        case .none: return try purgeHistory { _, _ in true }
+        case .after(let token): return try purgeHistory { version, _ in version <= token.version }
+        case .age(let seconds): return try deleteHistory(before: Date().addingTimeInterval(-seconds))
+        }
     }
 
     private func purgeHistory(_ matches: (UInt64, [UInt8]) -> Bool) throws -> Int {
@@ -227,6 +293,43 @@ extension PersistentContainer {
                 do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
             }
             return count
+        }
+    }
+}
+
+/// What a compaction keeps of the recorded history (`ContainerOptions.historyRetention`).
+///
+/// ```swift
+/// var options = ContainerOptions()
+/// options.persistentHistoryTracking = true
+/// options.historyRetention = .age(7 * 24 * 3600)   // a week of transactions
+/// ```
+public enum HistoryRetention: Sendable, Hashable {
+    /// Every transaction not purged with `deleteHistory(before:)` (the default).
+    case all
+    /// None: each compaction purges all recorded history (it is still recorded, and readable
+    /// until the next compaction).
+    case none
+    /// The transactions after the token (a follower's last acknowledged one, say).
+    case after(HistoryToken)
+    /// The transactions of the last so many seconds.
+    case age(TimeInterval)
+}
+
+/// Runs the container's retention from the engine's compaction thread; holds the container
+/// weakly (the store holds the hook, the container the store).
+final class RetentionHook: Sendable {
+    let container = Locked<WeakContainer>(WeakContainer())
+
+    struct WeakContainer {
+        weak var value: PersistentContainer?
+        init() {}
+    }
+
+    func run() {
+        guard let container = container.withLock({ $0.value }) else { return }
+        do { try container.applyHistoryRetention() } catch {
+            StoreOptions.standardError("logbook: the history retention was not applied before a compaction: \(error)")
         }
     }
 }

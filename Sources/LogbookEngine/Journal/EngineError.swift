@@ -49,6 +49,9 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         /// A commit made with `expectingVersion` would have been given another version (some
         /// other commit came first). Nothing of the transaction was written.
         public static let versionMismatch = Code("versionMismatch")
+        /// A read as of a version the store no longer holds (compaction folded it into a later
+        /// one) or does not hold yet (after the last commit).
+        public static let versionUnavailable = Code("versionUnavailable")
 
         /// Whether `error` is an `EngineError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool {

@@ -8,6 +8,18 @@ struct Recovery {
     var report = RecoveryReport()
     let readOnly: Bool
     let cache: FrameCache
+    /// A replay as of a past version (`Store.snapshot(asOf:)`): commits after it are not
+    /// applied, and the replay ends at the first of them.
+    var lastVersion: UInt64?
+    /// Following a writer (`Store.refresh()`): the end of the last segment may hold a
+    /// transaction the writer is still appending, which is left for the next refresh rather
+    /// than judged as damage.
+    var following = false
+    /// Whether the replay met a commit after `lastVersion`.
+    var stopped = false
+    /// The version of the first commit replayed (the oldest a replay from the first segment
+    /// can reach: a compacted store's first commits all carry the version it was compacted at).
+    var firstVersion: UInt64?
 
     init(directory: String, options: StoreOptions, fileSystem: any FileSystem) {
         self.directory = directory
@@ -33,10 +45,13 @@ struct Recovery {
         let lockPath = path(JournalFormat.lockFileName)
         let lock: (any FileLock)?
         let lockExisted = fs.fileExists(lockPath)
-        if readOnly && !lockExisted {
+        // Readers take no lock: they never keep a writer out, and a writer never waits for
+        // them (a reader reads only whole commits, and keeps the files it opened readable
+        // after a compaction removes them).
+        if readOnly {
             lock = nil
         } else {
-            lock = try fs.lockFile(lockPath, exclusive: !readOnly, create: !readOnly)
+            lock = try fs.lockFile(lockPath, exclusive: true, create: true)
         }
         do {
             return try openLocked(lock: lock)
@@ -163,6 +178,53 @@ struct Recovery {
         return Store(
             directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
             writer: writer, cache: cache)
+    }
+
+    /// The state as of `version`: every commit up to it replayed from the first segment of
+    /// `segments` (in the manifest's order), nothing after it. Reads only; a tail the writer
+    /// is still appending to ends the replay like a torn one, without being cut.
+    mutating func replay(
+        _ segments: [UInt64], files: SegmentSet, until version: UInt64
+    ) throws -> IndexState {
+        precondition(readOnly, "a replay as of a version opens nothing for writing")
+        lastVersion = version
+        var state = IndexState()
+        let reader = BlockReader(segments: files, cache: cache)
+        for (i, number) in segments.enumerated() {
+            guard let file = files.files[number] else {
+                throw EngineError(.corruption, "segment \(number) of the manifest is not open", path: directory)
+            }
+            _ = try replaySegment(
+                file, from: JournalFormat.fileHeaderSize, isLast: i == segments.count - 1, state: &state,
+                reader: reader)
+            if stopped { break }
+        }
+        return state
+    }
+
+    /// Brings a follower's state up to the writer's `manifest`, when it only added to the
+    /// segments the follower knows (`known`, the last of which it read up to `offset`):
+    /// the rest of that segment, then each new one. Returns the segments' files and where the
+    /// last whole commit of the last segment ends; nil when the manifest replaced segments (a
+    /// compaction), which the follower meets by opening the store again.
+    mutating func follow(
+        _ manifest: Manifest, known: [UInt64], files: SegmentSet, offset: Int, state: inout IndexState
+    ) throws -> (SegmentSet, Int)? {
+        guard manifest.segments.starts(with: known), let lastKnown = known.last else { return nil }
+        following = true
+        var opened = files.files
+        for number in manifest.segments.dropFirst(known.count) {
+            opened[number] = try openSegment(number, isLast: number == manifest.segments.last)
+        }
+        let all = SegmentSet(opened)
+        let reader = BlockReader(segments: all, cache: cache)
+        var end = offset
+        for number in manifest.segments.drop(while: { $0 != lastKnown }) {
+            let from = number == lastKnown ? offset : JournalFormat.fileHeaderSize
+            end = try replaySegment(
+                opened[number]!, from: from, isLast: number == manifest.segments.last, state: &state, reader: reader)
+        }
+        return (all, end)
     }
 
     /// A new store: segment 1 with its header, and a manifest naming it.
@@ -321,6 +383,11 @@ struct Recovery {
                                 break scan
                             }
                         }
+                        if firstVersion == nil { firstVersion = commit.version }
+                        if let lastVersion, commit.version > lastVersion {
+                            stopped = true
+                            break scan
+                        }
                         let before = options.salvage ? state : nil
                         do {
                             try state.apply(
@@ -344,6 +411,7 @@ struct Recovery {
             }
         }
         guard let (at, reason) = damage else { return lastCommitEnd }
+        if following && isLast { return lastCommitEnd }
         // Damage. In a sealed segment (synced whole when it was sealed) it is corruption. In
         // the last one it is corruption when a later commit record proves that the damaged
         // bytes had been synced (its synced offset lies past them, or it is a version-1

@@ -146,6 +146,115 @@ public final class Store: Sendable {
         return Snapshot(published: current, cache: cache, registry: registry)
     }
 
+    /// A snapshot of the store as it was at `version`: exactly the commits up to it, as
+    /// `snapshot()` would have given right after that commit.
+    ///
+    /// The journal keeps every version since the store was created or last compacted (a
+    /// compaction folds the versions before it into one), so this replays the segments from
+    /// the first up to `version`: it copies no data, and costs about what an open without a
+    /// checkpoint costs. The snapshot pins what it reads, like any other. Throws
+    /// `.versionUnavailable` for a version before the oldest the store keeps
+    /// (`oldestVersion`) or after the last commit.
+    ///
+    /// ```swift
+    /// let before = try store.snapshot(asOf: 41)
+    /// print(before.count(inKeyspace: 1))   // as it was after commit 41
+    /// ```
+    public func snapshot(asOf version: UInt64) throws -> Snapshot {
+        // The manifest's segments and the files the writer holds, with the current state pinned
+        // (so that no compaction removes them while they are replayed).
+        let (current, segments) = try writer.withLock { w in
+            if w.closed { throw EngineError(.closed, "the store is closed", path: directory) }
+            return (
+                Snapshot(
+                    published: Published(state: w.working, segments: w.segments), cache: cache, registry: registry),
+                w.manifest.segments
+            )
+        }
+        if version == current.version { return current }
+        guard version < current.version else {
+            throw EngineError(
+                .versionUnavailable, "version \(version) is after the last commit (\(current.version))", path: directory
+            )
+        }
+        var replayOptions = options
+        replayOptions.readOnly = true
+        var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+        let state = try recovery.replay(segments, files: current.reader.segments, until: version)
+        if let first = recovery.firstVersion, first > 1, version < first {
+            throw EngineError(
+                .versionUnavailable,
+                "version \(version) was compacted away: the store keeps versions from \(first) on", path: directory)
+        }
+        return Snapshot(
+            published: Published(state: state, segments: current.reader.segments), cache: cache, registry: registry)
+    }
+
+    /// The oldest version `snapshot(asOf:)` can give: 0 for a store never compacted, else the
+    /// version its last compaction folded the earlier ones into.
+    public func oldestVersion() throws -> UInt64 {
+        let (segments, files) = writer.withLock { ($0.manifest.segments, $0.segments) }
+        var replayOptions = options
+        replayOptions.readOnly = true
+        var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+        // Replays nothing: stops at the first commit, whose version it notes.
+        _ = try recovery.replay(Array(segments.prefix(1)), files: files, until: 0)
+        guard let first = recovery.firstVersion, first > 1 else { return 0 }
+        return first
+    }
+
+    /// For a store opened read-only while another process writes it: reads the commits
+    /// made since the open (or the last refresh) and publishes them, so that snapshots taken
+    /// after it see them. Returns whether the version moved.
+    ///
+    /// The cost is what was committed since: the manifest is read again, and the journal
+    /// from where the last refresh stopped. After a compaction (the manifest replaced
+    /// segments) the store is opened again, from the checkpoint. A transaction the writer is
+    /// still appending is left for the next refresh. The writer never waits for a reader.
+    ///
+    /// ```swift
+    /// let follower = try Store.open(at: path, options: readOnlyOptions)
+    /// if try follower.refresh() { print("now at version", follower.version) }
+    /// ```
+    @discardableResult
+    public func refresh() throws -> Bool {
+        guard isReadOnly else {
+            throw EngineError(.invalidArgument, "refresh() follows another process's commits; this store is the writer")
+        }
+        // Serialized with other refreshes (the writer lock of a read-only store guards nothing
+        // else).
+        return try writer.withLock { w in
+            if w.closed { throw EngineError(.closed, "the store is closed", path: directory) }
+            let manifestPath = path(JournalFormat.manifestFileName)
+            let handle = try fileSystem.openFile(manifestPath, writable: false, create: false, exclusive: false)
+            let bytes = try handle.read(count: try handle.size(), at: 0)
+            handle.close()
+            let manifest = try Manifest.decode(bytes, path: manifestPath)
+            let before = w.working.version
+            var recovery = Recovery(directory: directory, options: options, fileSystem: fileSystem)
+            var state = w.working
+            if let (files, end) = try recovery.follow(
+                manifest, known: w.manifest.segments, files: w.segments, offset: w.appendOffset, state: &state)
+            {
+                w.working = state
+                w.segments = files
+                w.appendOffset = end
+                w.manifest = manifest
+            } else {
+                // A compaction (or a writer that started over): open the store again.
+                let fresh = try Store.open(at: directory, options: options, fileSystem: fileSystem)
+                let next = fresh.writer.withLock { $0 }
+                w.working = next.working
+                w.segments = next.segments
+                w.appendOffset = next.appendOffset
+                w.manifest = next.manifest
+            }
+            w.lastWritten = w.working.version
+            publish(w)
+            return w.working.version != before
+        }
+    }
+
     func publish(_ writerState: WriterState) {
         let next = Published(state: writerState.working, segments: writerState.segments)
         published.withLock { $0 = next }

@@ -38,6 +38,10 @@ public struct StoreOptions: Sendable {
     /// or compaction that failed (with when it will try again). Standard error by default;
     /// nil for silence. The same failures show in `Store.statistics()`.
     public var log: (@Sendable (String) -> Void)? = StoreOptions.standardError
+    /// Called on the compaction's thread as a compaction starts, before it seals the active
+    /// segment: what it commits is compacted with the rest. The object graph applies its
+    /// history retention here (a purge of the history records the retention lets go).
+    public var beforeCompaction: (@Sendable () -> Void)?
     /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
     var ignoresCheckpoint = false
 

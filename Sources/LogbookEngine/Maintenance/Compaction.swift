@@ -11,6 +11,7 @@ extension Store {
 
     /// Caller holds `maintenance`.
     func runCompaction() throws -> CompactionReport {
+        options.beforeCompaction?()
         let started = ContinuousClock.now
         // 1. Seal the active segment so that everything committed so far is in sealed segments.
         let (sealedState, sealed, allSegments) = try writer.withLock {

@@ -1,0 +1,64 @@
+import Foundation
+import Testing
+
+@testable import LogbookEngine
+
+/// A read-only store in one process follows the commits of a writer in another
+/// (`Store.refresh()`), across segment rollovers and compactions, and never keeps the writer
+/// out.
+@Suite struct FollowerTests {
+    @Test func aReaderInAnotherProcessSeesEveryCommitWholeAndInOrder() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        // The writer: LogbookCrashHelper commits pairs (2i, 2i+1) forever, in 256 KiB segments,
+        // compacting automatically.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.helperPath)
+        process.arguments = [dir.store()]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        defer {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        var options = StoreOptions()
+        options.readOnly = true
+        options.log = nil
+        // Wait for the writer to make the store.
+        var follower: Store?
+        for _ in 0..<500 where follower == nil {
+            follower = try? Store.open(at: dir.store(), options: options)
+            if follower == nil { usleep(10_000) }
+        }
+        let store = try #require(follower)
+        var versions: [UInt64] = [store.version]
+        var reopened = 0
+        var segmentsSeen = Set<UInt64>()
+        let deadline = Date().addingTimeInterval(3)
+        while Date() < deadline {
+            let before = store.writer.withLock { $0.manifest.segments }
+            let moved = try store.refresh()
+            let after = store.writer.withLock { $0.manifest.segments }
+            segmentsSeen.formUnion(after)
+            if !after.starts(with: before) { reopened += 1 }
+            let s = store.snapshot()
+            if moved { versions.append(s.version) }
+            // Every commit the reader sees is whole: both keys of each pair, the index entry.
+            let pairs = s.count(inKeyspace: 1)
+            #expect(pairs % 2 == 0, "a commit seen in part (\(pairs) keys)")
+            let committed = UInt64(pairs / 2)
+            if committed > 0 {
+                #expect(string(try s.value(forKey: key(1, 2 * (committed - 1)))) == "a\(committed - 1)")
+                #expect(s.indexCount(index: 1) == Int(committed))
+            }
+            usleep(2_000)
+        }
+        // Versions only grow; the writer went on committing while it was followed, across
+        // rollovers and at least one compaction.
+        #expect(versions == versions.sorted() && Set(versions).count == versions.count)
+        #expect(versions.count > 20, "refreshes that moved: \(versions.count)")
+        #expect(segmentsSeen.count > 2)
+        #expect(reopened > 0, "no compaction was followed")
+        #expect(process.isRunning, "the writer stopped")
+    }
+}

@@ -24,6 +24,8 @@ struct Bench: ParsableCommand {
     @Option(help: "commits: Items per save.") var per = 1
     @Flag(help: "Print each phase as a JSON object on its own line.") var json = false
     @Flag(help: "Open the workloads' stores with persistent history tracking on.") var history = false
+    @Option(help: "Journal segment size in bytes for the Items workloads (default 64 MiB; small ones roll over often).")
+    var segmentSize: Int?
 
     func run() throws {
         guard let durability = Durability(rawValue: durability) else {
@@ -31,6 +33,7 @@ struct Bench: ParsableCommand {
         }
         reportsJSON = json
         tracksHistory = history
+        itemsSegmentSize = segmentSize
         do {
             try run(workload, durability)
         } catch let e as ValidationError {

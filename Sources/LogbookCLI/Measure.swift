@@ -66,6 +66,8 @@ func temporaryStorePath(_ prefix: String) -> String {
 nonisolated(unsafe) var reportsJSON = false  // set once from the command line, before any work
 /// `logbook bench --history`: the workloads' containers record history (set once, before any work).
 nonisolated(unsafe) var tracksHistory = false
+/// `logbook bench --segment-size`: the Items stores' segment size (nil: the default).
+nonisolated(unsafe) var itemsSegmentSize: Int?
 
 /// Prints one phase line: `PHASE key=value …` (or `{"phase": PHASE, "key": value, …}`).
 /// Every line says the process's peak resident memory so far (`peak_rss_mb`), measured here

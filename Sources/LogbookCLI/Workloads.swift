@@ -41,6 +41,7 @@ func openItems(_ path: String, durability: Durability = .full) throws -> Persist
     var options = ContainerOptions()
     options.durability = durability
     options.persistentHistoryTracking = tracksHistory
+    if let itemsSegmentSize { options.segmentSize = itemsSegmentSize }
     return try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
 }
 

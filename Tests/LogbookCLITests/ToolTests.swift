@@ -361,6 +361,21 @@ extension ToolTests {
         let gone = try run(done + ["--as-of", "\(before)"])
         #expect(gone.status != 0 && gone.err.contains("compacted away"))
         #expect(try run(done + ["--as-of", "\(try #require(try version()))"]).out == "3000\n")
+
+        // With history recorded (`--history`), the versions it reaches stay readable through
+        // the update's own compactions and `logbook compact`.
+        let tracked = dir + "/tracked"
+        #expect(try run(["bench", "populate", "--store", tracked, "--count", "3000", "--history"]).status == 0)
+        let history = try run(["history", tracked, "--json"])
+        let populated = try #require(
+            (try JSONSerialization.jsonObject(with: Data(history.out.utf8)) as? [[String: Any]])?.last?["version"]
+                as? Int)
+        #expect(try run(["bench", "update", "--store", tracked, "--history"]).status == 0)
+        #expect(try run(["compact", tracked]).status == 0)
+        let trackedDone = ["count", tracked, "--entity", "Item", "--where", "done == YES"]
+        #expect(try run(trackedDone).out == "3000\n")
+        #expect(try run(trackedDone + ["--as-of", "\(populated)"]).out == "1500\n")
+        #expect(try run(["history", tracked]).out.split(separator: "\n").count == 3)
     }
 }
 
@@ -388,7 +403,7 @@ extension ToolTests {
         writer.executableURL = URL(fileURLWithPath: Self.tool)
         writer.arguments = [
             "bench", "commits", "--store", store, "--commits", "300", "--per", "3", "--history", "--durability",
-            "normal"
+            "normal", "--segment-size", "8192"
         ]
         writer.standardOutput = FileHandle.nullDevice
         writer.standardError = FileHandle.nullDevice
@@ -417,6 +432,8 @@ extension ToolTests {
         #expect(received.allSatisfy { t in t.changes.count == 3 && t.changes.allSatisfy { $0.changeType == .insert } })
         for transaction in received { context.mergeChanges(fromContextDidSave: transaction.contextChanges) }
         #expect(try context.count(for: items) == 1 + 900)
+        // The writer's 8 KiB segments rolled over while it was followed.
+        #expect(follower.store.statistics().segments.count > 3)
         try follower.close()
     }
 }

@@ -384,3 +384,65 @@ extension HistoryTests {
         try aged.close()
     }
 }
+
+/// Time travel and compaction: the versions of the history kept stay readable.
+extension HistoryTests {
+    @Test func aCompactionFoldsOnlyTheVersionsBeforeTheHistoryItKeeps() throws {
+        func open(_ store: TemporaryStore, _ retention: HistoryRetention) throws -> PersistentContainer {
+            try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+            var options = ContainerOptions()
+            options.persistentHistoryTracking = true
+            options.historyRetention = retention
+            options.segmentSize = 4 << 10
+            options.compaction = .manual
+            return try PersistentContainer(name: "Notes", model: Self.model(), directory: store.path, options: options)
+        }
+        // 40 saves, each inserting a note and retitling every note before it: dead bytes.
+        func fill(_ container: PersistentContainer) throws -> [HistoryToken] {
+            let c = container.newContext(concurrencyType: .confinement)
+            var notes: [ManagedObject] = []
+            return try (0..<40).map { i in
+                for n in notes { try n.setValue("seen \(i)", forKey: "title") }
+                notes.append(try note(c, "n\(i)"))
+                try c.save()
+                return container.currentHistoryToken
+            }
+        }
+        func count(_ c: ManagedObjectContext, _ predicate: String? = nil) throws -> Int {
+            var request = FetchRequest<ManagedObject>(entityName: "Note")
+            if let predicate { request.predicate = try FetchPredicate(format: predicate) }
+            return try c.count(for: request)
+        }
+
+        // Kept after token 19: the segments before it are folded, every version from it on reads.
+        let a = TemporaryStore()
+        let kept = try open(a, .after(HistoryToken(version: 0)))
+        let tokens = try fill(kept)
+        try kept.close()
+        let partly = try open(a, .after(tokens[19]))
+        let sizeBefore = try partly.store.statistics().fileBytes
+        let report = try partly.store.compact()
+        #expect(report.segmentsRemoved > 0)
+        #expect(try partly.store.statistics().fileBytes < sizeBefore)
+        #expect(try partly.history(after: nil).map(\.token) == Array(tokens[20...]))
+        let oldest = try partly.oldestReadableToken
+        #expect(oldest > HistoryToken(version: 0) && oldest < tokens[20])
+        for i in [20, 25, 39] {
+            let then = try partly.snapshot(asOf: tokens[i])
+            #expect(try count(then) == i + 1)
+            #expect(try count(then, "title == 'seen \(i)'") == i)
+        }
+        #expect(throws: LogbookError.self) { try partly.snapshot(asOf: tokens[0]) }
+        try partly.close()
+
+        // Kept all: a compaction folds nothing the history reaches, every version reads.
+        let b = TemporaryStore()
+        let all = try open(b, .all)
+        let allTokens = try fill(all)
+        _ = try all.store.compact()
+        #expect(try all.history(after: nil).count == 40)
+        #expect(try count(all.snapshot(asOf: allTokens[0])) == 1)
+        #expect(try count(all.snapshot(asOf: allTokens[10]), "title == 'seen 10'") == 10)
+        try all.close()
+    }
+}

@@ -99,7 +99,7 @@ public final class PersistentContainer: Sendable {
         storeOptions.readOnly = options.readOnly
         historyRetention = options.historyRetention
         let retention = RetentionHook()
-        if options.historyRetention != .all { storeOptions.beforeCompaction = { retention.run() } }
+        if options.persistentHistoryTracking { storeOptions.beforeCompaction = { retention.run() } }
         do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch {
             throw LogbookError.wrap(error)
         }

@@ -268,6 +268,16 @@ extension PersistentContainer {
         }
     }
 
+    /// The version of the oldest recorded transaction (nil with none).
+    func oldestKeptHistoryVersion() -> UInt64? {
+        var oldest: UInt64?
+        store.snapshot().forEachKey(inKeyspace: HistoryRecord.keyspace) { key in
+            oldest = EngineKey(rawValue: key).id
+            return false
+        }
+        return oldest
+    }
+
     private func purgeHistory(_ matches: (UInt64, [UInt8]) -> Bool) throws -> Int {
         try withSaveLock { _ in
             let snapshot = store.snapshot()
@@ -326,11 +336,14 @@ final class RetentionHook: Sendable {
         init() {}
     }
 
-    func run() {
-        guard let container = container.withLock({ $0.value }) else { return }
+    /// Applies the retention, and returns the version before the oldest transaction kept: the
+    /// versions after it stay readable with `snapshot(asOf:)` (nil: no history is kept).
+    func run() -> UInt64? {
+        guard let container = container.withLock({ $0.value }) else { return nil }
         do { try container.applyHistoryRetention() } catch {
             StoreOptions.standardError("logbook: the history retention was not applied before a compaction: \(error)")
         }
+        return container.oldestKeptHistoryVersion().map { $0 - 1 }
     }
 }
 

@@ -227,6 +227,28 @@ struct Recovery {
         return (all, end)
     }
 
+    /// The longest prefix of `segments` whose commits are all at or before `version`, and the
+    /// state at its end (a compaction that keeps the versions after `version` readable folds
+    /// only that prefix).
+    mutating func replayPrefix(
+        _ segments: [UInt64], files: SegmentSet, until version: UInt64
+    ) throws -> (state: IndexState, count: Int) {
+        precondition(readOnly, "a replay as of a version opens nothing for writing")
+        lastVersion = version
+        var state = IndexState()
+        let reader = BlockReader(segments: files, cache: cache)
+        for (i, number) in segments.enumerated() {
+            guard let file = files.files[number] else {
+                throw EngineError(.corruption, "segment \(number) of the manifest is not open", path: directory)
+            }
+            let before = state
+            _ = try replaySegment(
+                file, from: JournalFormat.fileHeaderSize, isLast: false, state: &state, reader: reader)
+            if stopped { return (before, i) }
+        }
+        return (state, segments.count)
+    }
+
     /// A new store: segment 1 with its header, and a manifest naming it.
     private func initialize() throws {
         var manifest = Manifest()

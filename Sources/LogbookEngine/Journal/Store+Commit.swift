@@ -313,8 +313,9 @@ extension Store {
         switch outcome {
         case .success:
             maintenanceSchedule.withLock { schedule in
+                // (A compaction that could fold nothing yet set a wait of its own, which stays.)
+                if schedule.consecutiveFailures > 0 { schedule.notBefore = nil }
                 schedule.consecutiveFailures = 0
-                schedule.notBefore = nil
             }
         case .failure(let error):
             let engineError = error as? EngineError ?? EngineError(.io, "\(error)")

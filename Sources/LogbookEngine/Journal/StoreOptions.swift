@@ -39,9 +39,15 @@ public struct StoreOptions: Sendable {
     /// nil for silence. The same failures show in `Store.statistics()`.
     public var log: (@Sendable (String) -> Void)? = StoreOptions.standardError
     /// Called on the compaction's thread as a compaction starts, before it seals the active
-    /// segment: what it commits is compacted with the rest. The object graph applies its
-    /// history retention here (a purge of the history records the retention lets go).
-    public var beforeCompaction: (@Sendable () -> Void)?
+    /// segment: what it commits is compacted with the rest. It returns the versions that must
+    /// stay readable (`Store.snapshot(asOf:)`): every version after the one it returns, or
+    /// none with nil. The object graph applies its history retention here (a purge of the
+    /// history records the retention lets go) and keeps the versions of the history it keeps.
+    ///
+    /// With a version returned, a compaction folds only the oldest segments whose commits are
+    /// all at or before it (none, if the first segment has a later one), so that every later
+    /// version can still be replayed.
+    public var beforeCompaction: (@Sendable () -> UInt64?)?
     /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
     var ignoresCheckpoint = false
 

@@ -11,18 +11,39 @@ extension Store {
 
     /// Caller holds `maintenance`.
     func runCompaction() throws -> CompactionReport {
-        options.beforeCompaction?()
+        let floor = options.beforeCompaction?() ?? nil
         let started = ContinuousClock.now
-        // 1. Seal the active segment so that everything committed so far is in sealed segments.
-        let (sealedState, sealed, allSegments) = try writer.withLock {
+        // 1. Seal the active segment so that everything committed so far is in sealed segments
+        //    (not when versions must stay readable: the segments that can be folded are sealed
+        //    already, and a compaction that finds none would leave an empty segment behind).
+        var (sealedState, sealed, allSegments) = try writer.withLock {
             writerState -> (IndexState, [SegmentFile], SegmentSet) in
             try writerState.checkWritable()
-            if writerState.appendOffset > JournalFormat.fileHeaderSize { try rollover(&writerState) }
+            if floor == nil && writerState.appendOffset > JournalFormat.fileHeaderSize { try rollover(&writerState) }
             let activeNumber = writerState.active?.number
             let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap {
                 writerState.segments.files[$0]
             }
             return (writerState.working, sealed, writerState.segments)
+        }
+        if let floor {
+            // Only the oldest segments whose commits are all at or before the floor, folded into
+            // the state at their end: the versions after it can still be replayed.
+            var replayOptions = options
+            replayOptions.readOnly = true
+            var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+            let prefix = try recovery.replayPrefix(sealed.map(\.number), files: allSegments, until: floor)
+            sealed = Array(sealed.prefix(prefix.count))
+            sealedState = prefix.state
+            // A prefix of one segment that an earlier compaction wrote has nothing to reclaim.
+            if sealed.isEmpty || (sealed.count == 1 && sealedState.liveBytes >= sealedState.totalBytes) {
+                // Nothing may be folded yet: wait before trying again, rather than after every
+                // commit while the dead bytes stay above the policy's ratio.
+                maintenanceSchedule.withLock { $0.notBefore = .now + .seconds(30) }
+                return CompactionReport(
+                    bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0, segmentsWritten: 0,
+                    seconds: 0)
+            }
         }
         let bytesBefore = sealed.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }
         guard !sealed.isEmpty else {

@@ -3,9 +3,9 @@
 ///
 /// The section holds each index's entries in key order, each key prefix-coded against the
 /// one before (shared length, suffix, primary-key delta); the open's check recorded a
-/// restart point every `Checkpoint.restartInterval` entries: where the bytes are, and the
-/// key and primary key the coding has reached there. A position in the index is therefore a
-/// binary search over the restart points plus at most one interval of sequential decoding,
+/// point every `Checkpoint.seekInterval` entries: where the bytes are, and the key and
+/// primary key the coding has reached there. A position in the index is therefore a binary
+/// search over those points plus at most one interval (256 entries) of sequential decoding,
 /// and a range is decoded once from its first entry: a query of 100,000 entries decodes
 /// 100,000 entries, not the million that a build would.
 ///
@@ -23,8 +23,8 @@ struct EncodedIndex {
     /// and primary key, and returns false to stop. The bytes were checked when the store
     /// opened (`Checkpoint.skipIndexes`), so reads that fail here end the walk.
     private func walk(from r: Int, _ body: (Int, UnsafeRawBufferPointer, UInt64) throws -> Bool) rethrows {
-        guard r < section.restarts.count else { return }
-        let restart = section.restarts[r]
+        guard r < section.seeks.count else { return }
+        let restart = section.seeks[r]
         try bytes.withUnsafeBytes { raw in
             var reader = ByteReader(raw, offset: restart.offset)
             let key = UnsafeMutableRawBufferPointer.allocate(
@@ -50,9 +50,9 @@ struct EncodedIndex {
         }
     }
 
-    /// The restart point at or before entry number `entry`.
+    /// The point at or before entry number `entry`.
     private func restart(atOrBefore entry: Int) -> Int {
-        min(entry / Checkpoint.restartInterval, section.restarts.count - 1)
+        min(entry / Checkpoint.seekInterval, section.seeks.count - 1)
     }
 
     /// The number of entries whose key is below `key` (or at most `key` when `inclusive`):
@@ -66,12 +66,12 @@ struct EncodedIndex {
             return inclusive ? c <= 0 : c < 0
         }
         var low = 0
-        var high = section.restarts.count - 1
+        var high = section.seeks.count - 1
         while low < high {
             let mid = (low + high + 1) / 2
-            if below(section.restarts[mid].key) { low = mid } else { high = mid - 1 }
+            if below(section.seeks[mid].key) { low = mid } else { high = mid - 1 }
         }
-        var rank = section.restarts[low].entry
+        var rank = section.seeks[low].entry
         key.withUnsafeBytes { probe in
             walk(from: low) { entry, k, _ in
                 let c = compareBytes(k, probe)

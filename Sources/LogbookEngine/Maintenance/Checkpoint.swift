@@ -289,7 +289,14 @@ enum Checkpoint {
         var id: UInt32
         var count: Int
         var restarts: [Restart]
+        /// A finer set of the same points, every `seekInterval` entries (the restarts among
+        /// them): where a read in place (`EncodedIndex`) starts decoding.
+        var seeks: [Restart] = []
     }
+
+    /// Entries between two points where a read in place of a deferred index can start: a
+    /// lookup decodes at most this many entries past a binary search.
+    static let seekInterval = 256
 
     /// Moves past the secondary-index section, making every check `decodeIndexes` makes on
     /// what it reads, without building anything; returns the restart points of each index.
@@ -304,12 +311,13 @@ enum Checkpoint {
                 var length = 0
                 var primaryKey: UInt64 = 0
                 for i in 0..<count {
-                    if i % restartInterval == 0 {
-                        section.restarts.append(
-                            .init(
-                                entry: i, offset: r.offset,
-                                key: Array(UnsafeRawBufferPointer(rebasing: key[0..<length])),
-                                primaryKey: primaryKey))
+                    if i % seekInterval == 0 {
+                        let point = IndexSection.Restart(
+                            entry: i, offset: r.offset,
+                            key: Array(UnsafeRawBufferPointer(rebasing: key[0..<length])),
+                            primaryKey: primaryKey)
+                        section.seeks.append(point)
+                        if i % restartInterval == 0 { section.restarts.append(point) }
                     }
                     let shared = try r.readLength(limit: length)
                     let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)

@@ -22,6 +22,8 @@ struct Bench: ParsableCommand {
     @Flag(help: "populate: the batch-insert variant.") var batch = false
     @Option(help: "commits: number of saves.") var commits = 10_000
     @Option(help: "commits: Items per save.") var per = 1
+    @Option(help: "commits: compact the store after every this many saves (default: only as the policy says).")
+    var compactEvery: Int?
     @Flag(help: "Print each phase as a JSON object on its own line.") var json = false
     @Flag(help: "Open the workloads' stores with persistent history tracking on.") var history = false
     @Option(help: "Journal segment size in bytes for the Items workloads (default 64 MiB; small ones roll over often).")
@@ -87,7 +89,8 @@ struct Bench: ParsableCommand {
             try relationsWorkload(store: store ?? freshStore("relations"), count: count, durability: durability)
         case "commits":
             try commitsWorkload(
-                store: store ?? freshStore("commits"), commits: commits, per: per, durability: durability)
+                store: store ?? freshStore("commits"), commits: commits, per: per, durability: durability,
+                compactEvery: compactEvery)
         case "snapshot":
             try snapshotWorkload(store: try populatedStore(), count: count, durability: durability)
         case "contexts":

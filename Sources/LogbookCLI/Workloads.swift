@@ -289,7 +289,9 @@ func relationsWorkload(store path: String, count: Int, durability: Durability) t
 }
 
 /// W7: C saves of K inserted Items each.
-func commitsWorkload(store path: String, commits: Int, per: Int, durability: Durability) throws {
+func commitsWorkload(
+    store path: String, commits: Int, per: Int, durability: Durability, compactEvery: Int? = nil
+) throws {
     let container = try openItems(path, durability: durability)
     let context = container.newContext(concurrencyType: .confinement)
     var progress = ProgressBar("commits", total: commits)
@@ -304,6 +306,7 @@ func commitsWorkload(store path: String, commits: Int, per: Int, durability: Dur
             item.done = i % 2 == 0
         }
         try context.save()
+        if let compactEvery, compactEvery > 0, (c + 1) % compactEvery == 0 { try container.store.compact() }
         if c & 0xFF == 0 { progress.update(c) }
     }
     progress.finish()

@@ -381,14 +381,19 @@ extension ToolTests {
 
 extension ToolTests {
     /// A read-only container in this process follows `logbook bench commits` writing the same
-    /// store in another: `remoteChanges()` delivers each of its transactions once, in order,
-    /// with its inserts, while it commits; merged into a context, they show in its fetches.
+    /// store in another, in small segments and compacting every 100 saves: `remoteChanges()`
+    /// delivers each of its transactions once, in order, with its inserts, across the rollovers
+    /// and compactions; merged into a context, they show in its fetches.
     @Test func aFollowerReceivesEveryTransactionOfAWriterInAnotherProcess() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-feed-\(UUID().uuidString)")
             .path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let store = dir + "/items"
-        let first = try run(["bench", "commits", "--store", store, "--commits", "1", "--per", "1", "--history"])
+        // A store with 200 saves made before history was recorded, in small segments: the
+        // writer's compactions below fold them (they are before the history it keeps).
+        let first = try run([
+            "bench", "commits", "--store", store, "--commits", "200", "--per", "1", "--segment-size", "8192"
+        ])
         #expect(first.status == 0, "\(first.err)")
         var options = ContainerOptions()
         options.readOnly = true
@@ -397,13 +402,14 @@ extension ToolTests {
         let start = follower.currentHistoryToken
         let context = follower.newContext(concurrencyType: .confinement)
         let items = FetchRequest<ManagedObject>(entityName: "Item")
-        #expect(try context.count(for: items) == 1)
+        #expect(try context.count(for: items) == 200)
+        let segmentsBefore = follower.store.statistics().segments.map(\.number)
 
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: Self.tool)
         writer.arguments = [
             "bench", "commits", "--store", store, "--commits", "300", "--per", "3", "--history", "--durability",
-            "normal", "--segment-size", "8192"
+            "normal", "--segment-size", "8192", "--compact-every", "100"
         ]
         writer.standardOutput = FileHandle.nullDevice
         writer.standardError = FileHandle.nullDevice
@@ -431,9 +437,12 @@ extension ToolTests {
         #expect(versions.first! > start.version)
         #expect(received.allSatisfy { t in t.changes.count == 3 && t.changes.allSatisfy { $0.changeType == .insert } })
         for transaction in received { context.mergeChanges(fromContextDidSave: transaction.contextChanges) }
-        #expect(try context.count(for: items) == 1 + 900)
-        // The writer's 8 KiB segments rolled over while it was followed.
-        #expect(follower.store.statistics().segments.count > 3)
+        #expect(try context.count(for: items) == 200 + 900)
+        // The writer's 8 KiB segments rolled over while it was followed, and its compactions
+        // replaced the segments the follower had opened with.
+        let segmentsAfter = follower.store.statistics().segments.map(\.number)
+        #expect(segmentsAfter.count > 3)
+        #expect(!segmentsAfter.starts(with: segmentsBefore))
         try follower.close()
     }
 }

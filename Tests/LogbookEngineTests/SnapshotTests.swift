@@ -431,7 +431,8 @@ extension DeferredIndexTests {
             let b = visit { source.forEach(from: lower, to: upper, reverse: reverse, $0) }
             #expect(a.elementsEqual(b) { $0.0 == $1.0 && $0.1 == $1.1 })
         }
-        // The first read started the build on another thread: it finishes with the same index.
+        // The reads started the build on another thread (or this waits and makes it): it gives
+        // the same index.
         deferred.secondary.waitUntilBuilt()
         #expect(deferred.secondary.isBuilt)
         #expect(deferred.indexes[7]!.primaryKeys(from: nil, to: nil) == source.primaryKeys(from: nil, to: nil))

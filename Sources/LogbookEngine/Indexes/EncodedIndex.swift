@@ -5,7 +5,7 @@
 /// one before (shared length, suffix, primary-key delta); the open's check recorded a
 /// point every `Checkpoint.seekInterval` entries: where the bytes are, and the key and
 /// primary key the coding has reached there. A position in the index is therefore a binary
-/// search over those points plus at most one interval (256 entries) of sequential decoding,
+/// search over those points plus at most one interval (64 entries) of sequential decoding,
 /// and a range is decoded once from its first entry: a query of 100,000 entries decodes
 /// 100,000 entries, not the million that a build would.
 ///
@@ -16,6 +16,8 @@ struct EncodedIndex {
     /// The checkpoint stream (only the secondary-index section is read).
     let bytes: [UInt8]
     let section: Checkpoint.IndexSection
+    /// Told how many entries each walk decoded (it starts the build when they are many).
+    let owner: DeferredIndexes?
 
     var count: Int { section.count }
 
@@ -33,7 +35,10 @@ struct EncodedIndex {
             restart.key.withUnsafeBytes { if !$0.isEmpty { key.copyMemory(from: $0) } }
             var length = restart.key.count
             var primaryKey = restart.primaryKey
+            var decoded = 0
+            defer { owner?.noteDecoded(decoded) }
             for entry in restart.entry..<section.count {
+                decoded += 1
                 guard let shared = try? reader.readLength(limit: length),
                     let suffix = try? reader.readLength(limit: JournalFormat.maxIndexKeyLength - shared),
                     let suffixBytes = try? reader.readBytes(suffix),
@@ -50,27 +55,11 @@ struct EncodedIndex {
         }
     }
 
-    /// The point at or before entry number `entry`.
-    private func restart(atOrBefore entry: Int) -> Int {
-        min(entry / Checkpoint.seekInterval, section.seeks.count - 1)
-    }
-
     /// The number of entries whose key is below `key` (or at most `key` when `inclusive`):
     /// `OrderedIndex.rank`.
     func rank(_ key: [UInt8], inclusive: Bool) -> Int {
         guard count > 0 else { return 0 }
-        // The last restart point whose entry before it is below the key: every entry before
-        // that point is below too. (Point 0 has no entry before it.)
-        func below(_ k: [UInt8]) -> Bool {
-            let c = k.withUnsafeBytes { a in key.withUnsafeBytes { compareBytes(a, $0) } }
-            return inclusive ? c <= 0 : c < 0
-        }
-        var low = 0
-        var high = section.seeks.count - 1
-        while low < high {
-            let mid = (low + high + 1) / 2
-            if below(section.seeks[mid].key) { low = mid } else { high = mid - 1 }
-        }
+        let low = seek(key, inclusive: inclusive)
         var rank = section.seeks[low].entry
         key.withUnsafeBytes { probe in
             walk(from: low) { entry, k, _ in
@@ -81,6 +70,42 @@ struct EncodedIndex {
             }
         }
         return rank
+    }
+
+    /// The last point whose entry before it is below `key` (at most `key` when `inclusive`):
+    /// every entry before that point is below too, so a walk for the first entry not below
+    /// starts there. (Point 0 has no entry before it.)
+    private func seek(_ key: [UInt8], inclusive: Bool) -> Int {
+        key.withUnsafeBytes { probe in
+            var low = 0
+            var high = section.seeks.count - 1
+            while low < high {
+                let mid = (low + high + 1) / 2
+                let c = section.seeks[mid].key.withUnsafeBytes { compareBytes($0, probe) }
+                if inclusive ? c <= 0 : c < 0 { low = mid } else { high = mid - 1 }
+            }
+            return low
+        }
+    }
+
+    /// Walks the entries between the bounds in order, in one pass from the point before the
+    /// lower bound, each bound checked against each entry's key; `body` returns false to stop.
+    private func walkRange(
+        _ lower: IndexBound?, _ upper: IndexBound?, _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
+    ) rethrows {
+        guard count > 0 else { return }
+        let start = lower.map { seek($0.key, inclusive: !$0.inclusive) } ?? 0
+        try walk(from: start) { _, key, pk in
+            if let lower {
+                let c = lower.key.withUnsafeBytes { compareBytes(key, $0) }
+                if c < 0 || (c == 0 && !lower.inclusive) { return true }
+            }
+            if let upper {
+                let c = upper.key.withUnsafeBytes { compareBytes(key, $0) }
+                if c > 0 || (c == 0 && !upper.inclusive) { return false }
+            }
+            return try body(key, pk)
+        }
     }
 
     /// The ranks bounding the entries between `lower` and `upper`: `OrderedIndex.count`'s.
@@ -98,24 +123,17 @@ struct EncodedIndex {
         from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false,
         _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
     ) rethrows {
-        let range = ranks(lower, upper)
-        guard !range.isEmpty else { return }
-        if reverse {
-            var entries: [([UInt8], UInt64)] = []
-            entries.reserveCapacity(range.count)
-            walk(from: restart(atOrBefore: range.lowerBound)) { entry, key, pk in
-                guard entry < range.upperBound else { return false }
-                if entry >= range.lowerBound { entries.append((Array(key), pk)) }
-                return true
-            }
-            for (key, pk) in entries.reversed() {
-                if try !key.withUnsafeBytes({ try body($0, pk) }) { return }
-            }
-        } else {
-            try walk(from: restart(atOrBefore: range.lowerBound)) { entry, key, pk in
-                guard entry < range.upperBound else { return false }
-                return entry < range.lowerBound ? true : try body(key, pk)
-            }
+        guard reverse else {
+            try walkRange(lower, upper, body)
+            return
+        }
+        var entries: [([UInt8], UInt64)] = []
+        walkRange(lower, upper) { key, pk in
+            entries.append((Array(key), pk))
+            return true
+        }
+        for (key, pk) in entries.reversed() {
+            if try !key.withUnsafeBytes({ try body($0, pk) }) { return }
         }
     }
 
@@ -124,20 +142,15 @@ struct EncodedIndex {
     func primaryKeys(from lower: IndexBound?, to upper: IndexBound?, reverse: Bool = false, limit: Int? = nil)
         -> [UInt64]
     {
-        let range = ranks(lower, upper)
-        guard !range.isEmpty else { return [] }
-        // Forwards, the first `limit` of the range; reversed, its last `limit`.
-        let total = min(range.count, limit ?? .max)
-        let wanted =
-            reverse ? (range.upperBound - total)..<range.upperBound : range.lowerBound..<(range.lowerBound + total)
+        let limit = limit ?? .max
+        guard limit > 0 else { return [] }
         var out: [UInt64] = []
-        out.reserveCapacity(total)
-        walk(from: restart(atOrBefore: wanted.lowerBound)) { entry, _, pk in
-            guard entry < wanted.upperBound else { return false }
-            if entry >= wanted.lowerBound { out.append(pk) }
-            return true
+        walkRange(lower, upper) { _, pk in
+            out.append(pk)
+            // Forwards the first `limit` are enough; reversed, the last `limit` are wanted.
+            return reverse || out.count < limit
         }
-        if reverse { out.reverse() }
+        if reverse { return Array(out.suffix(limit).reversed()) }
         return out
     }
 }

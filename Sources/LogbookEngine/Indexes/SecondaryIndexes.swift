@@ -99,11 +99,13 @@ enum IndexReader {
 /// locks (`Locked`, which the thread sanitizer sees), and a built `OrderedIndex` is a
 /// persistent value.
 ///
-/// A read of one index (`reader(_:)`) does not wait for the build: it decodes what it needs
-/// from the encoded bytes (`EncodedIndex`) and starts the build on another thread, so the
-/// first indexed query of a process costs about what it reads, and the queries after it
-/// find the indexes built. What needs every index, or changes one (`load()`), waits for the
-/// build, or makes it.
+/// A read of one index (`reader(_:)`) does not wait for a build: it decodes what it needs
+/// from the encoded bytes (`EncodedIndex`), so the first indexed queries of a process cost
+/// about what they read. Once the reads have decoded an eighth as many entries as the indexes
+/// hold (a build costs a few decodes of every entry: as in renting before buying, a process
+/// pays for the build once its reads have cost a good part of it), the build starts on
+/// another thread, and later reads find the indexes built. What needs every index, or
+/// changes one (`load()`), waits for the build, or makes it.
 final class DeferredIndexes: Sendable {
     /// The checked section: each index's entry count and restart points.
     private let sections: [Checkpoint.IndexSection]
@@ -113,8 +115,11 @@ final class DeferredIndexes: Sendable {
     private let built: Locked<[UInt32: OrderedIndex]?>
     /// The stream, kept from the first in-place read until the build has finished.
     private let encoded: Locked<[UInt8]?>
-    /// Whether a build on another thread has been started.
-    private let started: Locked<Bool>
+    /// Entries decoded by reads in place so far, and whether a build on another thread has
+    /// been started.
+    private let reads = Locked((decoded: 0, started: false))
+    /// Decoded entries after which a build starts (an eighth of all the entries).
+    private let buildAfter: Int
 
     /// `stream` gives the encoded indexes whose checked `sections` it holds. It is read at
     /// most twice (once if the build comes first), and the build must not fail: the caller
@@ -124,7 +129,7 @@ final class DeferredIndexes: Sendable {
         self.stream = stream
         built = Locked(nil)
         encoded = Locked(nil)
-        started = Locked(false)
+        buildAfter = max(1, sections.reduce(0) { $0 + $1.count } / 8)
     }
 
     /// Every index, built (waiting for a build in progress, or making it: on every core, or
@@ -153,11 +158,18 @@ final class DeferredIndexes: Sendable {
             bytes = fresh
             return fresh
         }
-        let first = started.withLock { started in
-            defer { started = true }
-            return !started
+        return .encoded(EncodedIndex(bytes: bytes, section: section, owner: self))
+    }
+
+    /// Counts the entries a read in place decoded, and starts the build once they are many.
+    func noteDecoded(_ entries: Int) {
+        let start = reads.withLock { reads in
+            reads.decoded += entries
+            guard !reads.started && reads.decoded >= buildAfter else { return false }
+            reads.started = true
+            return true
         }
-        if first {
+        if start {
             // One thread at the lowest priority: the reads in the foreground keep the cores
             // they are using, and the build takes what they leave.
             let context = Unmanaged.passRetained(self).toOpaque()
@@ -170,7 +182,6 @@ final class DeferredIndexes: Sendable {
                 DispatchQueue.global(qos: .utility).async { _ = self.load(parallel: false) }
             }
         }
-        return .encoded(EncodedIndex(bytes: bytes, section: section))
     }
 
     /// The ids of the indexes, without building them.

@@ -296,7 +296,7 @@ enum Checkpoint {
 
     /// Entries between two points where a read in place of a deferred index can start: a
     /// lookup decodes at most this many entries past a binary search.
-    static let seekInterval = 256
+    static let seekInterval = 64
 
     /// Moves past the secondary-index section, making every check `decodeIndexes` makes on
     /// what it reads, without building anything; returns the restart points of each index.

@@ -186,20 +186,7 @@ struct Recovery {
     mutating func replay(
         _ segments: [UInt64], files: SegmentSet, until version: UInt64
     ) throws -> IndexState {
-        precondition(readOnly, "a replay as of a version opens nothing for writing")
-        lastVersion = version
-        var state = IndexState()
-        let reader = BlockReader(segments: files, cache: cache)
-        for (i, number) in segments.enumerated() {
-            guard let file = files.files[number] else {
-                throw EngineError(.corruption, "segment \(number) of the manifest is not open", path: directory)
-            }
-            _ = try replaySegment(
-                file, from: JournalFormat.fileHeaderSize, isLast: i == segments.count - 1, state: &state,
-                reader: reader)
-            if stopped { break }
-        }
-        return state
+        try replayFromFirst(segments, files: files, until: version, lastIsTail: true).state
     }
 
     /// Brings a follower's state up to the writer's `manifest`, when it only added to the
@@ -229,10 +216,19 @@ struct Recovery {
 
     /// The longest prefix of `segments` whose commits are all at or before `version`, and the
     /// state at its end (a compaction that keeps the versions after `version` readable folds
-    /// only that prefix).
+    /// only that prefix). The segments are sealed ones.
     mutating func replayPrefix(
         _ segments: [UInt64], files: SegmentSet, until version: UInt64
     ) throws -> (state: IndexState, count: Int) {
+        let replayed = try replayFromFirst(segments, files: files, until: version, lastIsTail: false)
+        return (replayed.atSegmentEnd, replayed.wholeSegments)
+    }
+
+    /// Replays `segments` from the first, stopping at the first commit after `version`: the
+    /// state there, the state at the end of the last segment replayed whole, and how many were.
+    private mutating func replayFromFirst(
+        _ segments: [UInt64], files: SegmentSet, until version: UInt64, lastIsTail: Bool
+    ) throws -> (state: IndexState, atSegmentEnd: IndexState, wholeSegments: Int) {
         precondition(readOnly, "a replay as of a version opens nothing for writing")
         lastVersion = version
         var state = IndexState()
@@ -243,10 +239,11 @@ struct Recovery {
             }
             let before = state
             _ = try replaySegment(
-                file, from: JournalFormat.fileHeaderSize, isLast: false, state: &state, reader: reader)
-            if stopped { return (before, i) }
+                file, from: JournalFormat.fileHeaderSize, isLast: lastIsTail && i == segments.count - 1,
+                state: &state, reader: reader)
+            if stopped { return (state, before, i) }
         }
-        return (state, segments.count)
+        return (state, state, segments.count)
     }
 
     /// A new store: segment 1 with its header, and a manifest naming it.

@@ -1,5 +1,11 @@
 import Dispatch
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// An append-only journal of versioned records under 64-bit keys, with in-memory indexes,
 /// O(1) snapshots, checkpoints, online compaction and crash recovery.
 ///
@@ -132,8 +138,20 @@ public final class Store: Sendable {
 
     static func open(at directory: String, options: StoreOptions, fileSystem fs: any FileSystem) throws -> Store {
         try options.validate()
-        var recovery = Recovery(directory: directory, options: options, fileSystem: fs)
-        return try recovery.run()
+        // A reader takes no lock, so a writer may change the store while it opens: a
+        // compaction may remove a segment the manifest it read names, or the reader may read a
+        // transaction while it is being written. Both look like damage, and go away when the
+        // open is tried again; damage that is really there stays, and is reported.
+        var attempt = 0
+        while true {
+            var recovery = Recovery(directory: directory, options: options, fileSystem: fs)
+            do { return try recovery.run() } catch let error as EngineError
+                where options.readOnly && !options.salvage && error.code == .corruption && attempt < 3
+            {
+                attempt += 1
+                usleep(UInt32(10_000 * attempt))
+            }
+        }
     }
 
     /// The version of the last commit visible to new snapshots.

@@ -232,7 +232,7 @@ func compactWorkload(store path: String) throws {
         "compact",
         [
             "seconds": r.seconds, "rewrite_seconds": r.seconds - r.checkpointSeconds,
-            "checkpoint_seconds": r.checkpointSeconds,
+            "checkpoint_seconds": r.checkpointSeconds, "switch_ms": r.switchSeconds * 1000,
             "bytes_before": r.bytesBefore, "bytes_after": r.bytesAfter,
             "live_bytes": before.liveBytes, "dead_bytes_before": before.deadBytes, "dead_bytes_after": after.deadBytes,
             "live_mb_per_s": Double(r.liveBytesRewritten) / 1e6 / max(r.seconds - r.checkpointSeconds, 1e-9),

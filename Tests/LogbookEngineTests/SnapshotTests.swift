@@ -83,6 +83,8 @@ import Testing
         let report = try store.compact()
         #expect(report.segmentsRemoved > 0)
         #expect(report.bytesAfter < report.bytesBefore)
+        // The switch (under the writer's lock) is a part of the whole, apart from the checkpoint.
+        #expect(report.switchSeconds > 0 && report.switchSeconds + report.checkpointSeconds <= report.seconds)
         // The pinned snapshot still reads the old segments, which are still on disk.
         let stillThere = Set(listDirectory(dir.store()).filter { $0.hasPrefix("journal-") })
         #expect(filesBefore.isSubset(of: stillThere))

@@ -137,7 +137,10 @@ extension Store {
 
         // 3. Switch: remap the locations that still point into sealed segments, then one manifest.
         let written = output.files
-        let remap = output.remap
+        // Sorted by key before the writer's lock is taken: under it, only the walk that applies
+        // them (commits wait for the switch, not for the sort).
+        let remap = output.remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) }
+        let switchStarted = ContinuousClock.now
         let (bytesAfter, removedCount) = try writer.withLock { writerState -> (Int, Int) in
             do { try writerState.checkWritable() } catch {
                 output.abandon()
@@ -158,8 +161,7 @@ extension Store {
                 writerState.recordFailure(error)
                 throw error
             }
-            writerState.working.primary.replaceMany(
-                remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) })
+            writerState.working.primary.replaceMany(remap)
             writerState.working.totalBytes =
                 writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
             writerState.working.liveBytes = max(0, writerState.working.liveBytes)
@@ -178,13 +180,15 @@ extension Store {
         }
         // 4. A fresh checkpoint, so that the next open need not replay the compacted segments.
         let checkpointStarted = ContinuousClock.now
+        let switchDuration = checkpointStarted - switchStarted
         try writeCheckpoint()
         let finished = ContinuousClock.now
         func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
         return CompactionReport(
             bytesBefore: bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
             segmentsRemoved: removedCount, segmentsWritten: written.count,
-            seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted))
+            seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted),
+            switchSeconds: seconds(switchDuration))
     }
 }
 

@@ -14,4 +14,7 @@ public struct CompactionReport: Sendable {
     public var seconds: Double
     /// Of `seconds`, the time spent writing that checkpoint (the rest rewrote the records).
     public var checkpointSeconds: Double = 0
+    /// How long the switch held the writer's lock (a commit arriving then waits this long at
+    /// most): the new manifest, and the locations of the records moved.
+    public var switchSeconds: Double = 0
 }

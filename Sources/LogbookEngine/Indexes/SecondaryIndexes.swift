@@ -52,8 +52,8 @@ struct SecondaryIndexes: Sendable {
     /// The ids of the indexes, without building deferred ones.
     var ids: [UInt32] { deferred?.ids ?? Array(stored.keys) }
 
-    /// Waits for a deferred build that a read started (for tests and for a close that
-    /// should not leave a thread behind).
+    /// Waits for a deferred build that reads started, or makes it (tests use it to see the
+    /// built indexes).
     func waitUntilBuilt() { _ = deferred?.load() }
 
     private mutating func materialize() {
@@ -145,8 +145,9 @@ final class DeferredIndexes: Sendable {
         }
     }
 
-    /// One index for a read: built if the build has finished, else read in place while the
-    /// build runs on another thread. Nil for an index the checkpoint does not name.
+    /// One index for a read: built if the build has finished, else read in place (the reads
+    /// start the build once they have decoded many entries: `noteDecoded`). Nil for an index
+    /// the checkpoint does not name.
     func reader(_ id: UInt32) -> IndexReader? {
         if let indexes = built.tryWithLock({ $0 }) ?? nil {
             return indexes[id].map(IndexReader.built)

@@ -195,9 +195,7 @@ public final class Store: Sendable {
                 .versionUnavailable, "version \(version) is after the last commit (\(current.version))", path: directory
             )
         }
-        var replayOptions = options
-        replayOptions.readOnly = true
-        var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+        var recovery = replayer()
         let state = try recovery.replay(segments, files: current.reader.segments, until: version)
         if let first = recovery.firstVersion, first > 1, version < first {
             throw EngineError(
@@ -212,9 +210,7 @@ public final class Store: Sendable {
     /// version its last compaction folded the earlier ones into.
     public func oldestVersion() throws -> UInt64 {
         let (segments, files) = writer.withLock { ($0.manifest.segments, $0.segments) }
-        var replayOptions = options
-        replayOptions.readOnly = true
-        var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+        var recovery = replayer()
         // Replays nothing: stops at the first commit, whose version it notes.
         _ = try recovery.replay(Array(segments.prefix(1)), files: files, until: 0)
         guard let first = recovery.firstVersion, first > 1 else { return 0 }
@@ -271,6 +267,14 @@ public final class Store: Sendable {
             publish(w)
             return w.working.version != before
         }
+    }
+
+    /// A recovery that only reads, over this store's files: what replays the journal for a
+    /// read as of a past version, the oldest version, and a compaction that keeps versions.
+    func replayer() -> Recovery {
+        var replayOptions = options
+        replayOptions.readOnly = true
+        return Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
     }
 
     func publish(_ writerState: WriterState) {

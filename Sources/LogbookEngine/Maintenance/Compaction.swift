@@ -29,9 +29,7 @@ extension Store {
         if let floor {
             // Only the oldest segments whose commits are all at or before the floor, folded into
             // the state at their end: the versions after it can still be replayed.
-            var replayOptions = options
-            replayOptions.readOnly = true
-            var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+            var recovery = replayer()
             let prefix = try recovery.replayPrefix(sealed.map(\.number), files: allSegments, until: floor)
             sealed = Array(sealed.prefix(prefix.count))
             sealedState = prefix.state

@@ -1,4 +1,5 @@
 // swift-tools-version: 6.1
+import CompilerPluginSupport
 import PackageDescription
 
 let package = Package(
@@ -11,6 +12,8 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // The `@Model` family of macros (SwiftData's API); built for the host, never linked.
+        .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1"),
         // `swift package generate-documentation --target Logbook` (a plugin: nothing is linked).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
     ],
@@ -29,15 +32,31 @@ let package = Package(
             dependencies: ["CLZ4", "CLogbookSupport"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
-        // The object graph: Core Data's model on the engine.
+        // `@Model`, `@Attribute`, `@Relationship`, `@Transient`, `#Unique`, `#Index` and
+        // `@ModelActor`: SwiftData's macros, expanding to code against `Logbook`.
+        .macro(
+            name: "LogbookMacros",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax")
+            ]
+        ),
+        // The object graph: Core Data's model on the engine, and SwiftData's API over it.
         .target(
             name: "Logbook",
-            dependencies: ["LogbookEngine"],
+            dependencies: ["LogbookEngine", "LogbookMacros"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
         .testTarget(
             name: "LogbookTests",
             dependencies: ["Logbook", "LogbookEngine"]
+        ),
+        // SwiftData code, unchanged but for `import Logbook`.
+        .testTarget(
+            name: "SwiftDataStyleTests",
+            dependencies: ["Logbook"]
         ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(

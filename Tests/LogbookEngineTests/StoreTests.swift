@@ -134,6 +134,32 @@ import Testing
         #expect(reopened.recoveryReport.commitsReplayed == 300)
     }
 
+    @Test func anInMemoryStoreRollsOverChecksPointsAndCompactsWithoutAFile() throws {
+        var options = quietOptions()
+        options.inMemory = true
+        options.segmentSize = 4096
+        let path = "/nonexistent/in-memory-\(UInt64.random(in: 0...UInt64.max)).logbook"
+        let store = try Store.open(at: path, options: options)
+        for i in UInt64(0)..<300 {
+            var t = Transaction()
+            t.put(key(1, i), value: bytes("record \(i) " + String(repeating: "x", count: Int(i % 50))))
+            if i >= 150 { t.delete(key(1, i - 150)) }
+            try store.commit(t)
+        }
+        #expect(store.statistics().segments.count > 5)
+        try store.checkpoint()
+        _ = try store.compact()
+        let all = try contents(store.snapshot())
+        #expect(all.count == 150)
+        #expect(all[299] == "record 299 " + String(repeating: "x", count: 49))
+        #expect(!PosixFileSystem().fileExists(path))
+        try store.close()
+        // Every open is a new, empty store of its own.
+        let again = try Store.open(at: path, options: options)
+        #expect(try contents(again.snapshot()).isEmpty)
+        try again.close()
+    }
+
     @Test func aSecondWriterIsRefusedAndReadersOfAClosedStoreAreFine() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }

@@ -13,6 +13,9 @@ public struct ContainerOptions: Sendable {
     public var checkpointInterval: Int = 32 << 20
     /// Open the store without writing (and without the writer's lock); saves fail.
     public var readOnly = false
+    /// Keep the store in memory only (`StoreOptions.inMemory`): the same engine, no file; the
+    /// directory is then only a name.
+    public var inMemory = false
     /// The model configuration whose entities the store holds (a model file's
     /// `<configuration>`; nil: every entity). The other entities cannot be inserted or fetched
     /// in this container (an `.unknownEntity` error), and a relationship from a member entity to
@@ -97,6 +100,7 @@ public final class PersistentContainer: Sendable {
         storeOptions.segmentSize = options.segmentSize
         storeOptions.checkpointInterval = options.checkpointInterval
         storeOptions.readOnly = options.readOnly
+        storeOptions.inMemory = options.inMemory
         historyRetention = options.historyRetention
         let retention = RetentionHook()
         if options.persistentHistoryTracking { storeOptions.beforeCompaction = { retention.run() } }
@@ -151,7 +155,7 @@ public final class PersistentContainer: Sendable {
             entity: layout.name)
     }
 
-    static func defaultDirectory(_ name: String) -> String {
+    package static func defaultDirectory(_ name: String) -> String {
         let base =
             FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first?.path
             ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")

@@ -365,11 +365,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The stored value of an attribute for a typed property (nil when unusable or unknown).
     @usableFromInline
     func typedRead(_ key: String) -> (Slot, AttributeType)? {
-        if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive {
-            // A value straight from the record's bytes: the object stays a fault.
-            guard let slot = layout.slot(named: key), slot < layout.attributeCount,
-                let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout)
-            else { return nil }
+        if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive,
+            let slot = layout.slot(named: key), slot < layout.attributeCount,
+            let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout)
+        {
+            // A value straight from the record's bytes: the object stays a fault. (When the
+            // bytes cannot give it, the object is fulfilled below, as `value(forKey:)` does.)
             return (value, layout.entity.attributes[slot].type)
         }
         if flags.contains(.fault) || flags.contains(.invalid) {

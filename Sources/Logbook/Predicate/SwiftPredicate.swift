@@ -94,6 +94,8 @@ protocol SwiftPredicateTranslatable {
 struct SwiftPredicateTranslator {
     var variables: [PredicateExpressions.VariableID: PredicateExpression] = [:]
     var subqueries = 0
+    /// The object ID a model identifier names (in the container the fetch runs in).
+    var resolveIdentifier: ((PersistentIdentifier) -> ObjectID?)?
 
     func unsupported(_ part: Any) -> LogbookError {
         var name = String(describing: type(of: part))
@@ -164,7 +166,11 @@ struct SwiftPredicateTranslator {
     /// A value as the tree holds it: optionals unwrapped (nil for none).
     static func plain(_ value: Any) -> Any? {
         let mirror = Mirror(reflecting: value)
-        guard mirror.displayStyle == .optional else { return value }
+        guard mirror.displayStyle == .optional else {
+            // A model object compares as its managed object (nil while unattached).
+            if let model = value as? any PersistentModel { return model.persistentBackingData.object }
+            return value
+        }
         guard let wrapped = mirror.children.first?.value else { return nil }
         return plain(wrapped)
     }
@@ -211,6 +217,15 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
                     "\(keyPath) is not a property declared with @Managed, @ToOne, @ToMany or @Transformable")
             }
             component = key
+        } else if let modelType = Root.Output.self as? any PersistentModel.Type {
+            if modelType.isIdentity(keyPath) { return .expression(base) }
+            guard let key = try ModelEntityInfo.info(for: modelType).names[keyPath] else {
+                throw LogbookError(.invalidPredicate, "\(keyPath) is not a persisted property of \(modelType)")
+            }
+            component = key
+        } else if Root.Output.self == String.self, keyPath == \String.isEmpty {
+            // `text.isEmpty`: the empty string (a missing value is not empty, as in Swift).
+            return t.compare(try t.expression(root), .equal, .value(""))
         } else if let collection = Root.Output.self as? any CountedCollectionKeyPaths.Type,
             let aggregate = collection.aggregate(of: keyPath)
         {
@@ -240,7 +255,11 @@ extension ManagedObject {
 
 extension PredicateExpressions.Value: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        let v = SwiftPredicateTranslator.plain(value)
+        var v = SwiftPredicateTranslator.plain(value)
+        if let id = v as? PersistentIdentifier {
+            // An identifier compares as the object it names; one of no object matches nothing.
+            v = t.resolveIdentifier?(id) ?? id
+        }
         if let range = v as? any RangeValue {
             let (lo, hi, closed) = range.bounds
             return .range(lower: .value(lo), upper: .value(hi), closed: closed)

@@ -133,7 +133,9 @@ public final class Store: Sendable {
     /// `.locked` when another process writes to it, `.corruption` (naming file and offset)
     /// when committed data is damaged, `.unsupportedFormat` for another format version.
     public static func open(at directory: String, options: StoreOptions = StoreOptions()) throws -> Store {
-        try open(at: directory, options: options, fileSystem: PosixFileSystem())
+        try open(
+            at: directory, options: options,
+            fileSystem: options.inMemory ? MemoryFileSystem() : PosixFileSystem())
     }
 
     static func open(at directory: String, options: StoreOptions, fileSystem fs: any FileSystem) throws -> Store {

@@ -28,6 +28,11 @@ public struct StoreOptions: Sendable {
     public var compaction: CompactionPolicy = .default
     /// Open without writing anything and without the writer's lock.
     public var readOnly = false
+    /// Keep the store in memory, not in files: the same journal, indexes, checkpoints and
+    /// compaction, gone when the store is closed (tests, previews, SwiftData's
+    /// `isStoredInMemoryOnly`). The directory is then only a name; every open is a new, empty
+    /// store.
+    public var inMemory = false
     /// Open read-only even if committed data is damaged, with everything before the damage.
     public var salvage = false
     /// Create the directory and an empty store if there is none.

@@ -1,0 +1,117 @@
+import Foundation
+import Logbook
+import Testing
+
+// A SwiftData migration plan: version 1 has notes with a title; version 2 renames `title` to
+// `heading` and adds a unique `slug`, filled in by a custom stage.
+enum NotesSchemaV1: VersionedSchema {
+    static let versionIdentifier = Schema.Version(1, 0, 0)
+    static var models: [any PersistentModel.Type] { [Note.self] }
+
+    @Model final class Note {
+        var title: String
+        var body: String
+        init(title: String, body: String) {
+            self.title = title
+            self.body = body
+        }
+    }
+}
+
+enum NotesSchemaV2: VersionedSchema {
+    static let versionIdentifier = Schema.Version(2, 0, 0)
+    static var models: [any PersistentModel.Type] { [Note.self] }
+
+    @Model final class Note {
+        @Attribute(originalName: "title") var heading: String
+        var body: String
+        var slug: String?
+        init(heading: String, body: String) {
+            self.heading = heading
+            self.body = body
+        }
+    }
+}
+
+enum NotesMigrationPlan: SchemaMigrationPlan {
+    nonisolated(unsafe) static var failDidMigrate = false
+    static var schemas: [any VersionedSchema.Type] { [NotesSchemaV1.self, NotesSchemaV2.self] }
+    static var stages: [MigrationStage] {
+        [
+            .custom(
+                fromVersion: NotesSchemaV1.self, toVersion: NotesSchemaV2.self,
+                willMigrate: { context in
+                    // Before: drop notes without a body.
+                    try context.delete(model: NotesSchemaV1.Note.self, where: #Predicate { $0.body.isEmpty })
+                    try context.save()
+                },
+                didMigrate: { context in
+                    if failDidMigrate { throw CancellationError() }
+                    for note in try context.fetch(FetchDescriptor<NotesSchemaV2.Note>()) {
+                        note.slug = note.heading.lowercased().replacingOccurrences(of: " ", with: "-")
+                    }
+                    try context.save()
+                })
+        ]
+    }
+}
+
+@Suite(.serialized) struct MigrationTests {
+    func makeVersion1Store(at url: URL) throws {
+        let container = try ModelContainer(
+            for: Schema(versionedSchema: NotesSchemaV1.self), configurations: ModelConfiguration(url: url))
+        let context = ModelContext(container)
+        context.insert(NotesSchemaV1.Note(title: "First Note", body: "text"))
+        context.insert(NotesSchemaV1.Note(title: "Empty", body: ""))
+        try context.save()
+        try container.persistentContainer.close()
+    }
+
+    @Test func aCustomStageRunsOnceBetweenVersions() throws {
+        try withStoreURL { url in
+            try makeVersion1Store(at: url)
+            NotesMigrationPlan.failDidMigrate = false
+            do {
+                let container = try ModelContainer(
+                    for: Schema(versionedSchema: NotesSchemaV2.self), migrationPlan: NotesMigrationPlan.self,
+                    configurations: ModelConfiguration(url: url))
+                let notes = try ModelContext(container).fetch(FetchDescriptor<NotesSchemaV2.Note>())
+                #expect(notes.map(\.heading) == ["First Note"])  // renamed, the empty one dropped
+                #expect(notes.map(\.slug) == ["first-note"])
+                let again = NotesSchemaV2.Note(heading: "Second", body: "b")
+                let context = ModelContext(container)
+                context.insert(again)
+                try context.save()
+                try container.persistentContainer.close()
+            }
+            // Opened again, the store is at version 2: the stage does not run again.
+            let container = try ModelContainer(
+                for: Schema(versionedSchema: NotesSchemaV2.self), migrationPlan: NotesMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            let notes = try ModelContext(container).fetch(
+                FetchDescriptor<NotesSchemaV2.Note>(sortBy: [SortDescriptor(\.heading)]))
+            #expect(notes.map(\.heading) == ["First Note", "Second"])
+            #expect(notes.map(\.slug) == ["first-note", nil])
+        }
+    }
+
+    @Test func aFailedStageLeavesTheStoreAsItWas() throws {
+        try withStoreURL { url in
+            try makeVersion1Store(at: url)
+            NotesMigrationPlan.failDidMigrate = true
+            defer { NotesMigrationPlan.failDidMigrate = false }
+            #expect(throws: CancellationError.self) {
+                _ = try ModelContainer(
+                    for: Schema(versionedSchema: NotesSchemaV2.self), migrationPlan: NotesMigrationPlan.self,
+                    configurations: ModelConfiguration(url: url))
+            }
+            // Still version 1, with both notes (willMigrate's deletion was undone too).
+            let container = try ModelContainer(
+                for: Schema(versionedSchema: NotesSchemaV1.self), configurations: ModelConfiguration(url: url))
+            let titles = try ModelContext(container).fetch(
+                FetchDescriptor<NotesSchemaV1.Note>(sortBy: [SortDescriptor(\.title)])
+            ).map(\.title)
+            #expect(titles == ["Empty", "First Note"])
+        }
+    }
+}

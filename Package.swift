@@ -2,6 +2,11 @@
 import CompilerPluginSupport
 import PackageDescription
 
+// `LOGBOOK_WITHOUT_MACROS=1` builds the package without SwiftData's layer and its macros, so
+// without swift-syntax: the libFuzzer build (`Fuzz/run`) uses it, since swift-syntax built
+// with the fuzzer and address sanitizers takes longer than the whole CI run may.
+let withoutMacros = Context.environment["LOGBOOK_WITHOUT_MACROS"] != nil
+
 let package = Package(
     name: "Logbook",
     platforms: [.macOS(.v15)],
@@ -12,11 +17,15 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
-        // The `@Model` family of macros (SwiftData's API); built for the host, never linked.
-        .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1"),
         // `swift package generate-documentation --target Logbook` (a plugin: nothing is linked).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
-    ],
+    ]
+        + (withoutMacros
+            ? []
+            : [
+                // The `@Model` family of macros (SwiftData's API); built for the host, never linked.
+                .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1")
+            ]),
     targets: [
         // Debian's liblz4-dev (`apt-get install liblz4-dev`).
         .systemLibrary(
@@ -32,31 +41,17 @@ let package = Package(
             dependencies: ["CLZ4", "CLogbookSupport"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
-        // `@Model`, `@Attribute`, `@Relationship`, `@Transient`, `#Unique`, `#Index` and
-        // `@ModelActor`: SwiftData's macros, expanding to code against `Logbook`.
-        .macro(
-            name: "LogbookMacros",
-            dependencies: [
-                .product(name: "SwiftSyntax", package: "swift-syntax"),
-                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
-                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
-                .product(name: "SwiftDiagnostics", package: "swift-syntax")
-            ]
-        ),
         // The object graph: Core Data's model on the engine, and SwiftData's API over it.
         .target(
             name: "Logbook",
-            dependencies: ["LogbookEngine", "LogbookMacros"],
+            dependencies: withoutMacros ? ["LogbookEngine"] : ["LogbookEngine", "LogbookMacros"],
+            exclude: withoutMacros ? ["SwiftData"] : [],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+                + (withoutMacros ? [.define("LOGBOOK_WITHOUT_MACROS")] : [])
         ),
         .testTarget(
             name: "LogbookTests",
             dependencies: ["Logbook", "LogbookEngine"]
-        ),
-        // SwiftData code, unchanged but for `import Logbook`.
-        .testTarget(
-            name: "SwiftDataStyleTests",
-            dependencies: ["Logbook"]
         ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(
@@ -80,6 +75,26 @@ let package = Package(
             name: "LogbookEngineTests",
             dependencies: ["LogbookEngine", "CLogbookSupport", "LogbookCrashHelper"]
         )
-    ],
+    ]
+        + (withoutMacros
+            ? []
+            : [
+                // `@Model`, `@Attribute`, `@Relationship`, `@Transient`, `#Unique`, `#Index` and
+                // `@ModelActor`: SwiftData's macros, expanding to code against `Logbook`.
+                .macro(
+                    name: "LogbookMacros",
+                    dependencies: [
+                        .product(name: "SwiftSyntax", package: "swift-syntax"),
+                        .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                        .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+                        .product(name: "SwiftDiagnostics", package: "swift-syntax")
+                    ]
+                ),
+                // SwiftData code, unchanged but for `import Logbook`.
+                .testTarget(
+                    name: "SwiftDataStyleTests",
+                    dependencies: ["Logbook"]
+                )
+            ]),
     swiftLanguageModes: [.v6]
 )

@@ -17,6 +17,8 @@ struct PersistedProperty {
     var name: String
     var attribute: AttributeSyntax?
     var relationship: AttributeSyntax?
+    /// The property's initial value, as written.
+    var initializer: ExprSyntax?
 }
 
 extension ModelMacro {
@@ -59,7 +61,8 @@ extension ModelMacro {
             return PersistedProperty(
                 name: pattern.identifier.trimmedDescription.filter { $0 != "`" },
                 attribute: attribute(named: "Attribute", in: variable),
-                relationship: attribute(named: "Relationship", in: variable))
+                relationship: attribute(named: "Relationship", in: variable),
+                initializer: variable.bindings.first?.initializer?.value)
         }
     }
 
@@ -107,13 +110,21 @@ extension ModelMacro: MemberMacro {
         let properties = persistedProperties(of: declaration)
         let metadata = properties.map { p -> String in
             var extra = ""
+            // The initial value is the attribute's default (what a migration gives the objects
+            // already stored); relationships have none.
+            if let value = p.initializer, p.relationship == nil {
+                extra += ", defaultValue: \(value.trimmedDescription)"
+            }
             if let a = p.attribute {
-                extra = ", metadata: Logbook.Schema.Attribute(\(a.arguments?.trimmedDescription ?? ""))"
+                extra += ", metadata: Logbook.Schema.Attribute(\(a.arguments?.trimmedDescription ?? ""))"
             } else if let r = p.relationship {
-                extra = ", metadata: Logbook.Schema.Relationship(\(r.arguments?.trimmedDescription ?? ""))"
+                extra += ", metadata: Logbook.Schema.Relationship(\(r.arguments?.trimmedDescription ?? ""))"
             }
             return "Logbook.ModelPropertyMetadata(name: \"\(p.name)\", keyPath: \\\(typeName).\(p.name)\(extra))"
         }
+        let notifications = properties.map {
+            "case \"\($0.name)\": _$observationRegistrar.withMutation(of: self, keyPath: \\.\($0.name)) {}"
+        }.joined(separator: "\n")
         let storage = properties.map { "self._\($0.name) = Logbook._ModelNoStorage()" }.joined(separator: "\n")
         let unique = literal(constraints(named: "Unique", in: declaration))
         let indexes = literal(constraints(named: "Index", in: declaration))
@@ -143,8 +154,11 @@ extension ModelMacro: MemberMacro {
             """,
             "@Logbook.Transient private let _$observationRegistrar = Observation.ObservationRegistrar()",
             """
-            \(raw: access)nonisolated func _$notifyMutation<Member>(_ keyPath: KeyPath<\(raw: typeName), Member>) {
-                _$observationRegistrar.withMutation(of: self, keyPath: keyPath) {}
+            \(raw: access)nonisolated func _$notifyMutation(forKey key: String) {
+                switch key {
+                \(raw: notifications)
+                default: break
+                }
             }
             """
         ]

@@ -33,9 +33,28 @@ enum NotesSchemaV2: VersionedSchema {
     }
 }
 
+// Version 3 adds a required property with an initial value: a lightweight stage gives the
+// stored notes that value.
+enum NotesSchemaV3: VersionedSchema {
+    static let versionIdentifier = Schema.Version(3, 0, 0)
+    static var models: [any PersistentModel.Type] { [Note.self] }
+
+    @Model final class Note {
+        var heading: String
+        var body: String
+        var slug: String?
+        var pinned: Bool = false
+        var priority = 3
+        init(heading: String, body: String) {
+            self.heading = heading
+            self.body = body
+        }
+    }
+}
+
 enum NotesMigrationPlan: SchemaMigrationPlan {
     nonisolated(unsafe) static var failDidMigrate = false
-    static var schemas: [any VersionedSchema.Type] { [NotesSchemaV1.self, NotesSchemaV2.self] }
+    static var schemas: [any VersionedSchema.Type] { [NotesSchemaV1.self, NotesSchemaV2.self, NotesSchemaV3.self] }
     static var stages: [MigrationStage] {
         [
             .custom(
@@ -51,7 +70,8 @@ enum NotesMigrationPlan: SchemaMigrationPlan {
                         note.slug = note.heading.lowercased().replacingOccurrences(of: " ", with: "-")
                     }
                     try context.save()
-                })
+                }),
+            .lightweight(fromVersion: NotesSchemaV2.self, toVersion: NotesSchemaV3.self)
         ]
     }
 }
@@ -92,6 +112,20 @@ enum NotesMigrationPlan: SchemaMigrationPlan {
                 FetchDescriptor<NotesSchemaV2.Note>(sortBy: [SortDescriptor(\.heading)]))
             #expect(notes.map(\.heading) == ["First Note", "Second"])
             #expect(notes.map(\.slug) == ["first-note", nil])
+        }
+    }
+
+    @Test func stagesRunInOrderUpToTheNewestVersion() throws {
+        try withStoreURL { url in
+            try makeVersion1Store(at: url)
+            let container = try ModelContainer(
+                for: Schema(versionedSchema: NotesSchemaV3.self), migrationPlan: NotesMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            let notes = try ModelContext(container).fetch(FetchDescriptor<NotesSchemaV3.Note>())
+            #expect(notes.map(\.heading) == ["First Note"])
+            #expect(notes.map(\.slug) == ["first-note"])
+            #expect(notes.map(\.pinned) == [false])
+            #expect(notes.map(\.priority) == [3])
         }
     }
 

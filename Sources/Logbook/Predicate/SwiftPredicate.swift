@@ -94,8 +94,10 @@ protocol SwiftPredicateTranslatable {
 struct SwiftPredicateTranslator {
     var variables: [PredicateExpressions.VariableID: PredicateExpression] = [:]
     var subqueries = 0
-    /// The object ID a model identifier names (in the container the fetch runs in).
-    var resolveIdentifier: ((PersistentIdentifier) -> ObjectID?)?
+    #if !LOGBOOK_WITHOUT_MACROS
+        /// The object ID a model identifier names (in the container the fetch runs in).
+        var resolveIdentifier: ((PersistentIdentifier) -> ObjectID?)?
+    #endif
 
     func unsupported(_ part: Any) -> LogbookError {
         var name = String(describing: type(of: part))
@@ -167,12 +169,31 @@ struct SwiftPredicateTranslator {
     static func plain(_ value: Any) -> Any? {
         let mirror = Mirror(reflecting: value)
         guard mirror.displayStyle == .optional else {
-            // A model object compares as its managed object (nil while unattached).
-            if let model = value as? any PersistentModel { return model.persistentBackingData.object }
+            #if !LOGBOOK_WITHOUT_MACROS
+                // A model object compares as its managed object (nil while unattached).
+                if let model = value as? any PersistentModel { return model.persistentBackingData.object }
+            #endif
             return value
         }
         guard let wrapped = mirror.children.first?.value else { return nil }
         return plain(wrapped)
+    }
+}
+
+extension SwiftPredicateTranslator {
+    /// The persisted property a key path of a `@Model` class reads ("" for the object's
+    /// identity, `persistentModelID` or `id`), nil when the root is not a `@Model` class.
+    static func modelKey(_ keyPath: AnyKeyPath, of root: Any.Type) throws -> String? {
+        #if !LOGBOOK_WITHOUT_MACROS
+            guard let modelType = root as? any PersistentModel.Type else { return nil }
+            if modelType.isIdentity(keyPath) { return "" }
+            guard let key = try ModelEntityInfo.info(for: modelType).names[keyPath] else {
+                throw LogbookError(.invalidPredicate, "\(keyPath) is not a persisted property of \(modelType)")
+            }
+            return key
+        #else
+            return nil
+        #endif
     }
 }
 
@@ -217,11 +238,8 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
                     "\(keyPath) is not a property declared with @Managed, @ToOne, @ToMany or @Transformable")
             }
             component = key
-        } else if let modelType = Root.Output.self as? any PersistentModel.Type {
-            if modelType.isIdentity(keyPath) { return .expression(base) }
-            guard let key = try ModelEntityInfo.info(for: modelType).names[keyPath] else {
-                throw LogbookError(.invalidPredicate, "\(keyPath) is not a persisted property of \(modelType)")
-            }
+        } else if let key = try SwiftPredicateTranslator.modelKey(keyPath, of: Root.Output.self) {
+            if key.isEmpty { return .expression(base) }
             component = key
         } else if Root.Output.self == String.self, keyPath == \String.isEmpty {
             // `text.isEmpty`: the empty string (a missing value is not empty, as in Swift).
@@ -256,10 +274,12 @@ extension ManagedObject {
 extension PredicateExpressions.Value: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
         var v = SwiftPredicateTranslator.plain(value)
-        if let id = v as? PersistentIdentifier {
-            // An identifier compares as the object it names; one of no object matches nothing.
-            v = t.resolveIdentifier?(id) ?? id
-        }
+        #if !LOGBOOK_WITHOUT_MACROS
+            if let id = v as? PersistentIdentifier {
+                // An identifier compares as the object it names; one of no object matches nothing.
+                v = t.resolveIdentifier?(id) ?? id
+            }
+        #endif
         if let range = v as? any RangeValue {
             let (lo, hi, closed) = range.bounds
             return .range(lower: .value(lo), upper: .value(hi), closed: closed)

@@ -107,8 +107,12 @@ public final class ModelBackingData {
 }
 
 /// Optional values, unwrapped without knowing their type.
-protocol _OptionalValue { var wrapped: Any? { get } }
+protocol _OptionalValue {
+    var wrapped: Any? { get }
+    var isNone: Bool { get }
+}
 extension Optional: _OptionalValue {
+    var isNone: Bool { self == nil }
     var wrapped: Any? {
         switch self {
         case .some(let v): v

@@ -90,7 +90,7 @@ public final class ModelContext {
     private func notifyObservers(of ids: Set<ObjectID>) {
         for id in ids {
             guard let model = models[id.key]?.model else { continue }
-            for p in ModelEntityInfo.cached(type(of: model))?.metadata ?? [] { p.notify(model) }
+            for p in ModelEntityInfo.cached(type(of: model))?.metadata ?? [] { model._$notifyMutation(forKey: p.name) }
         }
     }
 

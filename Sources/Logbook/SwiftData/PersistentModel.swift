@@ -20,8 +20,9 @@ public protocol PersistentModel: AnyObject, Observable, Hashable, Identifiable {
     static var schemaConstraints: ModelConstraints { get }
     /// An object over existing backing data (what a fetch makes).
     init(backingData: ModelBackingData)
-    /// Tells observers of `keyPath` that it changed (after a merge, a rollback).
-    func _$notifyMutation<Member>(_ keyPath: KeyPath<Self, Member>)
+    /// Tells observers of the persisted property `key` that it changed (after a merge, a
+    /// rollback).
+    func _$notifyMutation(forKey key: String)
 }
 
 extension PersistentModel {
@@ -68,34 +69,54 @@ public struct ModelPropertyMetadata {
     public let valueType: Any.Type
     let attribute: Schema.Attribute?
     let relationship: Schema.Relationship?
-    let notify: (AnyObject) -> Void
+    /// The initial value of the property, when it has one and it is `Sendable`: the
+    /// attribute's default value (what a lightweight migration gives stored objects).
+    public let defaultValue: (any Sendable)?
 
     /// A plain attribute or a relationship with the defaults.
     public init<Root: PersistentModel, Value>(name: String, keyPath: KeyPath<Root, Value>) {
-        self.init(name: name, keyPath: keyPath, attribute: nil, relationship: nil)
+        self.init(name: name, keyPath: keyPath, attribute: nil, relationship: nil, defaultValue: nil)
     }
 
     /// An attribute with `@Attribute` options.
     public init<Root: PersistentModel, Value>(name: String, keyPath: KeyPath<Root, Value>, metadata: Schema.Attribute) {
-        self.init(name: name, keyPath: keyPath, attribute: metadata, relationship: nil)
+        self.init(name: name, keyPath: keyPath, attribute: metadata, relationship: nil, defaultValue: nil)
     }
 
     /// A relationship with `@Relationship` options.
     public init<Root: PersistentModel, Value>(
         name: String, keyPath: KeyPath<Root, Value>, metadata: Schema.Relationship
     ) {
-        self.init(name: name, keyPath: keyPath, attribute: nil, relationship: metadata)
+        self.init(name: name, keyPath: keyPath, attribute: nil, relationship: metadata, defaultValue: nil)
+    }
+
+    /// A property with an initial value, which becomes its attribute's default.
+    public init<Root: PersistentModel, Value: Sendable>(
+        name: String, keyPath: KeyPath<Root, Value>, defaultValue: Value, metadata: Schema.Attribute? = nil
+    ) {
+        var recorded: (any Sendable)? = defaultValue
+        if let optional = defaultValue as? any _OptionalValue, optional.isNone { recorded = nil }
+        self.init(name: name, keyPath: keyPath, attribute: metadata, relationship: nil, defaultValue: recorded)
+    }
+
+    /// A property with an initial value of a type that is not `Sendable` (a relationship, or a
+    /// value type that does not say it is): no default is recorded.
+    public init<Root: PersistentModel, Value>(
+        name: String, keyPath: KeyPath<Root, Value>, defaultValue: Value, metadata: Schema.Attribute? = nil
+    ) {
+        self.init(name: name, keyPath: keyPath, attribute: metadata, relationship: nil, defaultValue: nil)
     }
 
     private init<Root: PersistentModel, Value>(
-        name: String, keyPath: KeyPath<Root, Value>, attribute: Schema.Attribute?, relationship: Schema.Relationship?
+        name: String, keyPath: KeyPath<Root, Value>, attribute: Schema.Attribute?, relationship: Schema.Relationship?,
+        defaultValue: (any Sendable)?
     ) {
         self.name = name
         self.keyPath = keyPath
         self.valueType = Value.self
         self.attribute = attribute
         self.relationship = relationship
-        self.notify = { object in (object as? Root)?._$notifyMutation(keyPath) }
+        self.defaultValue = defaultValue
     }
 }
 

@@ -185,6 +185,12 @@ enum ModelPropertyKind {
             "\(type) is neither a type the store knows, nor Codable, nor a @Model class (or an array of one)")
     }
 
+    /// Whether values are stored natively (not through a transformer).
+    var isNative: Bool {
+        if case .attribute = self { return true }
+        return false
+    }
+
     var isOptional: Bool {
         switch self {
         case .attribute(_, _, let o), .codable(_, let o), .toOne(_, let o), .toMany(_, let o): o
@@ -324,8 +330,10 @@ final class ModelEntityInfo: @unchecked Sendable {
                 default: continue
                 }
                 var a = AttributeDescription(
-                    p.name, attributeType, optional: optional, transient: options.contains(.ephemeral),
-                    renamedFrom: p.attribute?.originalName)
+                    // A default is recorded for values the store knows natively (a Codable
+                    // value's initial value is set by its initializer, not the model).
+                    p.name, attributeType, optional: optional, default: kind.isNative ? p.defaultValue : nil,
+                    transient: options.contains(.ephemeral), renamedFrom: p.attribute?.originalName)
                 a.preservesValueInHistoryOnDeletion = options.contains(.preserveValueOnDeletion)
                 entity.attributes.append(a)
                 if options.contains(.unique) { entity.uniquenessConstraints.append([p.name]) }

@@ -185,5 +185,17 @@ enum Slot: Sendable, Hashable {
 }
 
 /// Lets `Slot.init` see through `Optional<T>` boxed in `Any`.
-protocol OptionalProtocol { var isNil: Bool { get } }
-extension Optional: OptionalProtocol { var isNil: Bool { self == nil } }
+protocol OptionalProtocol {
+    var isNil: Bool { get }
+    /// The wrapped value, or nil (for values of unknown optional type).
+    var wrapped: Any? { get }
+}
+extension Optional: OptionalProtocol {
+    var isNil: Bool { self == nil }
+    var wrapped: Any? {
+        switch self {
+        case .some(let v): v
+        case .none: nil
+        }
+    }
+}

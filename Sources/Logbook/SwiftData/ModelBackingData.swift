@@ -85,16 +85,22 @@ public final class ModelBackingData {
             }
             object.typedWrite(key) { type in v.storedValue(type: type)?.slot }
         case .codable:
-            let unwrapped: Any? = (value as? any _OptionalValue)?.wrapped ?? value
+            let unwrapped = Self.unwrapped(value)
             context.record { try object.setValue(unwrapped, forKey: key) }
         case .toOne:
-            let model = ((value as? any _OptionalValue)?.wrapped ?? value) as? any PersistentModel
+            let model = Self.unwrapped(value) as? any PersistentModel
             context.record { try object.setValue(model.map { try context.managedObject(for: $0) }, forKey: key) }
         case .toMany:
-            let models = ((value as? any _OptionalValue)?.wrapped ?? value) as? [any PersistentModel] ?? []
+            let models = Self.unwrapped(value) as? [any PersistentModel] ?? []
             context.record { try object.setValue(try models.map { try context.managedObject(for: $0) }, forKey: key) }
         }
         context.didChange()
+    }
+
+    /// A value with its optional unwrapped (nil for none), whatever its type.
+    private static func unwrapped(_ value: Any) -> Any? {
+        if let optional = value as? any OptionalProtocol { return optional.wrapped }
+        return value
     }
 
     private func cast<Value>(_ models: [any PersistentModel], to: Value.Type) -> Value {
@@ -103,21 +109,6 @@ public final class ModelBackingData {
         let array = Value.self as? any _OptionalType.Type
         let arrayType = (array?.wrappedType ?? Value.self) as! any _ArrayType.Type
         return arrayType.from(models) as! Value
-    }
-}
-
-/// Optional values, unwrapped without knowing their type.
-protocol _OptionalValue {
-    var wrapped: Any? { get }
-    var isNone: Bool { get }
-}
-extension Optional: _OptionalValue {
-    var isNone: Bool { self == nil }
-    var wrapped: Any? {
-        switch self {
-        case .some(let v): v
-        case .none: nil
-        }
     }
 }
 

@@ -95,7 +95,7 @@ public struct ModelPropertyMetadata {
         name: String, keyPath: KeyPath<Root, Value>, defaultValue: Value, metadata: Schema.Attribute? = nil
     ) {
         var recorded: (any Sendable)? = defaultValue
-        if let optional = defaultValue as? any _OptionalValue, optional.isNone { recorded = nil }
+        if let optional = defaultValue as? any OptionalProtocol, optional.isNil { recorded = nil }
         self.init(name: name, keyPath: keyPath, attribute: metadata, relationship: nil, defaultValue: recorded)
     }
 

@@ -94,6 +94,15 @@ let package = Package(
                 .testTarget(
                     name: "SwiftDataStyleTests",
                     dependencies: ["Logbook"]
+                ),
+                // What the macros write, and what they refuse, checked on source text.
+                .testTarget(
+                    name: "LogbookMacrosTests",
+                    dependencies: [
+                        "LogbookMacros",
+                        .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
+                        .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax")
+                    ]
                 )
             ]),
     swiftLanguageModes: [.v6]

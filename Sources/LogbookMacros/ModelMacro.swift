@@ -53,6 +53,39 @@ extension ModelMacro {
         return true
     }
 
+    /// Whether the class is a subclass of another `@Model` class: one of its initializers calls
+    /// `super.init` (a root model class has no superclass to call; a subclass must, since its
+    /// superclass has no initializer without arguments). Syntax cannot tell a superclass from a
+    /// protocol in the inheritance list; this can.
+    static func isSubclass(_ declaration: ClassDeclSyntax) -> Bool {
+        guard declaration.inheritanceClause?.inheritedTypes.first != nil else { return false }
+        for member in declaration.memberBlock.members {
+            guard let initializer = member.decl.as(InitializerDeclSyntax.self), let body = initializer.body else {
+                continue
+            }
+            if body.tokens(viewMode: .sourceAccurate).contains(where: { $0.tokenKind == .keyword(.super) }) {
+                return true
+            }
+        }
+        return false
+    }
+
+    /// Stored `let` properties without `@Transient`: SwiftData cannot persist them (a macro
+    /// cannot give a `let` accessors), and a silent omission would lose data.
+    static func storedConstants(of declaration: some DeclGroupSyntax) -> [VariableDeclSyntax] {
+        declaration.memberBlock.members.compactMap { member in
+            guard let variable = member.decl.as(VariableDeclSyntax.self),
+                variable.bindingSpecifier.tokenKind == .keyword(.let),
+                !variable.modifiers.contains(where: {
+                    $0.name.tokenKind == .keyword(.static) || $0.name.tokenKind == .keyword(.class)
+                }),
+                attribute(named: "Transient", in: variable) == nil,
+                variable.bindings.allSatisfy({ $0.accessorBlock == nil })
+            else { return nil }
+            return variable
+        }
+    }
+
     static func persistedProperties(of declaration: some DeclGroupSyntax) -> [PersistedProperty] {
         declaration.memberBlock.members.compactMap { member in
             guard let variable = member.decl.as(VariableDeclSyntax.self), isPersisted(variable),
@@ -102,12 +135,28 @@ extension ModelMacro: MemberMacro {
                 Diagnostic(node: Syntax(node), message: ModelDiagnostic("@Model applies to classes only")))
             return []
         }
+        for constant in storedConstants(of: declaration) {
+            let name = constant.bindings.first?.pattern.trimmedDescription ?? "the property"
+            context.diagnose(
+                Diagnostic(
+                    node: Syntax(constant.bindingSpecifier),
+                    message: ModelDiagnostic(
+                        "@Model persists stored properties declared with 'var'; '\(name)' is a 'let' and would not be stored (declare it with 'var', or mark it @Transient to keep it out of the store)"
+                    )))
+        }
         let typeName = classDecl.name.trimmedDescription
         let access =
             classDecl.modifiers.contains {
                 $0.name.tokenKind == .keyword(.public) || $0.name.tokenKind == .keyword(.open)
             } ? "public " : ""
+        let isFinal = classDecl.modifiers.contains { $0.name.tokenKind == .keyword(.final) }
+        let subclass = isSubclass(classDecl)
+        let superclass = classDecl.inheritanceClause?.inheritedTypes.first?.type.trimmedDescription ?? ""
         let properties = persistedProperties(of: declaration)
+        // Key paths are rooted at `S`, a generic subclass, so that subclasses list the inherited
+        // properties under their own key paths (`\BusinessTrip.name` for `Trip.name`); a final
+        // class, which has no subclasses, names itself.
+        let root = isFinal && !subclass ? typeName : "S"
         let metadata = properties.map { p -> String in
             var extra = ""
             // The initial value is the attribute's default (what a migration gives the objects
@@ -120,29 +169,87 @@ extension ModelMacro: MemberMacro {
             } else if let r = p.relationship {
                 extra += ", metadata: Logbook.Schema.Relationship(\(r.arguments?.trimmedDescription ?? ""))"
             }
-            return "Logbook.ModelPropertyMetadata(name: \"\(p.name)\", keyPath: \\\(typeName).\(p.name)\(extra))"
+            return "Logbook.ModelPropertyMetadata(name: \"\(p.name)\", keyPath: \\\(root).\(p.name)\(extra))"
         }
         let notifications = properties.map {
             "case \"\($0.name)\": _$observationRegistrar.withMutation(of: self, keyPath: \\.\($0.name)) {}"
         }.joined(separator: "\n")
-        let storage = properties.map { "self._\($0.name) = Logbook._ModelNoStorage()" }.joined(separator: "\n")
         let unique = literal(constraints(named: "Unique", in: declaration))
         let indexes = literal(constraints(named: "Index", in: declaration))
-        return [
+        let list = "[\(metadata.joined(separator: ",\n"))]"
+        var members: [DeclSyntax] = []
+        if subclass {
+            // The backing data, the registrar and the protocol's members are inherited; the
+            // subclass adds its properties to the superclass's list.
+            let storage = properties.map { "self._\($0.name) = Logbook._ModelInitialValue()" }.joined(separator: "\n")
+            members += [
+                """
+                \(raw: access)override class var schemaMetadata: [Logbook.ModelPropertyMetadata] {
+                    _$persistedMetadata(\(raw: typeName).self)
+                }
+                """,
+                """
+                \(raw: access)static func _$persistedMetadata<S: \(raw: typeName)>(_: S.Type) -> [Logbook.ModelPropertyMetadata] {
+                    \(raw: superclass)._$persistedMetadata(S.self) + \(raw: list)
+                }
+                """,
+                """
+                \(raw: access)override class var schemaConstraints: Logbook.ModelConstraints {
+                    Logbook.ModelConstraints(unique: \(raw: unique), indexes: \(raw: indexes))
+                }
+                """,
+                """
+                \(raw: access)required init(backingData: Logbook.ModelBackingData) {
+                    \(raw: storage)
+                    super.init(backingData: backingData)
+                }
+                """,
+                """
+                \(raw: access)override nonisolated func _$notifyMutation(forKey key: String) {
+                    switch key {
+                    \(raw: notifications)
+                    default: super._$notifyMutation(forKey: key)
+                    }
+                }
+                """
+            ]
+            return members
+        }
+        let storage = properties.map { "self._\($0.name) = Logbook._ModelNoStorage()" }.joined(separator: "\n")
+        let typeMember = isFinal ? "static" : "class"
+        members += [
             "@Logbook.Transient private var _$backingData: Logbook.ModelBackingData = Logbook.ModelBackingData()",
             """
             \(raw: access)var persistentBackingData: Logbook.ModelBackingData {
                 get { _$backingData }
                 set { _$backingData = newValue }
             }
-            """,
             """
-            \(raw: access)static var schemaMetadata: [Logbook.ModelPropertyMetadata] {
-                [\(raw: metadata.joined(separator: ",\n"))]
-            }
-            """,
+        ]
+        if isFinal {
+            members.append(
+                """
+                \(raw: access)static var schemaMetadata: [Logbook.ModelPropertyMetadata] {
+                    \(raw: list)
+                }
+                """)
+        } else {
+            members += [
+                """
+                \(raw: access)class var schemaMetadata: [Logbook.ModelPropertyMetadata] {
+                    _$persistedMetadata(\(raw: typeName).self)
+                }
+                """,
+                """
+                \(raw: access)static func _$persistedMetadata<S: \(raw: typeName)>(_: S.Type) -> [Logbook.ModelPropertyMetadata] {
+                    \(raw: list)
+                }
+                """
+            ]
+        }
+        members += [
             """
-            \(raw: access)static var schemaConstraints: Logbook.ModelConstraints {
+            \(raw: access)\(raw: typeMember) var schemaConstraints: Logbook.ModelConstraints {
                 Logbook.ModelConstraints(unique: \(raw: unique), indexes: \(raw: indexes))
             }
             """,
@@ -152,7 +259,8 @@ extension ModelMacro: MemberMacro {
                 self._$backingData = backingData
             }
             """,
-            "@Logbook.Transient private let _$observationRegistrar = Observation.ObservationRegistrar()",
+            // Not private: the accessors of subclasses use it.
+            "@Logbook.Transient \(raw: access)let _$observationRegistrar = Observation.ObservationRegistrar()",
             """
             \(raw: access)nonisolated func _$notifyMutation(forKey key: String) {
                 switch key {
@@ -162,6 +270,7 @@ extension ModelMacro: MemberMacro {
             }
             """
         ]
+        return members
     }
 }
 
@@ -173,6 +282,9 @@ extension ModelMacro: MemberAttributeMacro {
         guard let variable = member.as(VariableDeclSyntax.self), isPersisted(variable),
             attribute(named: "_PersistedProperty", in: variable) == nil
         else { return [] }
+        if let classDecl = declaration.as(ClassDeclSyntax.self), isSubclass(classDecl) {
+            return ["@Logbook._PersistedProperty(subclass: true)"]
+        }
         return ["@Logbook._PersistedProperty"]
     }
 }
@@ -206,12 +318,43 @@ public struct PersistedPropertyMacro: AccessorMacro, PeerMacro {
         return pattern.identifier.trimmedDescription
     }
 
+    /// Whether `@_PersistedProperty(subclass: true)` marks a property of a subclass.
+    static func inSubclass(_ node: AttributeSyntax) -> Bool {
+        node.arguments?.trimmedDescription.contains("true") ?? false
+    }
+
     public static func expansion(
         of node: AttributeSyntax, providingAccessorsOf declaration: some DeclSyntaxProtocol,
         in context: some MacroExpansionContext
     ) throws -> [AccessorDeclSyntax] {
         guard let name = name(of: declaration) else { return [] }
         let key = name.filter { $0 != "`" }
+        if inSubclass(node) {
+            // A subclass's initializer sets its own properties before `super.init`, when the
+            // backing data (the superclass's) is not there yet: the initial value waits in the
+            // peer until the object is inserted.
+            return [
+                """
+                @storageRestrictions(initializes: _\(raw: key))
+                init(initialValue) {
+                    _\(raw: key) = Logbook._ModelInitialValue(initialValue)
+                }
+                """,
+                """
+                get {
+                    _$observationRegistrar.access(self, keyPath: \\.\(raw: name))
+                    return persistentBackingData.getValue(forKey: "\(raw: key)", initialValue: _\(raw: key))
+                }
+                """,
+                """
+                set {
+                    _$observationRegistrar.withMutation(of: self, keyPath: \\.\(raw: name)) {
+                        persistentBackingData.setValue(forKey: "\(raw: key)", to: newValue, owner: self)
+                    }
+                }
+                """
+            ]
+        }
         return [
             """
             @storageRestrictions(accesses: _$backingData, initializes: _\(raw: key))
@@ -229,7 +372,7 @@ public struct PersistedPropertyMacro: AccessorMacro, PeerMacro {
             """
             set {
                 _$observationRegistrar.withMutation(of: self, keyPath: \\.\(raw: name)) {
-                    _$backingData.setValue(forKey: "\(raw: key)", to: newValue)
+                    _$backingData.setValue(forKey: "\(raw: key)", to: newValue, owner: self)
                 }
             }
             """
@@ -242,6 +385,7 @@ public struct PersistedPropertyMacro: AccessorMacro, PeerMacro {
     ) throws -> [DeclSyntax] {
         guard let name = name(of: declaration) else { return [] }
         let key = name.filter { $0 != "`" }
+        if inSubclass(node) { return ["@Logbook.Transient private var _\(raw: key): Logbook._ModelInitialValue"] }
         return ["@Logbook.Transient private var _\(raw: key): Logbook._ModelNoStorage"]
     }
 }

@@ -133,8 +133,27 @@ final class Chore: ManagedObject {
         }
         let arithmetic = message { _ = try FetchPredicate(#Predicate<Person> { $0.age! + 1 > 30 }) }
         #expect(arithmetic?.contains("Arithmetic") == true, "\(arithmetic ?? "no error")")
-        let coalesce = message { _ = try FetchPredicate(#Predicate<Person> { ($0.age ?? 0) > 30 }) }
-        #expect(coalesce?.contains("NilCoalesce") == true, "\(coalesce ?? "no error")")
+        let conditional = message { _ = try FetchPredicate(#Predicate<Person> { ($0.age == nil ? 0 : 1) > 0 }) }
+        #expect(conditional?.contains("Conditional") == true, "\(conditional ?? "no error")")
+        // `??` translates (a missing age counts as the fallback).
+        let coalesce = try FetchPredicate(#Predicate<Person> { ($0.age ?? 40) > 30 })
+        #expect(coalesce.format == "(age ?? 40) > 30")
+    }
+
+    @Test func nilCoalescingGivesTheFallbackWhereAValueIsMissing() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let context = container.newContext(concurrencyType: .confinement)
+        for (name, age) in [("a", 20), ("b", 35), ("c", nil)] as [(String, Int32?)] {
+            let p = try context.insert(Person.self)
+            p.firstName = name
+            p.lastName = "L"
+            p.age = age
+        }
+        try context.save()
+        let request = try FetchRequest<Person>(
+            predicate: #Predicate { ($0.age ?? 40) > 30 }, sortBy: [SortDescriptor(\.firstName)])
+        #expect(try context.fetch(request).map(\.firstName) == ["b", "c"])
     }
 }
 

@@ -131,6 +131,31 @@ func withStoreURL<T>(_ body: (URL) throws -> T) rethrows -> T {
         #expect(all.first?.born == 1955)
     }
 
+    @Test func anUnattachedObjectGivenAnInsertedOneIsInsertedWithIt() throws {
+        let container = try ModelContainer(
+            for: Author.self, configurations: ModelConfiguration(isStoredInMemoryOnly: true))
+        let context = ModelContext(container)
+        let author = Author(name: "Octavia")
+        context.insert(author)
+        try context.save()
+
+        let book = Book(isbn: "k", title: "Kindred", pages: 264)
+        #expect(book.modelContext == nil)
+        book.author = author
+        #expect(book.modelContext === context)
+        #expect(author.books.map(\.title) == ["Kindred"])
+        let shelf = Shelf(label: "Favourites")
+        shelf.books = [book]
+        #expect(shelf.modelContext === context)
+        try context.save()
+
+        let other = ModelContext(container)
+        let stored = try other.fetch(FetchDescriptor<Book>())
+        #expect(stored.map(\.title) == ["Kindred"])
+        #expect(stored.first?.author?.name == "Octavia")
+        #expect(stored.first?.shelves.map(\.label) == ["Favourites"])
+    }
+
     @Test func deleteRulesRollbackAndTransactions() throws {
         let container = try ModelContainer(
             for: Author.self, configurations: ModelConfiguration(isStoredInMemoryOnly: true))

@@ -190,6 +190,10 @@ struct PredicateEvaluator {
     }
 
     func asCollection(_ v: Any?) -> [Any?]? {
+        if v is TransformedValue {
+            // A transformable attribute holding a collection (a `Codable` array): its elements.
+            return asCollection((try? Self.decoded(v)) ?? nil)
+        }
         switch v {
         case let s as Set<ManagedObject>: return s.sorted { $0.engineKey < $1.engineKey }
         case let a as [Any?]: return a

@@ -84,6 +84,22 @@ extension PredicateEvaluator {
     }
 
     /// The built-in functions of NSExpression, by name.
+    /// The function a `#Predicate` key path into a value becomes (arguments: the value, the
+    /// `AnyKeyPath`).
+    static let swiftKeyPath = "logbook.swiftKeyPath:"
+    /// The first argument, or the second when the first has no value (`a ?? b`).
+    static let coalesce = "logbook.coalesce:"
+    /// The entity name of an object (`$0 is T`).
+    static let entityOf = "logbook.entityOf:"
+    /// The object when its entity is one of a list, else nil (`$0 as? T`).
+    static let ifEntity = "logbook.ifEntity:in:"
+
+    /// A transformable attribute's value as its transformer gives it back; any other value as is.
+    static func decoded(_ value: Any?) throws -> Any? {
+        guard let t = value as? TransformedValue else { return value }
+        return try AttributeTransformers.registry.reverse(t.blob, transformer: t.transformer)
+    }
+
     func function(_ name: String, _ args: [Any?], column: Int) throws -> Any? {
         func argument(_ i: Int) throws -> Any? {
             guard i < args.count else { throw fail("\(name) needs \(i + 1) argument\(i == 0 ? "" : "s")", column) }
@@ -116,6 +132,22 @@ extension PredicateEvaluator {
             return (x, y)
         }
         switch name {
+        case Self.swiftKeyPath:
+            // A Swift key path into a value, a transformable attribute's decoded first.
+            guard let keyPath = try argument(1) as? AnyKeyPath else { throw fail("\(name) needs a key path", column) }
+            guard let value = try Self.decoded(try argument(0)) else { return nil }
+            guard let result = value[keyPath: keyPath] else {
+                throw fail("\(keyPath) does not apply to \(type(of: value))", column)
+            }
+            return SwiftPredicateTranslator.plain(result)
+        case Self.coalesce: return try argument(0) ?? argument(1)
+        case Self.entityOf:
+            return (try argument(0) as? ManagedObject)?.layout.name
+        case Self.ifEntity:
+            guard let object = try argument(0) as? ManagedObject, let names = try argument(1) as? [String] else {
+                return nil
+            }
+            return names.contains(object.layout.name) ? object : nil
         case "now", "now()": return Date()
         case "random": return Double.random(in: 0..<1)
         case "lowercase:": return try string(0)?.lowercased()

@@ -16,7 +16,8 @@ extension FetchPredicate {
     /// relationships with `?.` or `!`), `nil`, captured values, `contains` (of a string, of a
     /// list of values, of a to-many relationship), `contains { … }` and `allSatisfy { … }` over
     /// a to-many relationship, `starts(with:)`, `a...b` and `a..<b` ranges, `count` and `isEmpty`
-    /// of a to-many relationship. Anything else (arithmetic, `??`, conditionals) throws
+    /// of a to-many relationship, `??`, key paths into stored values (`$0.address?.city` of a
+    /// `Codable` struct, an enum's `rawValue`). Anything else (arithmetic, conditionals) throws
     /// `.invalidPredicate` naming the construct.
     public init<T: ManagedObject>(_ predicate: Predicate<T>) throws {
         var translator = SwiftPredicateTranslator()
@@ -104,7 +105,7 @@ struct SwiftPredicateTranslator {
         if let angle = name.firstIndex(of: "<") { name = String(name[..<angle]) }
         return LogbookError(
             .invalidPredicate,
-            "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties, optional chaining, nil, contains, starts(with:), allSatisfy, ranges, count and isEmpty"
+            "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties and into stored values, optional chaining, ??, nil, contains, starts(with:), allSatisfy, ranges, count, isEmpty, is and as?"
         )
     }
 
@@ -249,15 +250,18 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
         {
             component = aggregate
         } else {
-            throw LogbookError(
-                .invalidPredicate, "\(keyPath) cannot be translated: only typed properties, count and isEmpty")
+            // A property of a value (a `Codable` struct stored through a transformer, an enum's
+            // `rawValue`, a string's `count`): Swift's own key path, applied to the value when
+            // the predicate is evaluated.
+            return .expression(.function(PredicateEvaluator.swiftKeyPath, [base, .value(keyPath)], column: 0))
         }
         func extended(_ path: [String]) -> [String] { path + [component == "isEmpty" ? "@count" : component] }
         let expression: PredicateExpression
         switch base {
         case .keyPath(let path, let column): expression = .keyPath(extended(path), column: column)
         case .variable(let name, let path, let column): expression = .variable(name, extended(path), column: column)
-        default: throw t.unsupported(self)
+        case .path(let inner, let path, let column): expression = .path(inner, extended(path), column: column)
+        default: expression = .path(base, extended([]), column: 0)
         }
         return component == "isEmpty" ? t.compare(expression, .equal, .value(0)) : .expression(expression)
     }
@@ -292,15 +296,33 @@ extension PredicateExpressions.NilLiteral: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart { .expression(.value(nil)) }
 }
 
+extension SwiftPredicateTranslator {
+    /// `a == b` or `a != b`; a condition compared with `true` or `false`
+    /// (`$0.address?.street.starts(with: "2") == true`) is that condition or its negation.
+    mutating func equality(_ lhs: Any, _ rhs: Any, equal: Bool) throws -> TranslatedPart {
+        let (l, r) = (try part(lhs), try part(rhs))
+        switch (l, r) {
+        case (.node(let n), .expression(.value(let b as Bool))), (.expression(.value(let b as Bool)), .node(let n)):
+            return .node(b == equal ? n : .not(n))
+        case (.expression(let a), .expression(let b)):
+            return compare(a, equal ? .equal : .notEqual, b)
+        default:
+            throw LogbookError(
+                .invalidPredicate,
+                "a #Predicate compares a condition or a range with something other than true or false")
+        }
+    }
+}
+
 extension PredicateExpressions.Equal: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        t.compare(try t.expression(lhs), .equal, try t.expression(rhs))
+        try t.equality(lhs, rhs, equal: true)
     }
 }
 
 extension PredicateExpressions.NotEqual: SwiftPredicateTranslatable {
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        t.compare(try t.expression(lhs), .notEqual, try t.expression(rhs))
+        try t.equality(lhs, rhs, equal: false)
     }
 }
 
@@ -343,6 +365,58 @@ extension PredicateExpressions.OptionalFlatMap: SwiftPredicateTranslatable {
         // `a?.b`: a key path that gives nil when `a` is nil, which is how key paths evaluate.
         t.variables[variable.key] = try t.expression(wrapped)
         return try t.part(transform)
+    }
+}
+
+#if !LOGBOOK_WITHOUT_MACROS
+    extension SwiftPredicateTranslator {
+        /// The entity names objects of `type` have: its own and its subclasses'.
+        func entityNames(of type: Any.Type, _ part: Any) throws -> [String] {
+            guard let model = type as? any PersistentModel.Type else {
+                throw LogbookError(
+                    .invalidPredicate, "a #Predicate tests whether an object is a \(type), which is not a @Model class")
+            }
+            return ModelEntityInfo.entityNames(ofSubclassesOf: model)
+        }
+    }
+
+    extension PredicateExpressions.TypeCheck: SwiftPredicateTranslatable {
+        /// `$0 is BusinessTrip`: the object's entity is the class's or a subclass's.
+        func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+            let names = try t.entityNames(of: Desired.self, self)
+            return .node(
+                .comparison(
+                    Comparison(
+                        modifier: .direct,
+                        lhs: .function(PredicateEvaluator.entityOf, [try t.expression(input)], column: 0),
+                        op: .in, rhs: .value(names), column: 0)))
+        }
+    }
+
+    extension PredicateExpressions.ConditionalCast: SwiftPredicateTranslatable {
+        /// `($0 as? BusinessTrip)?.perDiem`: the object when it is one, else nil.
+        func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+            let names = try t.entityNames(of: Desired.self, self)
+            return .expression(
+                .function(PredicateEvaluator.ifEntity, [try t.expression(input), .value(names)], column: 0))
+        }
+    }
+
+    extension PredicateExpressions.ForceCast: SwiftPredicateTranslatable {
+        /// `($0 as! BusinessTrip).perDiem`: as `as?` (an object of another class has no value
+        /// there, where Swift would stop the program).
+        func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+            let names = try t.entityNames(of: Desired.self, self)
+            return .expression(
+                .function(PredicateEvaluator.ifEntity, [try t.expression(input), .value(names)], column: 0))
+        }
+    }
+#endif
+
+extension PredicateExpressions.NilCoalesce: SwiftPredicateTranslatable {
+    /// `a ?? b`: `a`'s value, `b`'s when `a` has none.
+    func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
+        .expression(.function(PredicateEvaluator.coalesce, [try t.expression(lhs), try t.expression(rhs)], column: 0))
     }
 }
 
@@ -447,6 +521,15 @@ extension PredicateExpression {
         case .arithmetic(let op, let a, let b, _): return "(\(a.formatDescription) \(op) \(b.formatDescription))"
         case .unary(let op, let a, _): return op + a.formatDescription
         case .function(let name, let args, _):
+            if name == PredicateEvaluator.swiftKeyPath, args.count == 2, case .value(let keyPath?) = args[1] {
+                // `\Address.city` prints as such for stored properties.
+                let text = "\(keyPath)"
+                let member = text.firstIndex(of: ".").map { String(text[text.index(after: $0)...]) } ?? text
+                return args[0].formatDescription + "." + member
+            }
+            if name == PredicateEvaluator.coalesce, args.count == 2 {
+                return "(\(args[0].formatDescription) ?? \(args[1].formatDescription))"
+            }
             if name == "castObject:toType:", args.count == 2 {
                 return "CAST(\(args[0].formatDescription), \(args[1].formatDescription))"
             }

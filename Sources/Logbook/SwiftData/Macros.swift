@@ -22,7 +22,7 @@
 @attached(
     member,
     names: named(_$backingData), named(persistentBackingData), named(schemaMetadata), named(schemaConstraints),
-    named(init), named(_$observationRegistrar), named(_$notifyMutation)
+    named(init), named(_$observationRegistrar), named(_$notifyMutation), named(_$persistedMetadata)
 )
 @attached(memberAttribute)
 @attached(extension, conformances: PersistentModel, Observable)
@@ -31,7 +31,8 @@ public macro Model() = #externalMacro(module: "LogbookMacros", type: "ModelMacro
 /// Put by `@Model` on each persisted property: not for use in source.
 @attached(accessor, names: named(init), named(get), named(set))
 @attached(peer, names: prefixed(_))
-public macro _PersistedProperty() = #externalMacro(module: "LogbookMacros", type: "PersistedPropertyMacro")
+public macro _PersistedProperty(subclass: Bool = false) =
+    #externalMacro(module: "LogbookMacros", type: "PersistedPropertyMacro")
 
 /// Options of a persisted attribute (SwiftData's `@Attribute`).
 ///

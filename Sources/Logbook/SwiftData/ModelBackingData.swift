@@ -72,10 +72,23 @@ public final class ModelBackingData {
         preconditionFailure("\(info.name).\(key) has no value (was its object deleted?)")
     }
 
-    /// Sets the persisted property `key`.
-    public func setValue<Value>(forKey key: String, to value: Value) {
+    /// The value of the persisted property `key` of a subclass, whose initial value waits in
+    /// the object (see `_ModelInitialValue`) until it is inserted.
+    public func getValue<Value>(forKey key: String, initialValue: _ModelInitialValue) -> Value {
+        if object == nil, pending[key] == nil, let v = initialValue.value { return v as! Value }
+        return getValue(forKey: key)
+    }
+
+    /// Whether the unattached object has a value for `key` set since it was made.
+    func hasPending(_ key: String) -> Bool { pending[key] != nil }
+
+    /// Sets the persisted property `key` of `owner` (the model object this backing data is
+    /// for). An unattached object given a related object that is in a context is inserted into
+    /// that context, as in SwiftData (`book.author = fetchedAuthor` saves the book too).
+    public func setValue<Value>(forKey key: String, to value: Value, owner: (any PersistentModel)? = nil) {
         guard let object, let info, let kind = info.kinds[key], let context else {
             pending[key] = value
+            if let owner, let context = Self.context(of: value) { context.insert(owner) }
             return
         }
         switch kind {
@@ -95,6 +108,17 @@ public final class ModelBackingData {
             context.record { try object.setValue(try models.map { try context.managedObject(for: $0) }, forKey: key) }
         }
         context.didChange()
+    }
+
+    /// The context of the first attached model object in `value` (a model object, an optional
+    /// one, an array of them), if any.
+    private static func context(of value: Any) -> ModelContext? {
+        switch unwrapped(value) {
+        case let model as any PersistentModel: return model.persistentBackingData.context
+        case let models as [any PersistentModel]:
+            return models.lazy.compactMap { $0.persistentBackingData.context }.first
+        default: return nil
+        }
     }
 
     /// A value with its optional unwrapped (nil for none), whatever its type.

@@ -105,9 +105,17 @@ public final class ModelContext {
             return
         }
         do {
-            let info = try container.info(for: T.self)
+            // The object's own class: a subclass's object inserted as its superclass is stored
+            // in the subclass's entity.
+            let info = try container.info(for: type(of: model))
+            // Properties of subclasses not set since `super.init` have their initial values in
+            // the object: read them while it is unattached.
+            var initial: [String: Any] = [:]
+            for p in info.metadata where info.superInfo != nil && !backing.hasPending(p.name) {
+                if let v = model[keyPath: p.keyPath] { initial[p.name] = v }
+            }
             let object = try managedObjectContext.insertNewObject(forEntityName: info.name)
-            let pending = backing.attach(to: object, context: self, info: info)
+            let pending = backing.attach(to: object, context: self, info: info).merging(initial) { a, _ in a }
             models[object.engineKey] = WeakModel(model)
             for (key, value) in pending { backing.setValue(forKey: key, to: value) }
         } catch {

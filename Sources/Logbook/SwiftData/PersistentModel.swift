@@ -28,7 +28,7 @@ public protocol PersistentModel: AnyObject, Observable, Hashable, Identifiable {
 extension PersistentModel {
     /// The object's identifier: permanent once inserted (this store's object ID), temporary
     /// before.
-    public var persistentModelID: PersistentIdentifier { persistentBackingData.identifier(of: Self.self) }
+    public var persistentModelID: PersistentIdentifier { persistentBackingData.identifier(of: type(of: self)) }
 
     /// The identifier, for `Identifiable`.
     public var id: PersistentIdentifier { persistentModelID }
@@ -136,6 +136,15 @@ public struct ModelConstraints: Sendable {
 /// the backing data). Not for use in source.
 public struct _ModelNoStorage: Sendable {
     public init() {}
+}
+
+/// Where a subclass of a `@Model` class keeps the initial value of each of its own persisted
+/// properties (its initializer sets them before `super.init`, before there is backing data to
+/// hold them) until the object is inserted. Not for use in source.
+public struct _ModelInitialValue {
+    let value: Any?
+    public init() { value = nil }
+    public init(_ value: Any) { self.value = value }
 }
 
 /// The identity of a model object (SwiftData's `PersistentIdentifier`): `Sendable`, so it

@@ -115,6 +115,9 @@ public final class Schema: @unchecked Sendable {
             pending.removeFirst()
             guard seen.insert(ObjectIdentifier(t)).inserted else { continue }
             ordered.append(t)
+            // A subclass brings its superclasses (their entities are its parents); subclasses
+            // are not found from their superclass: name them, as in SwiftData.
+            if let s = ModelEntityInfo.superclass(of: t) { pending.append(s) }
             for p in t.schemaMetadata {
                 if let related = ModelPropertyKind.relatedModel(p.valueType) { pending.append(related) }
             }
@@ -270,6 +273,10 @@ final class ModelEntityInfo: @unchecked Sendable {
     let kinds: [String: ModelPropertyKind]
     let names: [AnyKeyPath: String]
     let constraints: ModelConstraints
+    /// The info of the nearest superclass that is a `@Model` class (the parent entity).
+    let superInfo: ModelEntityInfo?
+    /// The properties the class declares itself (not inherited).
+    let ownMetadata: [ModelPropertyMetadata]
 
     private static let cache = Locked<[ObjectIdentifier: ModelEntityInfo]>([:])
 
@@ -292,11 +299,38 @@ final class ModelEntityInfo: @unchecked Sendable {
         }
     }
 
+    /// The nearest superclass of `type` that is a `@Model` class.
+    static func superclass(of type: any PersistentModel.Type) -> (any PersistentModel.Type)? {
+        var at: AnyClass? = _getSuperclass(type)
+        while let c = at {
+            if let model = c as? any PersistentModel.Type { return model }
+            at = _getSuperclass(c)
+        }
+        return nil
+    }
+
+    /// The names of the entity of `type` and of every entity below it among the classes seen.
+    static func entityNames(ofSubclassesOf type: any PersistentModel.Type) -> [String] {
+        let all = cache.withLock { Array($0.values) }
+        return [entityName(of: type)]
+            + all.filter { info in
+                var at = info.superInfo
+                while let s = at {
+                    if s.type == type { return true }
+                    at = s.superInfo
+                }
+                return false
+            }.map(\.name).sorted()
+    }
+
     private init(_ type: any PersistentModel.Type) throws {
         self.type = type
         name = Self.entityName(of: type)
         metadata = type.schemaMetadata
         constraints = type.schemaConstraints
+        superInfo = try Self.superclass(of: type).map { try Self.info(for: $0) }
+        let inherited = Set(superInfo?.metadata.map(\.name) ?? [])
+        ownMetadata = metadata.filter { !inherited.contains($0.name) }
         var kinds: [String: ModelPropertyKind] = [:]
         var names: [AnyKeyPath: String] = [:]
         for p in metadata {
@@ -318,7 +352,9 @@ final class ModelEntityInfo: @unchecked Sendable {
     /// The entity of the class; `others` finds the classes its relationships point to.
     func entityDescription(resolving others: [ObjectIdentifier: ModelEntityInfo]) throws -> EntityDescription {
         var entity = EntityDescription(name)
-        for p in metadata {
+        // A subclass is a sub-entity of its superclass's entity, with the properties it adds.
+        entity.parentEntity = superInfo?.name
+        for p in ownMetadata {
             guard let kind = kinds[p.name] else { continue }
             let options = Set(p.attribute?.options.map(\.kind) ?? [])
             switch kind {

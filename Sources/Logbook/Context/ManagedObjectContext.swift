@@ -170,7 +170,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// True when running on the context's own queue. Told by a queue-specific value, not by
     /// the thread: after an `await`, the main queue may run on a thread that is not the main one.
     var isOnQueue: Bool {
-        guard let queue else { return true }
+        guard queue != nil else { return true }
         if concurrencyType == .mainQueue {
             // (Not `queue === DispatchQueue.main`: on Linux that is a new wrapper each time.)
             return DispatchQueue.getSpecific(key: Self.mainQueueKey) != nil || Thread.isMainThread

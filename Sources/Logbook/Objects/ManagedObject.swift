@@ -24,7 +24,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     let layout: EntityLayout
     /// The engine key (keyspace and serial): the object's identity within its store.
-    @exclusivity(unchecked) internal(set) var engineKey: UInt64
+    @exclusivity(unchecked) var engineKey: UInt64
     /// The object's identity (its store comes from the context's token: objects need not
     /// hold a reference of their own to it).
     public var objectID: ObjectID { ObjectID(store: token.identity, key: engineKey) }

@@ -144,7 +144,7 @@ public struct _ModelNoStorage: Sendable {
 public struct _ModelInitialValue {
     let value: Any?
     public init() { value = nil }
-    public init(_ value: Any) { self.value = value }
+    public init<Value>(_ value: Value) { self.value = value as Any }
 }
 
 /// The identity of a model object (SwiftData's `PersistentIdentifier`): `Sendable`, so it

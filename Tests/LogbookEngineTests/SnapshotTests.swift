@@ -112,6 +112,64 @@ import Testing
         #expect(reopened.snapshot().members(ofSet: key(5, 1)) == [0, 1, 2, 3, 4])
     }
 
+    @Test func commitsMadeWhileACompactionRemapsAreCarriedOverByItsSwitch() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var options = quietOptions(.none)
+        options.segmentSize = 64 << 10
+        let holder = Locked<Store?>(nil)
+        let expected = Locked<[UInt64: String]>([:])
+        // Between the compaction's remap of its copy and its switch: replace some records that
+        // the compaction moved, delete others, add new ones, and delete one of those again.
+        options.beforeCompactionSwitch = {
+            guard let store = holder.withLock({ $0 }) else { return }
+            var t = Transaction()
+            var changes: [UInt64: String?] = [:]
+            for i in stride(from: UInt64(0), to: 2_000, by: 7) {
+                t.put(key(1, i), value: bytes("during \(i)"))
+                changes[i] = "during \(i)"
+            }
+            for i in stride(from: UInt64(3), to: 2_000, by: 11) where changes[i] == nil {
+                t.delete(key(1, i))
+                changes[i] = .some(nil)
+            }
+            for i in UInt64(5_000)..<5_010 {
+                t.put(key(1, i), value: bytes("new \(i)"))
+                changes[i] = "new \(i)"
+            }
+            try! store.commit(t)
+            var again = Transaction()
+            again.delete(key(1, 5_003))
+            changes[5_003] = .some(nil)
+            try! store.commit(again)
+            expected.withLock { e in
+                for (k, v) in changes { e[k] = v }
+            }
+        }
+        let store = try Store.open(at: dir.store(), options: options)
+        var first = Transaction()
+        var model: [UInt64: String] = [:]
+        for i in UInt64(0)..<2_000 {
+            first.put(key(1, i), value: bytes("v\(i)"))
+            model[i] = "v\(i)"
+        }
+        try store.commit(first)
+        expected.withLock { $0 = model }
+        holder.withLock { $0 = store }
+        let report = try store.compact()
+        holder.withLock { $0 = nil }
+        #expect(report.liveBytesRewritten > 0)
+        let want = expected.withLock { $0 }.mapValues { $0 }
+        #expect(want[0] == "during 0" && want[3] == nil && want[5_001] == "new 5001" && want[5_003] == nil)
+        #expect(try contents(store.snapshot()) == want)
+        #expect(store.snapshot().count(inKeyspace: 1) == want.count)
+        try store.close()
+        options.beforeCompactionSwitch = nil
+        let reopened = try Store.open(at: dir.store(), options: options)
+        #expect(try contents(reopened.snapshot()) == want)
+        try reopened.close()
+    }
+
     @Test func compactionRunsWhileAWriterCommits() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }

@@ -3,6 +3,8 @@
 // apply), in one run, then one table: workload, Logbook, GRDB, ratio.
 //
 //   swift run -c release --package-path Benchmarks PeerRunner [--count N] [--repeat R]
+//   … PeerRunner --only-queries            W11 and W12 alone
+//   … PeerRunner --scale --count 10000000  W1 batch, W2, W4, W8, W9, W11: the scale table
 import Foundation
 import GRDB
 import Logbook
@@ -190,7 +192,8 @@ func runPhase(_ phase: String, _ path: String) throws {
         let n = items!.count
         items = nil
         print(
-            "open=\(opened - t0) fetch=\(fetched - fetchStart) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
+            "open=\(opened - t0) fetch=\(fetched - fetchStart) release=\(now() - fetched) records=\(chars > 0 ? n : 0) peak_rss_mb=\(peakRSSMegabytes())"
+        )
     case "logbook-w3":
         let t0 = now()
         let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
@@ -228,7 +231,9 @@ func runPhase(_ phase: String, _ path: String) throws {
         let fetched = now()
         let n = items!.count
         items = nil
-        print("open=\(opened - t0) fetch=\(fetched - opened) release=\(now() - fetched) records=\(chars > 0 ? n : 0)")
+        print(
+            "open=\(opened - t0) fetch=\(fetched - opened) release=\(now() - fetched) records=\(chars > 0 ? n : 0) peak_rss_mb=\(peakRSSMegabytes())"
+        )
     case "grdb-w3":
         let t0 = now()
         let pool = try DatabasePool(path: path + "/db.sqlite")
@@ -255,6 +260,66 @@ func runPhase(_ phase: String, _ path: String) throws {
             (try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }, 0)
         }
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
+    case "logbook-w1batch":
+        // The batch insert into `path`, for the scale table: time and the process's peak memory.
+        let t0 = now()
+        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let context = container.newContext(concurrencyType: .confinement)
+        _ = try context.execute(
+            BatchInsertRequest(entityName: "Item", count: count) { i, row in
+                let n = i + 1
+                row.set("Item \(n)", forKey: "name")
+                row.set(Date(timeIntervalSince1970: base + Double(n) / 1000), forKey: "createdAt")
+                row.set(n % 2 == 0, forKey: "done")
+            })
+        let seconds = now() - t0
+        try container.close()
+        print("seconds=\(seconds) peak_rss_mb=\(peakRSSMegabytes()) bytes=\(directoryBytes(path))")
+    case "grdb-w1":
+        let t0 = now()
+        let pool = try grdbPool(path)
+        try pool.write { db in
+            let statement = try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
+            for i in 1...count {
+                try statement.execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0])
+            }
+        }
+        let seconds = now() - t0
+        try pool.close()
+        print("seconds=\(seconds) peak_rss_mb=\(peakRSSMegabytes()) bytes=\(directoryBytes(path))")
+    case "logbook-w8":
+        // Open to the first count, then the index memory the open store holds.
+        let t0 = now()
+        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let n = try container.newContext(concurrencyType: .confinement).count(for: FetchRequest<Item>())
+        let answered = now() - t0
+        let stats = container.store.statistics()
+        print(
+            "open_to_count=\(answered) records=\(n) index_bytes_per_record=\(Double(stats.indexMemoryBytes) / Double(max(1, n))) peak_rss_mb=\(peakRSSMegabytes())"
+        )
+    case "grdb-w8":
+        let t0 = now()
+        let pool = try DatabasePool(path: path + "/db.sqlite")
+        let n = try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }
+        print("open_to_count=\(now() - t0) records=\(n) peak_rss_mb=\(peakRSSMegabytes())")
+    case "logbook-w9":
+        // Compaction of the whole store (every live record moved), and how long its switch held
+        // the writer's lock.
+        var options = StoreOptions()
+        options.compaction = .manual
+        let store = try Store.open(at: path, options: options)
+        let live = store.statistics().liveBytes
+        let r = try store.compact()
+        try store.close()
+        print(
+            "seconds=\(r.seconds) live_mb_per_s=\(Double(r.liveBytesRewritten) / 1e6 / max(r.seconds - r.checkpointSeconds, 1e-9)) switch_ms=\(r.switchSeconds * 1000) live_mb=\(Double(live) / 1e6) peak_rss_mb=\(peakRSSMegabytes())"
+        )
+    case "grdb-w9":
+        // SQLite's own rewrite of the whole database.
+        let pool = try DatabasePool(path: path + "/db.sqlite")
+        let t0 = now()
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "VACUUM") }
+        print("seconds=\(now() - t0) peak_rss_mb=\(peakRSSMegabytes())")
     case "logbook-w11": try logbookW11Phase(path)
     case "grdb-w11": try grdbW11Phase(path)
     case "logbook-w12": printW12(try logbookW12(path))
@@ -591,6 +656,58 @@ func queryRows(logbookStore: String, grdbStore: String) throws -> [String] {
             "W12 lastName == 'L7' AND age > 40 (compound index)", (lw12["compound"] ?? .nan) * 1e6,
             (gw12["compound"] ?? .nan) * 1e6, unit: "µs")
     ]
+}
+
+if arguments.contains("--scale") {
+    // The scale table of docs/benchmarks.md (run it with --count 1000000 and --count 10000000):
+    // W1 batch, W2, W4, W8, W9 and W11 on stores built once per library, every phase in a new
+    // process (so that its peak memory is its own), W2–W11 medians of --repeat processes.
+    let l = freshDirectory("logbook-scale") + "/store"
+    let g = freshDirectory("grdb-scale")
+    FileHandle.standardError.write(Data("W1 batch…\n".utf8))
+    let lw1 = try inNewProcess("logbook-w1batch", l)
+    let gw1 = try inNewProcess("grdb-w1", g)
+    FileHandle.standardError.write(Data("W8, W2, W4…\n".utf8))
+    let (lw8, gw8) = try medians("logbook-w8", "grdb-w8", logbookStore: l, grdbStore: g)
+    let (lw2, gw2) = try medians("logbook-w2", "grdb-w2", logbookStore: l, grdbStore: g)
+    let (lw4, gw4) = try medians("logbook-w4", "grdb-w4", logbookStore: l, grdbStore: g)
+    FileHandle.standardError.write(Data("W11…\n".utf8))
+    let (lw11, gw11) = try medians("logbook-w11", "grdb-w11", logbookStore: l, grdbStore: g)
+    FileHandle.standardError.write(Data("W9…\n".utf8))
+    let lw9 = try inNewProcess("logbook-w9", l)
+    let gw9 = try inNewProcess("grdb-w9", g)
+    try? FileManager.default.removeItem(atPath: (l as NSString).deletingLastPathComponent)
+    try? FileManager.default.removeItem(atPath: g)
+    func f(_ d: [String: Double], _ k: String) -> Double { d[k] ?? .nan }
+    print("N = \(count), W2–W11 medians of \(repeats) new processes each")
+    print("| workload | Logbook | GRDB | GRDB ÷ Logbook |")
+    print("|---|---|---|---|")
+    print(row("W1 batch insert (GRDB: cached statement)", f(lw1, "seconds"), f(gw1, "seconds")))
+    print(
+        String(
+            format: "| W1 batch peak RSS | %.0f MB | %.0f MB | %.2f× |", f(lw1, "peak_rss_mb"), f(gw1, "peak_rss_mb"),
+            f(gw1, "peak_rss_mb") / f(lw1, "peak_rss_mb")))
+    print(
+        String(
+            format: "| W1 store size | %.1f MB | %.1f MB | %.2f× |", f(lw1, "bytes") / 1e6, f(gw1, "bytes") / 1e6,
+            f(gw1, "bytes") / f(lw1, "bytes")))
+    print(row("W8 open to first count", f(lw8, "open_to_count"), f(gw8, "open_to_count")))
+    print(String(format: "| index memory per object (after open) | %.1f bytes | | |", f(lw8, "index_bytes_per_record")))
+    print(row("W2 open (new process)", f(lw2, "open"), f(gw2, "open")))
+    print(row("W2 fetch all sorted by createdAt, read names", f(lw2, "fetch"), f(gw2, "fetch")))
+    print(row("W4 count, median of 10", f(lw4, "median") * 1e6, f(gw4, "median") * 1e6, unit: "µs"))
+    print(row("W11 count done == YES", f(lw11, "count"), f(gw11, "count")))
+    print(row("W11 fetch name CONTAINS '99999', read names", f(lw11, "contains"), f(gw11, "contains")))
+    print(row("W11 fetch done == NO AND name LIKE 'Item 1*', read names", f(lw11, "mixed"), f(gw11, "mixed")))
+    print(row("W9 compaction (GRDB: VACUUM)", f(lw9, "seconds"), f(gw9, "seconds")))
+    print(
+        String(
+            format: "| W9 rewrite rate / longest writer stall (the switch) | %.0f MB/s / %.1f ms | | |",
+            f(lw9, "live_mb_per_s"), f(lw9, "switch_ms")))
+    print(
+        "(records: W2 \(Int(f(lw2, "records")))/\(Int(f(gw2, "records"))), W8 \(Int(f(lw8, "records")))/\(Int(f(gw8, "records"))), W11 \(Int(f(lw11, "count_records")))/\(Int(f(gw11, "count_records"))); peak RSS W2 \(Int(f(lw2, "peak_rss_mb")))/\(Int(f(gw2, "peak_rss_mb"))) MB, W9 \(Int(f(lw9, "peak_rss_mb")))/\(Int(f(gw9, "peak_rss_mb"))) MB)"
+    )
+    exit(0)
 }
 
 if arguments.contains("--only-queries") {

@@ -186,6 +186,11 @@ extension Store {
         try state.working.apply(
             transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
             manifest: manifest, segment: active.number, reader: reader)
+        if state.compactionTouched != nil {
+            // A compaction is remapping a copy of the primary index: it takes these keys' new
+            // locations from here at its switch.
+            for i in 0..<manifest.count { state.compactionTouched!.append(manifest.key(i)) }
+        }
     }
 
     /// Phase 4: the commit becomes the writer's state, and — unless group commit publishes it

@@ -78,6 +78,10 @@ public final class Store: Sendable {
         /// last successful sync covered it). Commit records carry it; a failed sync cuts the
         /// segment back to it.
         var syncedOffset = JournalFormat.fileHeaderSize
+        /// While a compaction prepares its switch (non-nil): every key a commit put or deleted
+        /// since it copied the primary index, so that the switch takes their current
+        /// locations instead of walking the whole index under the lock.
+        var compactionTouched: [UInt64]?
 
         /// Makes the store refuse writes until it is reopened.
         mutating func recordFailure(_ error: any Error) {

@@ -53,6 +53,9 @@ public struct StoreOptions: Sendable {
     /// all at or before it (none, if the first segment has a later one), so that every later
     /// version can still be replayed.
     public var beforeCompaction: (@Sendable () -> UInt64?)?
+    /// Tests: called by a compaction once it has remapped its copy of the primary index,
+    /// before its switch (commits made here are the ones the switch must carry over).
+    var beforeCompactionSwitch: (@Sendable () -> Void)?
     /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
     var ignoresCheckpoint = false
 

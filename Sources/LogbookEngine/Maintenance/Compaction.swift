@@ -135,11 +135,24 @@ extension Store {
 
         // 3. Switch: remap the locations that still point into sealed segments, then one manifest.
         let written = output.files
-        // Sorted by key before the writer's lock is taken: under it, only the walk that applies
-        // them (commits wait for the switch, not for the sort).
+        // The new locations are applied outside the writer's lock, to a copy of the primary
+        // index taken now (copy-on-write: the copy shares every node until the remap touches
+        // it); commits made meanwhile record the keys they touch, and the switch gives those
+        // keys their current locations in the copy. Under the lock, then, only the commits of
+        // the remap's duration are walked, not every live key (a writer waited 230 ms at
+        // 10,000,000 records for that walk). A key a commit touched is never remapped: its new
+        // location is in the active segment, which this compaction does not rewrite.
         let remap = output.remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) }
+        var remapped = writer.withLock { writerState -> RadixMap<UInt64> in
+            writerState.compactionTouched = []
+            return writerState.working.primary
+        }
+        remapped.replaceMany(remap)
+        options.beforeCompactionSwitch?()
         let switchStarted = ContinuousClock.now
         let (bytesAfter, removedCount) = try writer.withLock { writerState -> (Int, Int) in
+            let touched = writerState.compactionTouched ?? []
+            writerState.compactionTouched = nil
             do { try writerState.checkWritable() } catch {
                 output.abandon()
                 throw error
@@ -159,7 +172,14 @@ extension Store {
                 writerState.recordFailure(error)
                 throw error
             }
-            writerState.working.primary.replaceMany(remap)
+            for key in touched {
+                if let location = writerState.working.primary[key] {
+                    remapped.set(key, location)
+                } else {
+                    remapped.remove(key)
+                }
+            }
+            writerState.working.primary = remapped
             writerState.working.totalBytes =
                 writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
             writerState.working.liveBytes = max(0, writerState.working.liveBytes)

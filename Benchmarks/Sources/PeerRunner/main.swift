@@ -120,18 +120,23 @@ func grdbPool(_ dir: String) throws -> DatabasePool {
     return pool
 }
 
-/// W1 with a cached prepared statement (SQLite's fastest insert path).
-func grdbStatement() throws -> (seconds: Double, bytes: Int) {
-    let dir = freshDirectory("grdb")
-    defer { try? FileManager.default.removeItem(atPath: dir) }
-    let start = now()
-    let pool = try grdbPool(dir)
+/// N Items through one cached prepared statement, in one transaction.
+func grdbInsertItems(_ pool: DatabasePool) throws {
     try pool.write { db in
         let statement = try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
         for i in 1...count {
             try statement.execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0])
         }
     }
+}
+
+/// W1 with a cached prepared statement (SQLite's fastest insert path).
+func grdbStatement() throws -> (seconds: Double, bytes: Int) {
+    let dir = freshDirectory("grdb")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let start = now()
+    let pool = try grdbPool(dir)
+    try grdbInsertItems(pool)
     let seconds = now() - start
     try pool.close()
     return (seconds, directoryBytes(dir))
@@ -262,28 +267,12 @@ func runPhase(_ phase: String, _ path: String) throws {
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
     case "logbook-w1batch":
         // The batch insert into `path`, for the scale table: time and the process's peak memory.
-        let t0 = now()
-        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
-        let context = container.newContext(concurrencyType: .confinement)
-        _ = try context.execute(
-            BatchInsertRequest(entityName: "Item", count: count) { i, row in
-                let n = i + 1
-                row.set("Item \(n)", forKey: "name")
-                row.set(Date(timeIntervalSince1970: base + Double(n) / 1000), forKey: "createdAt")
-                row.set(n % 2 == 0, forKey: "done")
-            })
-        let seconds = now() - t0
-        try container.close()
+        let seconds = try logbookBatchInsert(into: path)
         print("seconds=\(seconds) peak_rss_mb=\(peakRSSMegabytes()) bytes=\(directoryBytes(path))")
     case "grdb-w1":
         let t0 = now()
         let pool = try grdbPool(path)
-        try pool.write { db in
-            let statement = try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
-            for i in 1...count {
-                try statement.execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0])
-            }
-        }
+        try grdbInsertItems(pool)
         let seconds = now() - t0
         try pool.close()
         print("seconds=\(seconds) peak_rss_mb=\(peakRSSMegabytes()) bytes=\(directoryBytes(path))")
@@ -364,10 +353,7 @@ func keptLogbookStore() throws -> String {
 func keptGRDBStore() throws -> String {
     let dir = freshDirectory("grdb-w1")
     let pool = try grdbPool(dir)
-    try pool.write { db in
-        let statement = try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
-        for i in 1...count { try statement.execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0]) }
-    }
+    try grdbInsertItems(pool)
     try pool.close()
     return dir
 }
@@ -378,8 +364,14 @@ func keptGRDBStore() throws -> String {
 func logbookBatchPopulate() throws -> Double {
     let dir = freshDirectory("logbook-batch")
     defer { try? FileManager.default.removeItem(atPath: dir) }
+    return try logbookBatchInsert(into: dir + "/store")
+}
+
+/// N Items through one batch insert into a new store at `path`; the seconds from opening the
+/// container to the end of the insert.
+func logbookBatchInsert(into path: String) throws -> Double {
     let start = now()
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
+    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
     let context = container.newContext(concurrencyType: .confinement)
     _ = try context.execute(
         BatchInsertRequest(entityName: "Item", count: count) { i, row in

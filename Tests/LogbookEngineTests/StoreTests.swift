@@ -302,4 +302,49 @@ import Testing
         try reopened.close()
         try changed.close()
     }
+
+    /// A transaction of hundreds of blocks is held compressed until its commit, which applies
+    /// it a part at a time: what it leaves (values, index entries, sets, live bytes) is what
+    /// replaying it whole gives, including a key put in one part and again in a later one.
+    @Test func aLargeTransactionIsHeldCompressedAndAppliedInParts() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions())
+        func value(_ i: Int) -> [UInt8] { bytes("record \(i) " + String(repeating: "abcdefgh", count: 24)) }
+        func entry(_ v: UInt64) -> IndexKey { IndexKey(index: 2, orderedUInt64: v) }
+        var t = Transaction()
+        let count = 60_000
+        for i in 0..<count {
+            t.put(key(1, UInt64(i)), value: value(i), indexKey: entry(UInt64(i % 1000)))
+            if i == count / 2 { t.addMembers([key(1, 1), key(1, 2)], toSet: key(9, 1)) }
+        }
+        t.put(key(1, 5), value: bytes("put again"), indexKey: entry(7777))
+        let blocks = t.commitBlocks()
+        #expect(blocks.count > Store.applyPartBlocks, "more blocks than one part: \(blocks.count)")
+        #expect(blocks.contains { $0.isEmpty }, "finished blocks were let go, kept compressed")
+        #expect(t.finishedBlocks().allSatisfy { !$0.isEmpty }, "and read back whole")
+        try store.commit(t)
+
+        func check(_ s: Snapshot) throws {
+            #expect(s.count(inKeyspace: 1) == count)
+            for i in [0, 1, 4, 6, count / 2, count - 1] { #expect(try s.value(forKey: key(1, UInt64(i))) == value(i)) }
+            #expect(string(try s.value(forKey: key(1, 5))) == "put again")
+            #expect(s.members(ofSet: key(9, 1)) == [key(1, 1), key(1, 2)])
+            #expect(s.indexCount(index: 2) == count)
+            func entries(_ v: UInt64) -> Int {
+                let b = entry(v).bytes
+                return s.indexCount(index: 2, from: IndexBound(b, inclusive: true), to: IndexBound(b, inclusive: true))
+            }
+            #expect(entries(5) == count / 1000 - 1, "the first put's entry left with its version")
+            #expect(entries(7777) == 1)
+            #expect(entries(6) == count / 1000)
+        }
+        try check(store.snapshot())
+        let live = store.statistics().liveBytes
+        try store.close()
+        let reopened = try Store.open(at: dir.store(), options: quietOptions())
+        try check(reopened.snapshot())
+        #expect(reopened.statistics().liveBytes == live, "the replay, one transaction, counts the same live bytes")
+        try reopened.close()
+    }
 }

@@ -101,12 +101,15 @@ extension ManagedObjectContext {
         return result
     }
 
-    func addMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
+    /// `ownerObject`, when the caller has it, saves looking the owner up by key.
+    func addMember(
+        _ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int, ownerObject: ManagedObject? = nil
+    ) {
         let k = setKey(owner, layout, r)
-        if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+        if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
         setAdds[k, default: []].insert(member)
         if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
-        if let o = registered(owner) { touch(o) }
+        if let o = ownerObject ?? registered(owner) { touch(o) }
     }
 
     func removeMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
@@ -117,16 +120,19 @@ extension ManagedObjectContext {
         if let o = registered(owner) { touch(o) }
     }
 
-    /// The inverse side: `other`'s relationship `inverse` gains or loses `owner`.
-    func linkInverse(_ owner: ManagedObject, _ r: Int, _ otherKey: UInt64, adding: Bool) throws {
+    /// The inverse side: `other`'s relationship `inverse` gains or loses `owner`. `otherObject`
+    /// is the object of `otherKey` when the caller has it.
+    func linkInverse(
+        _ owner: ManagedObject, _ r: Int, _ otherKey: UInt64, adding: Bool, otherObject: ManagedObject? = nil
+    ) throws {
         guard let inv = owner.layout.relationshipInverse[r] else { return }
         // The other object's own entity (it may be a sub-entity of the declared destination):
         // inherited relationships keep their index, their slots do not.
         let declared = model.layouts[owner.layout.relationshipDestination[r]]
-        let destLayout = declared.inTree ? (layout(forKey: otherKey) ?? declared) : declared
+        let destLayout = declared.inTree ? (otherObject?.layout ?? layout(forKey: otherKey) ?? declared) : declared
         if destLayout.entity.relationships[inv].isToMany {
             if adding {
-                addMember(owner.engineKey, owner: otherKey, destLayout, inv)
+                addMember(owner.engineKey, owner: otherKey, destLayout, inv, ownerObject: otherObject)
             } else {
                 removeMember(owner.engineKey, owner: otherKey, destLayout, inv)
             }
@@ -183,8 +189,8 @@ extension ManagedObjectContext {
             ? (setAdds[setKey(owner.engineKey, owner.layout, r)] ?? [])
             : relatedKeys(owner.engineKey, owner.layout, r)
         for o in objects where !current.contains(o.engineKey) {
-            addMember(o.engineKey, owner: owner.engineKey, owner.layout, r)
-            try linkInverse(owner, r, o.engineKey, adding: true)
+            addMember(o.engineKey, owner: owner.engineKey, owner.layout, r, ownerObject: owner)
+            try linkInverse(owner, r, o.engineKey, adding: true, otherObject: o)
         }
     }
 

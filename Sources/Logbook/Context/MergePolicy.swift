@@ -60,11 +60,15 @@ public struct MergeConflict: Sendable, CustomStringConvertible {
 
 /// The keys recent saves replaced or deleted, by version: a save need compare only the
 /// records written after its objects were read. Bounded: past `capacity` keys it forgets
-/// them all and records the version from which it knows nothing (`horizon`).
+/// them all and records the version from which it knows nothing (`horizon`). A write of more
+/// than `largeWrite` keys at once (a batch request) is not listed key by key: it moves the
+/// horizon, which costs a later save a comparison of its objects' values with the store's
+/// (the conflict check below), never a lost change.
 struct WriteLog {
     private var lastWrite: [UInt64: UInt64] = [:]
     private(set) var horizon: UInt64 = 0
     static let capacity = 1 << 20
+    static let largeWrite = 1 << 16
 
     /// Whether a record read at `version` may have been replaced since.
     func mayHaveChanged(_ key: UInt64, since version: UInt64) -> Bool {
@@ -73,7 +77,12 @@ struct WriteLog {
         return written > version
     }
 
-    mutating func record(_ keys: some Sequence<UInt64>, version: UInt64) {
+    mutating func record(_ keys: some Collection<UInt64>, version: UInt64) {
+        if keys.count > Self.largeWrite {
+            lastWrite = [:]
+            horizon = version + 1
+            return
+        }
         for k in keys { lastWrite[k] = version }
         if lastWrite.count > Self.capacity {
             lastWrite = [:]

@@ -49,43 +49,46 @@ enum RecordCodec {
             let slot = slots[i]
             if slot.isNull { continue }
             out[bitmapStart + i / 8] |= UInt8(1 << (i % 8))
-            switch slot {
-            case .null: break
-            case .string(var s):
-                s.withUTF8 { u in
-                    appendVarint(UInt64(u.count), &out)
-                    out.append(contentsOf: u)
-                }
-            case .int(let v): appendVarint(UInt64(bitPattern: (v << 1) ^ (v >> 63)), &out)
-            case .double(let d):
-                if i < layout.attributeCount, layout.entity.attributes[i].type == .float {
-                    appendLE(Float(d).bitPattern, &out)
-                } else {
-                    appendLE(d.bitPattern, &out)
-                }
-            case .bool(let b): out.append(b ? 1 : 0)
-            case .data(let d):
-                appendVarint(UInt64(d.count), &out)
-                out.append(contentsOf: d)
-            case .boxed(let b):
-                switch b.value {
-                case .uuid(let u): withUnsafeBytes(of: u.uuid) { out.append(contentsOf: $0) }
-                case .url(let u):
-                    let s = Array(u.absoluteString.utf8)
-                    appendVarint(UInt64(s.count), &out)
-                    out.append(contentsOf: s)
-                case .decimal(let d):
-                    let s = Array(d.description.utf8)
-                    appendVarint(UInt64(s.count), &out)
-                    out.append(contentsOf: s)
-                }
-            case .object(let key): appendVarint(objectCode(key, layout.slotKinds[i]), &out)
-            }
+            appendValue(slot, at: i, layout: layout, to: &out)
         }
     }
 
-    /// How a to-one value is written: the serial, or serial and keyspace for a destination
-    /// with sub-entities (whose objects live in several keyspaces).
+    /// Appends the stored form of one non-null value (slot `i` of `layout`'s records).
+    static func appendValue(_ slot: Slot, at i: Int, layout: EntityLayout, to out: inout [UInt8]) {
+        switch slot {
+        case .null: break
+        case .string(var s):
+            s.withUTF8 { u in
+                appendVarint(UInt64(u.count), &out)
+                out.append(contentsOf: u)
+            }
+        case .int(let v): appendVarint(UInt64(bitPattern: (v << 1) ^ (v >> 63)), &out)
+        case .double(let d):
+            if i < layout.attributeCount, layout.entity.attributes[i].type == .float {
+                appendLE(Float(d).bitPattern, &out)
+            } else {
+                appendLE(d.bitPattern, &out)
+            }
+        case .bool(let b): out.append(b ? 1 : 0)
+        case .data(let d):
+            appendVarint(UInt64(d.count), &out)
+            out.append(contentsOf: d)
+        case .boxed(let b):
+            switch b.value {
+            case .uuid(let u): withUnsafeBytes(of: u.uuid) { out.append(contentsOf: $0) }
+            case .url(let u):
+                let s = Array(u.absoluteString.utf8)
+                appendVarint(UInt64(s.count), &out)
+                out.append(contentsOf: s)
+            case .decimal(let d):
+                let s = Array(d.description.utf8)
+                appendVarint(UInt64(s.count), &out)
+                out.append(contentsOf: s)
+            }
+        case .object(let key): appendVarint(objectCode(key, layout.slotKinds[i]), &out)
+        }
+    }
+
     @inline(__always)
     static func objectCode(_ key: UInt64, _ kind: EntityLayout.SlotKind) -> UInt64 {
         let k = EngineKey(rawValue: key)
@@ -222,21 +225,62 @@ enum RecordCodec {
         guard raw[1 + target / 8] & UInt8(1 << (target % 8)) != 0 else { return .null }
         var o = 1 + (n + 7) / 8
         // Skip the values present before the target.
-        for i in 0..<target where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
-            switch kinds[i] {
-            case .string, .data, .url, .decimal:
-                let length = try varint(raw, &o)
-                guard length <= UInt64(raw.count - o) else { throw Malformed() }
-                o += Int(length)
-            case .int, .object, .anyObject: _ = try varint(raw, &o)
-            case .double: o += 8
-            case .float: o += 4
-            case .bool: o += 1
-            case .uuid: o += 16
-            }
-            guard o <= raw.count else { throw Malformed() }
-        }
+        for i in 0..<target where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 { try skip(kinds[i], raw, &o) }
         return try value(kinds[target], raw, &o) { 0 }
+    }
+
+    /// Moves `o` past one stored value of `kind`.
+    @inline(__always)
+    static func skip(_ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int) throws {
+        switch kind {
+        case .string, .data, .url, .decimal:
+            let length = try varint(raw, &o)
+            guard length <= UInt64(raw.count - o) else { throw Malformed() }
+            o += Int(length)
+        case .int, .object, .anyObject: _ = try varint(raw, &o)
+        case .double: o += 8
+        case .float: o += 4
+        case .bool: o += 1
+        case .uuid: o += 16
+        }
+        guard o <= raw.count else { throw Malformed() }
+    }
+
+    /// A record with some values replaced, made from the stored bytes without decoding the
+    /// others (a batch update's constant values). `changes` are sorted by slot; each value is
+    /// nil (no value) or its stored form (`appendValue`).
+    static func splice(
+        _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
+        changes: [(slot: Int, stored: [UInt8]?)], into out: inout [UInt8]
+    ) throws {
+        let n = kinds.count
+        let bitmapCount = (n + 7) / 8
+        guard raw.count >= 1 + bitmapCount, raw[0] == format else { throw Malformed() }
+        out.removeAll(keepingCapacity: true)
+        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[0..<(1 + bitmapCount)]))
+        var o = 1 + bitmapCount
+        var next = 0
+        // Runs of unchanged values are copied whole.
+        var runStart = o
+        for i in 0..<n {
+            let present = raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0
+            let changed = next < changes.count && changes[next].slot == i
+            if !changed {
+                if present { try skip(kinds[i], raw, &o) }
+                continue
+            }
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[runStart..<o]))
+            if present { try skip(kinds[i], raw, &o) }
+            runStart = o
+            if let stored = changes[next].stored {
+                out[1 + i / 8] |= UInt8(1 << (i % 8))
+                out.append(contentsOf: stored)
+            } else {
+                out[1 + i / 8] &= ~UInt8(1 << (i % 8))
+            }
+            next += 1
+        }
+        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[runStart..<o]))
     }
 
     @inline(__always)

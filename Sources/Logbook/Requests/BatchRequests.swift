@@ -261,6 +261,14 @@ extension ManagedObjectContext {
                 let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
                 let attributeCount = layout.attributeCount
                 updatedKeys.reserveCapacity(updatedKeys.count + keys.count)
+                if plan.residual == nil && computed.isEmpty {
+                    // Constant values on records the plan selects whole: the stored bytes are
+                    // changed in place, the other values never decoded.
+                    try spliceUpdate(
+                        keys, changes: changes, layout: layout, snapshot: snapshot, into: &transaction,
+                        updated: &updatedKeys)
+                    continue
+                }
                 try RecordCodec.readingRecords(of: layout) {
                     try snapshot.forEachValue(forKeys: keys) { _, key, raw in
                         var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
@@ -334,6 +342,58 @@ extension ManagedObjectContext {
             container.didSave(changeSet, from: self)
         }
         return BatchResult(count: updatedKeys.count, objectIDs: request.resultType == .objectIDs ? ids : [])
+    }
+
+    /// A batch update's constant `changes` written into `keys`' records without decoding
+    /// them: each record is spliced (`RecordCodec.splice`), its index keys made from the new
+    /// bytes.
+    private func spliceUpdate(
+        _ keys: [UInt64], changes: [(slot: Int, value: Slot)], layout: EntityLayout, snapshot: Snapshot,
+        into transaction: inout Transaction, updated: inout [UInt64]
+    ) throws {
+        let store = storeLayout
+        // Transient attributes are never stored: a change to one leaves the record without it.
+        let stored = changes.sorted { $0.slot < $1.slot }.map { c -> (slot: Int, stored: [UInt8]?) in
+            guard !c.value.isNull, !layout.transientSlots.contains(c.slot) else { return (c.slot, nil) }
+            var bytes: [UInt8] = []
+            RecordCodec.appendValue(c.value, at: c.slot, layout: layout, to: &bytes)
+            return (c.slot, bytes)
+        }
+        let indexed = store.indexedSlots[layout.index]
+        // One index on an attribute: its key comes from that value alone; else from the record.
+        let single =
+            indexed.count <= 1 && store.constraintIndexes[layout.index].isEmpty
+            && store.compoundIndexes[layout.index].isEmpty
+            && indexed.allSatisfy { $0.slot < layout.attributeCount }
+        let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
+        var buffer: [UInt8] = []
+        try RecordCodec.readingRecords(of: layout) {
+            try layout.slotKinds.withUnsafeBufferPointer { kinds in
+                try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+                    try RecordCodec.splice(raw, kinds: kinds, changes: stored, into: &buffer)
+                    try buffer.withUnsafeBytes { record in
+                        if single {
+                            let indexKey = try indexed.first.map {
+                                StoreLayout.indexKey(
+                                    try RecordCodec.decodeSlot(record, $0.slot, kinds: kinds), slot: $0.slot,
+                                    entity: layout, index: $0.index)
+                            }
+                            if let indexKey {
+                                transaction.put(key, value: record, indexKey: indexKey)
+                            } else {
+                                transaction.put(key, value: record)
+                            }
+                        } else {
+                            let slots = try RecordCodec.decode(record, kinds: kinds) {
+                                destinations[$0 - layout.attributeCount]
+                            }
+                            transaction.put(key, value: record, indexKeys: store.indexKeys(slots, entity: layout))
+                        }
+                    }
+                    updated.append(key)
+                }
+            }
+        }
     }
 
     static func validationError(_ failures: [ValidationFailure]) -> LogbookError {

@@ -114,9 +114,15 @@ struct IndexState: Sendable {
         for (offset, block) in blocks {
             local[Location(segment: segment, frameOffset: offset, blockOffset: 0).frameKey] = block
         }
-        func block(_ loc: Location) throws -> [UInt8] {
-            if let b = local[loc.frameKey] { return b }
-            return try reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
+        // Replaced versions come in runs from the same block (a batch rewrites records in key
+        // order): the last block asked for is kept at hand, one for old and one for final.
+        var recent: [(frameKey: UInt64, block: [UInt8])] = [(.max, []), (.max, [])]
+        func block(_ loc: Location, _ slot: Int) throws -> [UInt8] {
+            let frameKey = loc.frameKey
+            if recent[slot].frameKey == frameKey { return recent[slot].block }
+            let b = try local[frameKey] ?? reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
+            recent[slot] = (frameKey, b)
+            return b
         }
         func putOperation(_ loc: Location, _ raw: UnsafeRawBufferPointer) throws -> (
             indexKeys: Range<Int>, count: Int, end: Int
@@ -135,20 +141,19 @@ struct IndexState: Sendable {
             let old = Location(packed: previous)
             let final = primary[key].map(Location.init(packed:))
             // The final version is this transaction's own (a put here) or none (a delete).
-            let finalBlock = try final.map(block)
+            let finalBlock = try final.map { try block($0, 1) }
             // The previous version is old data: its block may be damaged or gone (a bad sector
             // in a sealed segment) while this transaction is sound. Applying the transaction
             // must not depend on it: its entries are then found by the key instead, with a walk
             // of every index (slow, but only ever after damage), and its bytes stay counted as
             // live until a compaction rewrites what is live.
-            guard let oldBlock = try? block(old),
-                oldBlock.withUnsafeBytes({ (try? putOperation(old, $0)) != nil })
+            guard let oldBlock = try? block(old, 0),
+                let o = oldBlock.withUnsafeBytes({ try? putOperation(old, $0) })
             else {
                 try removeEntries(of: key, keepingThoseOf: final, in: finalBlock, putOperation)
                 continue
             }
             try oldBlock.withUnsafeBytes { oldRaw in
-                let o = try putOperation(old, oldRaw)
                 liveBytes -= o.end - old.blockOffset
                 guard o.count > 0 else { return }
                 // The final version's index section: entries it shares with the old one stay.

@@ -32,7 +32,7 @@ extension Store {
     public func commit(_ transaction: Transaction, expectingVersion: UInt64? = nil) throws -> UInt64 {
         if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
         if let violation = transaction.limitViolation { throw violation }
-        let blocks = transaction.finishedBlocks()
+        let blocks = transaction.commitBlocks()
         if blocks.isEmpty {
             return try writer.withLock { state in
                 try state.checkWritable()
@@ -63,8 +63,8 @@ extension Store {
             let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil
             do {
                 try apply(
-                    blocks, frameOffsets: written.frameOffsets, manifest: transaction.manifest, segment: active,
-                    state: &state)
+                    blocks, stored: &payloads, frameOffsets: written.frameOffsets, manifest: transaction.manifest,
+                    segment: active, state: &state)
             } catch {
                 state.recordFailure(error)
                 throw error
@@ -91,7 +91,8 @@ extension Store {
     private static func framePayloads(_ transaction: Transaction, _ blocks: [[UInt8]]) -> [Int: (
         JournalFormat.Codec, [UInt8]?
     )] {
-        var stored = transaction.compressor?.finish() ?? [:]
+        var stored = transaction.storedBlocks
+        for (i, payload) in transaction.compressor?.finish() ?? [:] { stored[i] = payload }
         let missing = blocks.indices.filter { stored[$0] == nil }
         guard !missing.isEmpty else { return stored }
         var encoded = [(JournalFormat.Codec, [UInt8]?)](repeating: (.raw, nil), count: missing.count)
@@ -126,7 +127,7 @@ extension Store {
         let salt = active.salt
         var out: [UInt8] = []
         out.reserveCapacity(
-            min(payloads.values.reduce(64) { $0 + ($1.1?.count ?? 0) } + blocks.count * 16, 8 << 20 + 4096))
+            min(payloads.values.reduce(64) { $0 + ($1.1?.count ?? 0) } + blocks.count * 16, Self.writeChunk + 4096))
         var frameOffsets: [Int] = []
         frameOffsets.reserveCapacity(blocks.count)
         var outStart = state.appendOffset
@@ -154,8 +155,9 @@ extension Store {
                     Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &out)
                 }
             }
-            payloads[i] = nil
-            if out.count >= 8 << 20 {
+            // A block let go before the commit is inflated again from its stored form later.
+            if !blocks[i].isEmpty { payloads[i] = nil }
+            if out.count >= Self.writeChunk {
                 try checkSize(outStart + out.count)
                 transactionCRC = CRC32C.checksum(out, seed: transactionCRC)
                 try flush()
@@ -175,17 +177,45 @@ extension Store {
     }
 
     /// Phase 3: the new blocks enter the frame cache and the working index state.
+    /// Applies a written transaction to the working state. A large one is applied a part at a
+    /// time, each part's blocks inflated from their stored form (`Transaction.storedBlocks`), so
+    /// that its raw bytes are never all in memory at once.
     private func apply(
-        _ blocks: [[UInt8]], frameOffsets: [Int], manifest: OperationTable,
-        segment active: SegmentFile, state: inout WriterState
+        _ blocks: [[UInt8]], stored: inout [Int: (JournalFormat.Codec, [UInt8]?)], frameOffsets: [Int],
+        manifest: OperationTable, segment active: SegmentFile, state: inout WriterState
     ) throws {
         let reader = BlockReader(segments: state.segments, cache: cache)
-        for (i, block) in blocks.enumerated() {
-            cache.insert(Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey, block)
+        let part = Self.applyPartBlocks
+        var entry = 0
+        var start = 0
+        while start < blocks.count {
+            let end = min(blocks.count, start + part)
+            var raw: [(frameOffset: Int, block: [UInt8])] = []
+            raw.reserveCapacity(end - start)
+            for i in start..<end {
+                if blocks[i].isEmpty {
+                    // Inflated for this part only: caching it would keep it.
+                    raw.append((frameOffsets[i], Transaction.inflate(stored.removeValue(forKey: i)!, raw: [])))
+                } else {
+                    cache.insert(
+                        Location(segment: active.number, frameOffset: frameOffsets[i], blockOffset: 0).frameKey,
+                        blocks[i])
+                    raw.append((frameOffsets[i], blocks[i]))
+                }
+            }
+            var table = manifest
+            if start > 0 || end < blocks.count {
+                // This part's operations, their block numbers counted from the part's first.
+                table = OperationTable()
+                while entry < manifest.count && OperationTable.block(manifest.ref(entry)) < end {
+                    table.entries.append(
+                        .init(key: manifest.key(entry), ref: manifest.ref(entry) - UInt64(start) << 40))
+                    entry += 1
+                }
+            }
+            try state.working.apply(transaction: raw, manifest: table, segment: active.number, reader: reader)
+            start = end
         }
-        try state.working.apply(
-            transaction: blocks.indices.map { (frameOffset: frameOffsets[$0], block: blocks[$0]) },
-            manifest: manifest, segment: active.number, reader: reader)
         if state.compactionTouched != nil {
             // A compaction is remapping a copy of the primary index: it takes these keys' new
             // locations from here at its switch.
@@ -193,8 +223,11 @@ extension Store {
         }
     }
 
-    /// Phase 4: the commit becomes the writer's state, and — unless group commit publishes it
-    /// after its sync (`.normal`) — what new snapshots see.
+    /// Blocks applied to the indexes at once (about 7.5 MB of operations).
+    static let applyPartBlocks = 128
+    /// A large transaction's frames are written in writes of about this many bytes.
+    static let writeChunk = 1 << 20
+
     private func publish(version: UInt64, end: Int, durability: Durability, state: inout WriterState) {
         state.working.version = version
         state.bytesSinceCheckpoint += end - state.appendOffset

@@ -29,6 +29,12 @@ public struct Transaction: Sendable {
     /// The first operation that broke a limit of the format (it was not added). `Store.commit`
     /// throws it, and writes nothing of the transaction.
     private(set) var limitViolation: EngineError?
+    /// The stored (compressed) forms of finished blocks whose raw bytes were let go: a large
+    /// transaction holds its blocks compressed until the commit, which writes them as they are
+    /// and inflates them a few at a time to update the indexes.
+    private(set) var storedBlocks: [Int: (JournalFormat.Codec, [UInt8]?)] = [:]
+    /// Raw bytes of the blocks let go.
+    private var releasedBytes = 0
 
     /// An empty transaction.
     public init() {}
@@ -37,7 +43,7 @@ public struct Transaction: Sendable {
     public var isEmpty: Bool { operationCount == 0 }
 
     /// Bytes encoded so far (before compression).
-    public var encodedSize: Int { blocks.reduce(current.count) { $0 + $1.count } }
+    public var encodedSize: Int { blocks.reduce(current.count + releasedBytes) { $0 + $1.count } }
 
     /// Writes `value` under `key`, replacing any earlier value, with the given secondary index
     /// entries (the previous version's entries are removed from their indexes).
@@ -233,13 +239,46 @@ public struct Transaction: Sendable {
             if blocks.count >= 4 {
                 if compressor == nil || !isKnownUniquelyReferenced(&compressor!) { compressor = BlockCompressor() }
                 compressor!.submit(index: blocks.count - 1, block)
+                if blocks.count % 16 == 0 { releaseCompressedBlocks() }
             }
         }
     }
 
-    /// The finished blocks, the last one included.
-    func finishedBlocks() -> [[UInt8]] {
+    /// Keeps only the compressed form of the blocks the compressor has finished (those that
+    /// LZ4 did not shrink stay raw), after waiting for all but the last 16 submitted: at most
+    /// about 32 raw blocks (2 MB) are held however large the transaction grows.
+    private mutating func releaseCompressedBlocks() {
+        for (i, stored) in compressor!.takeFinished(backlog: 16) {
+            // Copied on this thread: the compressor's buffer goes back to its thread's heap for
+            // the next block, and this copy's memory, freed as the commit applies the block, can
+            // be used again by the indexes the commit grows.
+            storedBlocks[i] = (stored.0, stored.1.map { Array($0[...]) })
+            if stored.1 != nil {
+                releasedBytes += blocks[i].count
+                blocks[i] = []
+            }
+        }
+    }
+
+    /// The blocks as the commit takes them: raw, except those let go (empty; their stored form
+    /// is in `storedBlocks`), the last one included.
+    func commitBlocks() -> [[UInt8]] {
         current.count > 0 ? blocks + [current.bytes] : blocks
+    }
+
+    /// The finished blocks, raw, the last one included.
+    func finishedBlocks() -> [[UInt8]] {
+        commitBlocks().enumerated().map { i, block in
+            guard block.isEmpty, let stored = storedBlocks[i] else { return block }
+            return Self.inflate(stored, raw: block)
+        }
+    }
+
+    /// A block's raw bytes from its stored form (`raw` when it was stored as is).
+    static func inflate(_ stored: (JournalFormat.Codec, [UInt8]?), raw: [UInt8]) -> [UInt8] {
+        guard let payload = stored.1, stored.0 == .lz4 else { return raw }
+        // The payload was made here from a block within the limit: it always inflates.
+        return payload.withUnsafeBytes { LZ4.decompress($0, limit: JournalFormat.maxUncompressedPayload) }!
     }
 }
 
@@ -248,10 +287,11 @@ public struct Transaction: Sendable {
 /// The work in flight holds `Results`, never the compressor itself, so that a transaction can
 /// tell from the compressor's reference count whether a copy of it shares the compressor.
 final class BlockCompressor: Sendable {
-    /// `values` is guarded by `lock`.
+    /// `values` and `inFlight` are guarded by `lock`.
     final class Results: @unchecked Sendable {
         let lock = ConditionLock()
         var values: [Int: (JournalFormat.Codec, [UInt8]?)] = [:]
+        var inFlight = 0
     }
 
     private let results = Results()
@@ -259,9 +299,25 @@ final class BlockCompressor: Sendable {
 
     func submit(index: Int, _ block: [UInt8]) {
         let results = self.results
+        results.lock.withLock { results.inFlight += 1 }
         DispatchQueue.global().async(group: group) {
             let encoded = block.withUnsafeBytes { Frame.encodePayload($0) }
-            results.lock.withLock { results.values[index] = encoded }
+            results.lock.withLock {
+                results.values[index] = encoded
+                results.inFlight -= 1
+                results.lock.broadcast()
+            }
+        }
+    }
+
+    /// What was compressed so far, by block index; those returned are not returned again.
+    /// Waits first until at most `backlog` blocks are still being compressed, so that a
+    /// transaction built faster than it compresses holds a bounded number of raw blocks.
+    func takeFinished(backlog: Int) -> [Int: (JournalFormat.Codec, [UInt8]?)] {
+        results.lock.withLock {
+            while results.inFlight > backlog { results.lock.wait() }
+            defer { results.values = [:] }
+            return results.values
         }
     }
 

@@ -72,7 +72,10 @@ extension Store {
                 if sealedNumbers.contains(Location(packed: packed).segment) { live.append((packed, key)) }
                 return true
             }
-            live.sort { $0.packed < $1.packed }
+            // Records written in key order (the usual case) are in storage order already.
+            if live.indices.dropFirst().contains(where: { live[$0 - 1].packed > live[$0].packed }) {
+                live.sort { $0.packed < $1.packed }
+            }
             // Frame by frame: a frame whose operations are all live puts is copied as stored
             // (no decompression or compression; only its checksum is computed again with the new
             // file's salt); the others are rewritten operation by operation.

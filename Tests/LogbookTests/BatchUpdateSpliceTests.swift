@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+
+@testable import Logbook
+
+/// A batch update of constant values rewrites each record's stored bytes without decoding the
+/// others (`RecordCodec.splice`): every other value, present or absent, of every kind, stays
+/// as it was; the indexes follow the new values; all of it survives a reopen.
+@Suite struct BatchUpdateSpliceTests {
+    /// `Note` has two indexes (its index keys are made from the whole record); `Memo` one (its
+    /// key is read from the spliced bytes alone).
+    static func model() throws -> ManagedObjectModel {
+        try ManagedObjectModel {
+            EntityDescription("Folder") {
+                AttributeDescription("name", .string)
+                RelationshipDescription("notes", to: "Note", inverse: "folder", toMany: true)
+            }
+            EntityDescription("Note") {
+                AttributeDescription("title", .string, indexed: true)
+                AttributeDescription("body", .string, optional: true)
+                AttributeDescription("count", .int64)
+                AttributeDescription("score", .double)
+                AttributeDescription("ratio", .float, optional: true)
+                AttributeDescription("flag", .bool, indexed: true)
+                AttributeDescription("stamp", .date, optional: true)
+                AttributeDescription("blob", .data, optional: true)
+                AttributeDescription("ident", .uuid, optional: true)
+                RelationshipDescription("folder", to: "Folder", inverse: "notes")
+            }
+            EntityDescription("Memo") {
+                AttributeDescription("title", .string, indexed: true)
+                AttributeDescription("body", .string, optional: true)
+                AttributeDescription("count", .int64)
+            }
+        }
+    }
+
+    /// Every stored value of an object, as text (absent values as "nil").
+    func values(_ o: ManagedObject, _ keys: [String]) throws -> [String] {
+        try keys.map { key in
+            guard let v = try o.value(forKey: key) else { return "nil" }
+            if let related = v as? ManagedObject { return related.objectID.description }
+            return "\(v)"
+        }
+    }
+
+    static let noteKeys = ["title", "body", "count", "score", "ratio", "flag", "stamp", "blob", "ident", "folder"]
+
+    func populate(_ context: ManagedObjectContext) throws {
+        let folders = try (0..<3).map { f -> ManagedObject in
+            let o = try context.insertNewObject(forEntityName: "Folder")
+            try o.setValue("F\(f)", forKey: "name")
+            return o
+        }
+        for i in 0..<400 {
+            let n = try context.insertNewObject(forEntityName: "Note")
+            try n.setValue("T\(i)", forKey: "title")
+            // Values present and absent in turn, so that the spliced runs differ record by record.
+            if i % 3 != 0 { try n.setValue(String(repeating: "b", count: i % 17), forKey: "body") }
+            try n.setValue(Int64(i) * 1_000_003 - 200_000_000, forKey: "count")
+            try n.setValue(Double(i) / 7, forKey: "score")
+            if i % 4 != 0 { try n.setValue(Float(i) / 3, forKey: "ratio") }
+            try n.setValue(i % 2 == 0, forKey: "flag")
+            if i % 5 != 0 { try n.setValue(Date(timeIntervalSince1970: Double(i) * 86_400), forKey: "stamp") }
+            if i % 6 == 0 { try n.setValue(Data([UInt8(i % 256), 1, 2]), forKey: "blob") }
+            if i % 8 != 0 { try n.setValue(UUID(), forKey: "ident") }
+            if i % 7 != 0 { try n.setValue(folders[i % 3], forKey: "folder") }
+            let m = try context.insertNewObject(forEntityName: "Memo")
+            try m.setValue("M\(i)", forKey: "title")
+            if i % 2 == 0 { try m.setValue("memo", forKey: "body") }
+            try m.setValue(Int64(i), forKey: "count")
+        }
+        try context.save()
+    }
+
+    func snapshot(_ context: ManagedObjectContext, _ entity: String, _ keys: [String]) throws -> [String: [String]] {
+        var r = FetchRequest<ManagedObject>(entityName: entity)
+        r.sortDescriptors = [FetchSortDescriptor(key: "title")]
+        var out: [String: [String]] = [:]
+        for o in try context.fetch(r) { out[try o.value(forKey: "title") as! String] = try values(o, keys) }
+        return out
+    }
+
+    @Test func constantValuesChangeOnlyTheirAttributesAndTheIndexesFollow() throws {
+        let store = TemporaryStore()
+        var container = try makeContainer(store, model: Self.model())
+        var context = container.newContext(concurrencyType: .confinement)
+        try populate(context)
+        let notesBefore = try snapshot(context, "Note", Self.noteKeys)
+        let memosBefore = try snapshot(context, "Memo", ["title", "body", "count"])
+        #expect(notesBefore.count == 400 && memosBefore.count == 400)
+
+        // Every Note: a longer body where there was none or a shorter one, no ratio, a new
+        // flag (an indexed attribute); every Memo: no body, a new count (its one index, on the
+        // title, keeps its keys).
+        var notes = BatchUpdateRequest(entityName: "Note")
+        notes.propertiesToUpdate = ["body": "a body longer than any before it", "ratio": Float?.none, "flag": true]
+        #expect(try context.execute(notes).count == 400)
+        var memos = BatchUpdateRequest(entityName: "Memo")
+        memos.propertiesToUpdate = ["body": String?.none, "count": Int64(-5)]
+        #expect(try context.execute(memos).count == 400)
+
+        func check(_ context: ManagedObjectContext) throws {
+            let notesAfter = try snapshot(context, "Note", Self.noteKeys)
+            #expect(notesAfter.count == 400)
+            for (title, before) in notesBefore {
+                var expected = before
+                expected[1] = "a body longer than any before it"
+                expected[4] = "nil"
+                expected[5] = "true"
+                #expect(notesAfter[title] == expected, "\(title)")
+            }
+            let memosAfter = try snapshot(context, "Memo", ["title", "body", "count"])
+            for (title, before) in memosBefore {
+                #expect(memosAfter[title] == [before[0], "nil", "-5"], "\(title)")
+            }
+            // The flag's index holds the new values only; the titles' indexes still find each record.
+            var flagged = FetchRequest<ManagedObject>(entityName: "Note")
+            flagged.predicate = try FetchPredicate(format: "flag == NO")
+            #expect(try context.count(for: flagged) == 0)
+            flagged.predicate = try FetchPredicate(format: "flag == YES")
+            #expect(try context.count(for: flagged) == 400)
+            var one = FetchRequest<ManagedObject>(entityName: "Memo")
+            one.predicate = try FetchPredicate(format: "title == 'M123'")
+            #expect(try context.fetch(one).map { try $0.value(forKey: "count") as? Int64 } == [-5])
+            var note = FetchRequest<ManagedObject>(entityName: "Note")
+            note.predicate = try FetchPredicate(format: "title == 'T8'")
+            #expect(try context.fetch(note).count == 1)
+            // The to-one relationship kept its objects: each folder still has its notes.
+            var folders = FetchRequest<ManagedObject>(entityName: "Folder")
+            folders.sortDescriptors = [FetchSortDescriptor(key: "name")]
+            let counts = try context.fetch(folders).map { try $0.count(forKey: "notes") }
+            #expect(counts == [114, 114, 114])
+        }
+        try check(container.newContext(concurrencyType: .confinement))
+        try container.close()
+        container = try makeContainer(store, model: Self.model())
+        context = container.newContext(concurrencyType: .confinement)
+        try check(context)
+        try container.close()
+    }
+}

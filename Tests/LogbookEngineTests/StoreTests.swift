@@ -323,6 +323,7 @@ import Testing
         #expect(blocks.count > Store.applyPartBlocks, "more blocks than one part: \(blocks.count)")
         #expect(blocks.contains { $0.isEmpty }, "finished blocks were let go, kept compressed")
         #expect(t.finishedBlocks().allSatisfy { !$0.isEmpty }, "and read back whole")
+        #expect(!t.keepsTable, "its operations are read from its blocks at the commit")
         try store.commit(t)
 
         func check(_ s: Snapshot) throws {

@@ -139,4 +139,59 @@ import Testing
         try check(context)
         try container.close()
     }
+
+    /// A batch update of more keys than the write log lists one by one still makes a context's
+    /// save of an object it read before the batch a conflict, and a save of one read after it
+    /// not.
+    @Test func aLargeBatchUpdateIsSeenByTheConflictCheck() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: todoModel())
+        let writer = container.newContext(concurrencyType: .confinement)
+        let count = WriteLog.largeWrite + 100
+        _ = try writer.execute(
+            BatchInsertRequest(entityName: "TodoItem", count: count) { i, row in
+                row.set("Item \(i)", forKey: "name")
+                row.set(Date(timeIntervalSince1970: Double(i)), forKey: "createdAt")
+            })
+        func first(_ context: ManagedObjectContext) throws -> TodoItem {
+            var r = FetchRequest<TodoItem>()
+            r.predicate = try FetchPredicate(format: "name == 'Item 7'")
+            return try #require(try context.fetch(r).first)
+        }
+        let before = container.newContext(concurrencyType: .confinement)
+        let early = try first(before)
+        var update = BatchUpdateRequest(entityName: "TodoItem")
+        update.propertiesToUpdate = ["done": true]
+        #expect(try writer.execute(update).count == count)
+
+        early.name = "Renamed before"
+        #expect {
+            try before.save()
+        } throws: { ($0 as? LogbookError)?.code == .mergeConflict }
+
+        let after = container.newContext(concurrencyType: .confinement)
+        let late = try first(after)
+        #expect(late.done)
+        late.name = "Renamed after"
+        try after.save()
+        let check = container.newContext(concurrencyType: .confinement)
+        var r = FetchRequest<TodoItem>()
+        r.predicate = try FetchPredicate(format: "name == 'Renamed after' AND done == YES")
+        #expect(try check.count(for: r) == 1)
+        try container.close()
+    }
+
+    /// The write log after a write too large to list: only what was read before it is in doubt
+    /// (a save compares those objects' values with the store's; the others are not read again).
+    @Test func aLargeWriteMovesTheWriteLogsHorizonToItsVersion() {
+        var log = WriteLog()
+        log.record([1, 2, 3], version: 4)
+        #expect(log.mayHaveChanged(2, since: 3) && !log.mayHaveChanged(2, since: 4) && !log.mayHaveChanged(9, since: 3))
+        log.record(Array(100..<UInt64(100 + WriteLog.largeWrite + 1)), version: 10)
+        #expect(log.mayHaveChanged(9, since: 9), "read before the large write: compared")
+        #expect(!log.mayHaveChanged(150, since: 10), "read at its version: it saw the write")
+        #expect(!log.mayHaveChanged(2, since: 12))
+        log.record([7], version: 11)
+        #expect(log.mayHaveChanged(7, since: 10) && !log.mayHaveChanged(8, since: 10))
+    }
 }

@@ -49,7 +49,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// The context a child context saves into (nil for a context that saves to the store).
     public let parent: ManagedObjectContext?
     /// Undo and redo of unsaved changes; nil (no undo) by default.
-    public var undoHistory: UndoHistory?
+    // Unchecked exclusivity: like the change sets below, used on the context's queue only and
+    // read by every change.
+    @exclusivity(unchecked) public var undoHistory: UndoHistory?
 
     let queue: DispatchQueue?
     /// Handed to every object: says whether the context still exists.
@@ -89,13 +91,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
     @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [UInt64: ManagedObject] = [:]
     /// Unsaved changes of to-many relationships, by set key: members added and removed.
-    var setAdds: [UInt64: Set<UInt64>] = [:]
-    var setRemoves: [UInt64: Set<UInt64>] = [:]
+    @exclusivity(unchecked) var setAdds: [UInt64: Set<UInt64>] = [:]
+    @exclusivity(unchecked) var setRemoves: [UInt64: Set<UInt64>] = [:]
     /// Unsaved orders of ordered relationships, by set key: the members in their new order.
-    var orderOverrides: [UInt64: [UInt64]] = [:]
+    @exclusivity(unchecked) var orderOverrides: [UInt64: [UInt64]] = [:]
     /// Errors of typed property setters (which cannot throw), reported by the next save.
     var pendingErrors: [LogbookError] = []
-    var groupDepth = 0
+    @exclusivity(unchecked) var groupDepth = 0
     /// How many records the last fetch read from the store (0 when the index answered alone):
     /// a diagnostic that shows whether a request used its index.
     public internal(set) var lastFetchRecordsRead = 0
@@ -213,5 +215,5 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     /// Serial numbers reserved for this context, by entity: a range taken from the container
     /// a batch at a time, so that inserting does not take the container's lock each time.
-    var reservedSerials: [Int: Range<UInt64>] = [:]
+    @exclusivity(unchecked) var reservedSerials: [Int: Range<UInt64>] = [:]
 }

@@ -62,8 +62,9 @@ public struct MergeConflict: Sendable, CustomStringConvertible {
 /// records written after its objects were read. Bounded: past `capacity` keys it forgets
 /// them all and records the version from which it knows nothing (`horizon`). A write of more
 /// than `largeWrite` keys at once (a batch request) is not listed key by key: it moves the
-/// horizon, which costs a later save a comparison of its objects' values with the store's
-/// (the conflict check below), never a lost change.
+/// horizon to its own version, which costs a later save of objects read before it a
+/// comparison of their values with the store's (the conflict check below), never a lost
+/// change; objects read after it are not compared.
 struct WriteLog {
     private var lastWrite: [UInt64: UInt64] = [:]
     private(set) var horizon: UInt64 = 0
@@ -79,8 +80,9 @@ struct WriteLog {
 
     mutating func record(_ keys: some Collection<UInt64>, version: UInt64) {
         if keys.count > Self.largeWrite {
+            // Whatever was read at this version or later saw this write.
             lastWrite = [:]
-            horizon = version + 1
+            horizon = max(horizon, version)
             return
         }
         for k in keys { lastWrite[k] = version }

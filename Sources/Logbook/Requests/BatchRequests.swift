@@ -158,8 +158,10 @@ extension ManagedObjectContext {
         // With uniqueness constraints, rows are upserted: collected first, written under the lock.
         let constrained = !store.constraintIndexes[layout.index].isEmpty
         var rows: [[Slot]] = []
+        let defaults = layout.defaultSlots
         for i in 0..<request.count {
-            row.slots = layout.defaultSlots
+            // Reset in place: assigning `defaults` would share it and copy it at the first set.
+            for s in defaults.indices { row.slots[s] = defaults[s] }
             try request.fill(i, &row)
             if let e = row.error { throw e }
             let key = keys.lowerBound + UInt64(i)

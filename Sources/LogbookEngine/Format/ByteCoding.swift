@@ -22,6 +22,15 @@ package struct ByteWriter {
 
     package var capacity: Int { storage.count }
 
+    /// The bytes written, taken without a copy (the storage is cut to them); the writer is
+    /// left empty.
+    package mutating func take() -> [UInt8] {
+        storage.removeLast(storage.count - count)
+        count = 0
+        defer { storage = [] }
+        return storage
+    }
+
     @inline(__always)
     private mutating func reserve(_ n: Int) {
         if count + n > storage.count { grow(n) }

@@ -63,7 +63,8 @@ extension Store {
             let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil
             do {
                 try apply(
-                    blocks, stored: &payloads, frameOffsets: written.frameOffsets, manifest: transaction.manifest,
+                    blocks, stored: &payloads, frameOffsets: written.frameOffsets,
+                    manifest: transaction.keepsTable ? transaction.manifest : nil,
                     segment: active, state: &state)
             } catch {
                 state.recordFailure(error)
@@ -178,15 +179,15 @@ extension Store {
 
     /// Phase 3: the new blocks enter the frame cache and the working index state.
     /// Applies a written transaction to the working state. A large one is applied a part at a
-    /// time, each part's blocks inflated from their stored form (`Transaction.storedBlocks`), so
-    /// that its raw bytes are never all in memory at once.
+    /// time, each part's blocks inflated from their stored form (`Transaction.storedBlocks`) and
+    /// its operations read from them (such a transaction keeps no table), so that its raw bytes
+    /// are never all in memory at once.
     private func apply(
         _ blocks: [[UInt8]], stored: inout [Int: (JournalFormat.Codec, [UInt8]?)], frameOffsets: [Int],
-        manifest: OperationTable, segment active: SegmentFile, state: inout WriterState
+        manifest: OperationTable?, segment active: SegmentFile, state: inout WriterState
     ) throws {
         let reader = BlockReader(segments: state.segments, cache: cache)
         let part = Self.applyPartBlocks
-        var entry = 0
         var start = 0
         while start < blocks.count {
             let end = min(blocks.count, start + part)
@@ -203,23 +204,24 @@ extension Store {
                     raw.append((frameOffsets[i], blocks[i]))
                 }
             }
-            var table = manifest
-            if start > 0 || end < blocks.count {
-                // This part's operations, their block numbers counted from the part's first.
-                table = OperationTable()
-                while entry < manifest.count && OperationTable.block(manifest.ref(entry)) < end {
-                    table.entries.append(
-                        .init(key: manifest.key(entry), ref: manifest.ref(entry) - UInt64(start) << 40))
-                    entry += 1
+            let table: OperationTable
+            if let manifest {
+                // A transaction keeps its table up to `Transaction.tableBlocks` blocks: one part.
+                precondition(start == 0 && end == blocks.count, "a listed transaction fits in one part")
+                table = manifest
+            } else {
+                // A transaction too large to list its operations: read from its blocks.
+                do { table = try OperationTable.decode(raw) } catch {
+                    throw EngineError(.corruption, "a transaction's own block does not decode: \(error)")
                 }
             }
             try state.working.apply(transaction: raw, manifest: table, segment: active.number, reader: reader)
+            if state.compactionTouched != nil {
+                // A compaction is remapping a copy of the primary index: it takes these keys'
+                // new locations from here at its switch.
+                for i in 0..<table.count { state.compactionTouched!.append(table.key(i)) }
+            }
             start = end
-        }
-        if state.compactionTouched != nil {
-            // A compaction is remapping a copy of the primary index: it takes these keys' new
-            // locations from here at its switch.
-            for i in 0..<manifest.count { state.compactionTouched!.append(manifest.key(i)) }
         }
     }
 

@@ -26,6 +26,11 @@ public struct Transaction: Sendable {
     var compressor: BlockCompressor?
     /// Each operation's key and place, recorded as it is encoded.
     var manifest = OperationTable()
+    /// Whether `manifest` lists every operation. A transaction of more than `tableBlocks`
+    /// blocks stops keeping it (16 bytes an operation) and the commit reads the operations from
+    /// the blocks instead, as a replay does.
+    private(set) var keepsTable = true
+    static let tableBlocks = 64
     /// The first operation that broke a limit of the format (it was not added). `Store.commit`
     /// throws it, and writes nothing of the transaction.
     private(set) var limitViolation: EngineError?
@@ -133,8 +138,11 @@ public struct Transaction: Sendable {
                 o += ik.count
             }
         }
-        manifest.append(
-            key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta, indexCount: keys.count)
+        if keepsTable {
+            manifest.append(
+                key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta,
+                indexCount: keys.count)
+        }
         finishOperation()
     }
 
@@ -170,8 +178,10 @@ public struct Transaction: Sendable {
 
     /// Removes `key` and its index entries. Removing a missing key does nothing.
     public mutating func delete(_ key: UInt64) {
-        manifest.append(
-            key: key, block: blocks.count, offset: current.count, code: .delete, indexDelta: 0, indexCount: 0)
+        if keepsTable {
+            manifest.append(
+                key: key, block: blocks.count, offset: current.count, code: .delete, indexDelta: 0, indexCount: 0)
+        }
         current.append(JournalFormat.OperationCode.delete.rawValue)
         current.appendKey(key)
         finishOperation()
@@ -211,8 +221,10 @@ public struct Transaction: Sendable {
         repeat {
             let end = min(scratch.count, start + chunk)
             let opCode: JournalFormat.OperationCode = start == 0 ? code : (code == .setReplace ? .setAdd : code)
-            manifest.append(
-                key: set, block: blocks.count, offset: current.count, code: opCode, indexDelta: 0, indexCount: 0)
+            if keepsTable {
+                manifest.append(
+                    key: set, block: blocks.count, offset: current.count, code: opCode, indexDelta: 0, indexCount: 0)
+            }
             current.append(opCode.rawValue)
             current.appendKey(set)
             current.appendVarint(end - start)
@@ -232,7 +244,7 @@ public struct Transaction: Sendable {
     private mutating func finishOperation() {
         operationCount += 1
         if current.count >= JournalFormat.blockTargetSize {
-            let block = current.bytes
+            let block = current.take()
             blocks.append(block)
             current = ByteWriter(capacity: JournalFormat.blockTargetSize + 4096)
             // Large transactions: compress in the background from the fourth block on.
@@ -240,6 +252,10 @@ public struct Transaction: Sendable {
                 if compressor == nil || !isKnownUniquelyReferenced(&compressor!) { compressor = BlockCompressor() }
                 compressor!.submit(index: blocks.count - 1, block)
                 if blocks.count % 16 == 0 { releaseCompressedBlocks() }
+                if blocks.count == Self.tableBlocks {
+                    keepsTable = false
+                    manifest = OperationTable()
+                }
             }
         }
     }

@@ -89,6 +89,8 @@ enum RecordCodec {
         }
     }
 
+    /// How a to-one value is written: the serial, or serial and keyspace for a destination
+    /// with sub-entities (whose objects live in several keyspaces).
     @inline(__always)
     static func objectCode(_ key: UInt64, _ kind: EntityLayout.SlotKind) -> UInt64 {
         let k = EngineKey(rawValue: key)

@@ -177,11 +177,11 @@ extension Store {
         return (frameOffsets, outStart)
     }
 
-    /// Phase 3: the new blocks enter the frame cache and the working index state.
-    /// Applies a written transaction to the working state. A large one is applied a part at a
-    /// time, each part's blocks inflated from their stored form (`Transaction.storedBlocks`) and
-    /// its operations read from them (such a transaction keeps no table), so that its raw bytes
-    /// are never all in memory at once.
+    /// Phase 3: the new blocks enter the frame cache and the working index state. A large
+    /// transaction is applied a part at a time, each part's blocks inflated from their stored
+    /// form (`Transaction.storedBlocks`) and its operations read from them (such a transaction
+    /// keeps no table), so that its raw bytes are never all in memory at once; its inflated
+    /// blocks are not cached (the cache would keep them).
     private func apply(
         _ blocks: [[UInt8]], stored: inout [Int: (JournalFormat.Codec, [UInt8]?)], frameOffsets: [Int],
         manifest: OperationTable?, segment active: SegmentFile, state: inout WriterState
@@ -230,6 +230,8 @@ extension Store {
     /// A large transaction's frames are written in writes of about this many bytes.
     static let writeChunk = 1 << 20
 
+    /// Phase 4: the commit becomes the writer's state, and — unless group commit publishes it
+    /// after its sync (`.normal`) — what new snapshots see.
     private func publish(version: UInt64, end: Int, durability: Durability, state: inout WriterState) {
         state.working.version = version
         state.bytesSinceCheckpoint += end - state.appendOffset

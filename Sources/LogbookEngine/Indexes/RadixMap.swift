@@ -255,6 +255,37 @@ struct RadixMap<Value: RadixSlot> {
         if let si = spaceIndex(keyspace) { spaces[si].count += delta }
     }
 
+    /// Puts the values of `count` keys of one keyspace, which `next` gives (called with 0, 1, …)
+    /// in strictly ascending order of id, a leaf at a time: one descent for each run of
+    /// neighbours, and no check of the leaf's uniqueness per key. A key already present has its
+    /// value replaced. This is how a checkpoint's primary index is loaded.
+    mutating func fillAscending(
+        _ count: Int, keyspace: UInt16, _ next: (Int) throws -> (id: UInt64, value: Value)
+    ) rethrows {
+        guard count > 0 else { return }
+        var (id, value) = try next(0)
+        var n = 1
+        while true {
+            let leaf = uniqueLeaf(for: EngineKey(keyspace: keyspace, id: id).rawValue)
+            let prefix = id >> 6
+            var added = 0
+            let more = try leaf.slots.withUnsafeMutableBufferPointer { slots in
+                while true {
+                    let i = Int(id & 63)
+                    if slots[i].isAbsent { added += 1 }
+                    slots[i] = value
+                    guard n < count else { return false }
+                    (id, value) = try next(n)
+                    n += 1
+                    if id >> 6 != prefix { return true }
+                }
+            }
+            leaf.occupied += added
+            addCount(keyspace: keyspace, added)
+            if !more { return }
+        }
+    }
+
     /// Sets many keys, reusing the leaf of the previous key when the next falls in it (as
     /// ascending keys do), so that a run of 64 neighbours costs one descent.
     /// `previous` is called with the position, key and old value of each key that had one.

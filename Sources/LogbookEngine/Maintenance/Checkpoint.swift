@@ -128,43 +128,50 @@ enum Checkpoint {
             return Result { () throws(Malformed) -> Loaded in
                 var state = IndexState()
                 let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
-                // The primary map is built as it is read, a few thousand entries at a time (no
-                // copy of all its keys and locations is held: the peak memory of an open); a
-                // large one on another thread, while this one reads the secondary indexes,
-                // which start where a quick pass over the primary section ends.
-                var primaryReader = r
-                try section("primary index", &r) { r in try skipPrimary(&r) }
-                let rest = r
-                let large = rest.offset - primaryReader.offset >= 1 << 17
-                let built = UncheckedSendable(ResultBox<Result<RadixMap<UInt64>, Malformed>>())
-                let group = DispatchGroup()
-                if large {
-                    let reader = UncheckedSendable(primaryReader)
+                // The primary map is built as it is read, a leaf at a time (no copy of all its
+                // keys and locations is held: the peak memory of an open). In a large stream
+                // with the secondary indexes deferred, another thread finds where the primary
+                // section ends and checks the secondary indexes meanwhile. The thread that
+                // allocates the map (8 MB a million keys) should be the caller's: glibc grows a
+                // worker thread's arena a page at a time, one `mprotect` each (3,000 calls, a
+                // third of the time, when the map was built on a worker), and the checks
+                // allocate little.
+                if let stream, bytes.count >= 1 << 17 {
+                    let reader = UncheckedSendable(r)
+                    let checked = UncheckedSendable(
+                        ResultBox<Result<(Range<Int>, [IndexSection], ByteReader), Malformed>>())
+                    let group = DispatchGroup()
                     DispatchQueue.global().async(group: group) {
                         var r = reader.value
-                        built.value.value = Result { () throws(Malformed) in
-                            try section("primary index", &r) { r in try decodePrimary(&r) }
+                        checked.value.value = Result { () throws(Malformed) in
+                            try section("primary index", &r) { r in try skipPrimary(&r) }
+                            let start = r.offset
+                            let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                            return (start..<r.offset, sections, r)
                         }
                     }
-                } else {
+                    // Joined on every path: the other thread reads the same bytes.
+                    defer { group.wait() }
+                    var primaryReader = r
                     state.primary = try section("primary index", &primaryReader) { r in try decodePrimary(&r) }
-                }
-                // Joined on every path: the other thread reads the same bytes.
-                defer { group.wait() }
-                if let stream {
-                    let start = r.offset
-                    let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
-                    let range = start..<r.offset
+                    group.wait()
+                    let (range, sections, after) = try checked.value.value!.get()
+                    r = after
                     state.secondary = SecondaryIndexes(
                         deferred: DeferredIndexes(sections: sections) { stream(range) })
                 } else {
-                    state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
+                    state.primary = try section("primary index", &r) { r in try decodePrimary(&r) }
+                    if let stream {
+                        let start = r.offset
+                        let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                        let range = start..<r.offset
+                        state.secondary = SecondaryIndexes(
+                            deferred: DeferredIndexes(sections: sections) { stream(range) })
+                    } else {
+                        state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
+                    }
                 }
                 state.sets = try section("sets", &r) { r in try decodeSets(&r) }
-                if large {
-                    group.wait()
-                    state.primary = try built.value.value!.get()
-                }
                 guard r.isAtEnd else {
                     throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
                 }
@@ -202,45 +209,41 @@ enum Checkpoint {
             _ = try r.readLength(limit: 0xFFFF)
             let count = try r.readLength(limit: r.remaining)
             guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
-            for _ in 0..<(2 * count) { _ = try r.readVarint() }
+            let base = r.buffer.baseAddress!
+            let end = base + r.buffer.count
+            var p = base + r.offset
+            defer { r.offset = p - base }
+            for _ in 0..<(2 * count) { _ = try boundedVarint(&p, end) }
         }
     }
 
     /// Per keyspace: keys (delta-coded ids) and their locations (zigzag deltas), put into the
-    /// map in chunks.
+    /// map a leaf at a time as they are read.
+    ///
     private static func decodePrimary(_ r: inout ByteReader) throws -> RadixMap<UInt64> {
         let spaces = try r.readLength(limit: 1 << 16)
         var primary = RadixMap<UInt64>()
-        let chunk = 4096
-        var keys: [UInt64] = []
-        var locations: [UInt64] = []
-        keys.reserveCapacity(chunk)
-        locations.reserveCapacity(chunk)
-        func flush() {
-            primary.setMany(keys.count, key: { keys[$0] }, value: { locations[$0] }, previous: { _, _, _ in })
-            keys.removeAll(keepingCapacity: true)
-            locations.removeAll(keepingCapacity: true)
-        }
         for _ in 0..<spaces {
             let keyspace = UInt16(try r.readLength(limit: 0xFFFF))
             let count = try r.readLength(limit: r.remaining)
             // Each entry takes at least two bytes: a count past that is malformed.
             guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
+            let base = r.buffer.baseAddress!
+            let end = base + r.buffer.count
+            var p = base + r.offset
             var id: UInt64 = 0
             var location: UInt64 = 0
-            for i in 0..<count {
-                let delta = try r.readVarint()
+            try primary.fillAscending(count, keyspace: keyspace) { i in
+                let delta = try boundedVarint(&p, end)
                 // Ids are strictly ascending: every delta after the first is positive.
                 guard i == 0 || delta > 0 else { throw DecodeFailure("ids out of order") }
-                id = i == 0 ? delta : id &+ delta
-                location = location &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                id = id &+ delta
+                location = location &+ UInt64(bitPattern: unzigzag(try boundedVarint(&p, end)))
                 guard id <= EngineKey.maxID else { throw DecodeFailure("id \(id) exceeds 48 bits") }
                 guard location != 0 else { throw DecodeFailure("a key without a location") }
-                keys.append(EngineKey(keyspace: keyspace, id: id).rawValue)
-                locations.append(location)
-                if keys.count == chunk { flush() }
+                return (id, location)
             }
-            flush()
+            r.offset = p - base
         }
         return primary
     }
@@ -303,33 +306,82 @@ enum Checkpoint {
     private static func skipIndexes(_ r: inout ByteReader) throws -> [IndexSection] {
         var sections: [IndexSection] = []
         let indexCount = try r.readLength(limit: 1 << 20)
-        try withUnsafeTemporaryAllocation(byteCount: 2 * JournalFormat.maxIndexKeyLength, alignment: 8) { key in
+        let maxKey = JournalFormat.maxIndexKeyLength
+        try withUnsafeTemporaryAllocation(byteCount: 2 * maxKey, alignment: 8) { keyBuffer in
+            let key = keyBuffer.baseAddress!
             for _ in 0..<indexCount {
                 let id = UInt32(try r.readLength(limit: Int(UInt32.max)))
                 let count = try r.readLength(limit: r.remaining)
+                // Each entry takes at least three bytes: a count past that is malformed.
+                guard count <= r.remaining / 3 else {
+                    throw DecodeFailure("\(count) entries cannot fit in what remains")
+                }
                 var section = IndexSection(id: id, count: count, restarts: [])
+                section.seeks.reserveCapacity(count / seekInterval + 1)
+                section.restarts.reserveCapacity(count / restartInterval + 1)
                 var length = 0
                 var primaryKey: UInt64 = 0
+                // Read through a pointer, every bound checked against `end`.
+                let base = r.buffer.baseAddress!
+                let end = base + r.buffer.count
+                var p = base + r.offset
                 for i in 0..<count {
                     if i % seekInterval == 0 {
                         let point = IndexSection.Restart(
-                            entry: i, offset: r.offset,
-                            key: Array(UnsafeRawBufferPointer(rebasing: key[0..<length])),
+                            entry: i, offset: p - base,
+                            key: Array(UnsafeRawBufferPointer(start: key, count: length)),
                             primaryKey: primaryKey)
                         section.seeks.append(point)
                         if i % restartInterval == 0 { section.restarts.append(point) }
                     }
-                    let shared = try r.readLength(limit: length)
-                    let suffix = try r.readLength(limit: JournalFormat.maxIndexKeyLength - shared)
-                    let bytes = try r.readBytes(suffix)
-                    copySuffix(bytes, into: key, at: shared)
-                    length = shared + suffix
-                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                    let shared = try boundedVarint(&p, end)
+                    guard shared <= UInt64(length) else { throw ByteReader.OutOfBounds() }
+                    let suffix = try boundedVarint(&p, end)
+                    guard suffix <= UInt64(maxKey) - shared, Int(suffix) <= end - p else {
+                        throw ByteReader.OutOfBounds()
+                    }
+                    let n = Int(suffix)
+                    let at = key + Int(shared)
+                    if n <= 16 {
+                        for j in 0..<n {
+                            at.storeBytes(
+                                of: p.load(fromByteOffset: j, as: UInt8.self), toByteOffset: j, as: UInt8.self)
+                        }
+                    } else {
+                        at.copyMemory(from: p, byteCount: n)
+                    }
+                    p += n
+                    length = Int(shared) + n
+                    primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(try boundedVarint(&p, end)))
                 }
+                r.offset = p - base
                 sections.append(section)
             }
         }
         return sections
+    }
+
+    /// A varint at `p`, read only below `end`: the same checks as `ByteReader.readVarint`.
+    @inline(__always)
+    private static func boundedVarint(
+        _ p: inout UnsafeRawPointer, _ end: UnsafeRawPointer
+    ) throws(ByteReader.OutOfBounds) -> UInt64 {
+        guard p < end else { throw ByteReader.OutOfBounds() }
+        let first = p.load(as: UInt8.self)
+        p += 1
+        if first < 0x80 { return UInt64(first) }
+        var result = UInt64(first & 0x7F)
+        var shift: UInt64 = 7
+        while true {
+            guard p < end else { throw ByteReader.OutOfBounds() }
+            let byte = p.load(as: UInt8.self)
+            p += 1
+            if shift == 63 && byte > 1 { throw ByteReader.OutOfBounds() }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte < 0x80 { return result }
+            shift += 7
+            if shift > 63 { throw ByteReader.OutOfBounds() }
+        }
     }
 
     /// Builds the indexes of a section `skipIndexes` checked, each from its restart points

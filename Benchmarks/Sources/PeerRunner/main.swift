@@ -659,6 +659,7 @@ if arguments.contains("--scale") {
     FileHandle.standardError.write(Data("W1 batch…\n".utf8))
     let lw1 = try inNewProcess("logbook-w1batch", l)
     let gw1 = try inNewProcess("grdb-w1", g)
+    sync()  // as before the main table's reads: the populations written back first
     FileHandle.standardError.write(Data("W8, W2, W4…\n".utf8))
     let (lw8, gw8) = try medians("logbook-w8", "grdb-w8", logbookStore: l, grdbStore: g)
     let (lw2, gw2) = try medians("logbook-w2", "grdb-w2", logbookStore: l, grdbStore: g)
@@ -737,6 +738,10 @@ for _ in 1...repeats { batchTimes.append(try logbookBatchPopulate()) }
 
 let logbookStore = try keptLogbookStore()
 let grdbStore = try keptGRDBStore()
+// Both libraries' stores were just written: their pages are written back now, before the
+// reads are timed, so that W2 (the first reader) does not run against that writeback (its
+// figure moved by half between runs of the same code when it did).
+sync()
 /// Each phase in `repeats` new processes, Logbook and GRDB in turn; the median of each figure.
 func medians(
     _ logbookPhase: String, _ grdbPhase: String, logbookStore: String, grdbStore: String

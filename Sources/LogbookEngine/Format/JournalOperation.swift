@@ -119,6 +119,25 @@ enum JournalOperation {
         }
     }
 
+    /// The offset after the operation at `offset` when it is a well-formed put, nil otherwise
+    /// (another operation, or malformed): what `decode` checks of a put, without building it.
+    static func endOfPut(_ block: UnsafeRawBufferPointer, at offset: Int) -> Int? {
+        guard offset < block.count, block[offset] == JournalFormat.OperationCode.put.rawValue else { return nil }
+        var r = ByteReader(block, offset: offset + 1)
+        do throws(ByteReader.OutOfBounds) {
+            _ = try r.readKey()
+            try r.skip(try r.readLength(limit: JournalFormat.maxValueLength))
+            let count = try r.readLength(limit: JournalFormat.maxIndexKeysPerPut)
+            for _ in 0..<count {
+                _ = try r.readVarint()
+                try r.skip(try r.readLength(limit: JournalFormat.maxIndexKeyLength))
+            }
+            return r.offset
+        } catch {
+            return nil
+        }
+    }
+
     /// Calls `body` for each (index, range of the key in `block`) of a put's index section.
     static func forEachIndexKeyRange(
         _ block: UnsafeRawBufferPointer, _ range: Range<Int>, count: Int,

@@ -136,14 +136,20 @@ struct BlockReader: Sendable {
         return (file, frame, parsed)
     }
 
-    /// A frame as stored (its codec and stored payload), checksum verified, not decoded: what
-    /// compaction copies as it is when every operation in it is still live.
-    func storedFrame(segment: UInt64, frameOffset: Int) throws -> (codec: JournalFormat.Codec, stored: [UInt8]) {
+    /// A frame as stored and its decoded block, read and verified once, not cached (compaction
+    /// reads each frame once, and copies the stored payload as it is when every operation in
+    /// the block is still live).
+    func frameAndBlock(segment: UInt64, frameOffset: Int) throws -> (
+        codec: JournalFormat.Codec, frame: [UInt8], payload: Range<Int>, block: [UInt8]
+    ) {
         let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
         guard parsed.type == .operations else {
             throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset)
         }
-        return (parsed.codec, Array(frame[parsed.payload]))
+        guard let decoded = frame.withUnsafeBytes({ Frame.decode($0, parsed) }) else {
+            throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
+        }
+        return (parsed.codec, frame, parsed.payload, decoded)
     }
 
     /// The decoded block of a frame: from the cache, else read, verified, decoded and (when

@@ -466,21 +466,27 @@ struct RadixMap<Value: RadixSlot> {
 extension RadixMap: @unchecked Sendable {}
 
 extension RadixMap where Value == UInt64 {
-    /// For entries in ascending key order: sets `new` where the current value is still
-    /// `expected`; other keys (changed or removed since) stay as they are. One walk down the
-    /// trie per leaf.
+    /// Sets `new` where the current value is still `expected`; other keys (changed or removed
+    /// since) stay as they are. Entries may come in any order; one walk down the trie for each
+    /// run of entries in the same leaf (ascending keys make one run per leaf).
     mutating func replaceMany(_ entries: [(key: UInt64, expected: UInt64, new: UInt64)]) {
-        var leaf: Node?
-        var prefix = UInt64.max
-        for e in entries {
-            if e.key >> Self.bits != prefix || leaf == nil {
-                prefix = e.key >> Self.bits
-                // Only existing leaves are made unique (a missing one means the keys are gone).
-                leaf = self.leaf(for: e.key) == nil ? nil : uniqueLeaf(for: e.key)
+        var n = 0
+        while n < entries.count {
+            let prefix = entries[n].key >> Self.bits
+            var end = n + 1
+            while end < entries.count && entries[end].key >> Self.bits == prefix { end += 1 }
+            // Only existing leaves are made unique (a missing one means the keys are gone).
+            if self.leaf(for: entries[n].key) != nil {
+                let leaf = uniqueLeaf(for: entries[n].key)
+                // In place (the leaf is unique here): no uniqueness check of its array per key.
+                leaf.slots.withUnsafeMutableBufferPointer { slots in
+                    for e in entries[n..<end] {
+                        let i = Int(e.key & 63)
+                        if slots[i] == e.expected { slots[i] = e.new }
+                    }
+                }
             }
-            guard let leaf else { continue }
-            let i = Int(e.key & 63)
-            if leaf.slots[i] == e.expected { leaf.slots[i] = e.new }
+            n = end
         }
     }
 }

@@ -68,14 +68,27 @@ extension Store {
             // whatever order their keys were written in.
             var live: [(packed: UInt64, key: UInt64)] = []
             live.reserveCapacity(sealedState.primary.count)
+            // Which segment a location is in changes rarely from one key to the next (keys are
+            // mostly in storage order): the set is asked only when it does.
+            var lastSegment = UInt64.max
+            var lastIsSealed = false
             sealedState.primary.forEachEntry { key, packed in
-                if sealedNumbers.contains(Location(packed: packed).segment) { live.append((packed, key)) }
+                let segment = Location(packed: packed).segment
+                if segment != lastSegment {
+                    lastSegment = segment
+                    lastIsSealed = sealedNumbers.contains(segment)
+                }
+                if lastIsSealed { live.append((packed, key)) }
                 return true
             }
-            // Records written in key order (the usual case) are in storage order already.
-            if live.indices.dropFirst().contains(where: { live[$0 - 1].packed > live[$0].packed }) {
-                live.sort { $0.packed < $1.packed }
-            }
+            // Records written in key order (the usual case) are in storage order already, or
+            // nearly (a record rewritten later, such as the container's counters): sorted only
+            // when many are out of place. Order matters only for speed: a frame whose records
+            // come in two runs is read twice and rewritten operation by operation.
+            var descents = 0
+            for i in live.indices.dropFirst() where live[i - 1].packed > live[i].packed { descents += 1 }
+            if descents > live.count / 256 { live.sort { $0.packed < $1.packed } }
+            output.reserveRemap(live.count)
             // Frame by frame: a frame whose operations are all live puts is copied as stored
             // (no decompression or compression; only its checksum is computed again with the new
             // file's salt); the others are rewritten operation by operation.
@@ -85,26 +98,27 @@ extension Store {
                 var end = start + 1
                 while end < live.count && Location(packed: live[end].packed).frameKey == frameKey { end += 1 }
                 let first = Location(packed: live[start].packed)
-                let block = try reader.block(segment: first.segment, frameOffset: first.frameOffset)
+                let (codec, frame, payload, block) = try reader.frameAndBlock(
+                    segment: first.segment, frameOffset: first.frameOffset)
                 let operations = block.withUnsafeBytes { raw -> Int? in
                     var o = 0
                     var n = 0
                     while o < raw.count {
-                        guard case (.put, let next)? = try? JournalOperation.decode(raw, at: o) else { return nil }
+                        guard let next = JournalOperation.endOfPut(raw, at: o) else { return nil }
                         o = next
                         n += 1
                     }
                     return n
                 }
                 if operations == end - start {
-                    let frame = try reader.storedFrame(segment: first.segment, frameOffset: first.frameOffset)
                     let puts = live[start..<end].map {
                         (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset)
                     }
-                    try frame.stored.withUnsafeBytes { stored in
+                    try frame.withUnsafeBytes { raw in
                         try output.appendFrame(
-                            codec: frame.codec, stored: stored, blockBytes: block.count, operations: end - start,
-                            puts: puts)
+                            codec: codec, stored: UnsafeRawBufferPointer(rebasing: raw[payload]),
+                            blockBytes: block.count,
+                            operations: end - start, puts: puts)
                     }
                 } else {
                     try block.withUnsafeBytes { raw in
@@ -145,7 +159,9 @@ extension Store {
         // the remap's duration are walked, not every live key (a writer waited 230 ms at
         // 10,000,000 records for that walk). A key a commit touched is never remapped: its new
         // location is in the active segment, which this compaction does not rewrite.
-        let remap = output.remap.sorted { $0.0 < $1.0 }.map { (key: $0.0, expected: $0.1, new: $0.2) }
+        // In the order the records were written (key order when they were stored in it):
+        // `replaceMany` takes any order, and walks down the trie once per run of neighbours.
+        let remap = output.takeRemap()
         var remapped = writer.withLock { writerState -> RadixMap<UInt64> in
             writerState.compactionTouched = []
             return writerState.working.primary
@@ -219,7 +235,8 @@ struct CompactionWriter {
     let store: Store
     let version: UInt64
     private(set) var files: [SegmentFile] = []
-    private(set) var remap: [(UInt64, UInt64, UInt64)] = []
+    /// Each rewritten put: its key, its location before and its location now.
+    private(set) var remap: [(key: UInt64, expected: UInt64, new: UInt64)] = []
     private(set) var operationBytes = 0
     private var block = ByteWriter()
     private var blockPuts: [(UInt64, UInt64, Int)] = []
@@ -232,6 +249,14 @@ struct CompactionWriter {
     init(store: Store, version: UInt64) {
         self.store = store
         self.version = version
+    }
+
+    mutating func reserveRemap(_ count: Int) { remap.reserveCapacity(count) }
+
+    /// The remap, handed over without a copy (the writer's is left empty).
+    mutating func takeRemap() -> [(key: UInt64, expected: UInt64, new: UInt64)] {
+        defer { remap = [] }
+        return remap
     }
 
     mutating func appendPut(key: UInt64, old: UInt64, _ op: UnsafeRawBufferPointer) throws {

@@ -125,7 +125,7 @@ extension ManagedObjectContext {
         var inserted: [(key: UInt64, entity: Int, slots: [Slot])] = []
         var updated: [(key: UInt64, changes: [(slot: Int, value: Slot)])] = []
         var deleted: [UInt64] = []
-        var setAdds: [UInt64: Set<UInt64>] = [:]
+        var setAdds: [UInt64: PendingMembers] = [:]
         var setRemoves: [UInt64: Set<UInt64>] = [:]
         var orders: [UInt64: [UInt64]] = [:]
     }

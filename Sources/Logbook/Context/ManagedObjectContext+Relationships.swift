@@ -33,7 +33,9 @@ extension ManagedObjectContext {
     }
 
     func checkRelated(_ owner: ManagedObject, _ r: Int, _ other: ManagedObject) throws {
-        let rel = owner.layout.entity.relationships[r]
+        // The description is read only for an error (a copy of it on every check cost more
+        // than the check).
+        var rel: RelationshipDescription { owner.layout.entity.relationships[r] }
         guard other.token === token, !other.flags.contains(.invalid) else {
             throw LogbookError(
                 .invalidRelationship,
@@ -112,6 +114,16 @@ extension ManagedObjectContext {
         if let o = ownerObject ?? registered(owner) { touch(o) }
     }
 
+    /// `addMember` for a member that may be there already: false (and nothing done) when it
+    /// is; the set's changes are looked up once.
+    private func addNewMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject) -> Bool {
+        guard setAdds[k, default: []].insert(member) else { return false }
+        if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+        if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
+        touch(owner)
+        return true
+    }
+
     func removeMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
         let k = setKey(owner, layout, r)
         if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
@@ -183,11 +195,16 @@ extension ManagedObjectContext {
 
     func addRelated(_ owner: ManagedObject, relationship r: Int, _ objects: [ManagedObject]) throws {
         for o in objects { try checkRelated(owner, r, o) }
-        // A new object has nothing stored: its members are the ones added since.
-        let current =
-            owner.flags.contains(.inserted)
-            ? (setAdds[setKey(owner.engineKey, owner.layout, r)] ?? [])
-            : relatedKeys(owner.engineKey, owner.layout, r)
+        if owner.flags.contains(.inserted) {
+            // A new object has nothing stored: its members are the ones added since, looked
+            // up as they grow (a copy held here would make each addition copy them).
+            let k = setKey(owner.engineKey, owner.layout, r)
+            for o in objects where addNewMember(o.engineKey, toSet: k, owner: owner) {
+                try linkInverse(owner, r, o.engineKey, adding: true, otherObject: o)
+            }
+            return
+        }
+        let current = relatedKeys(owner.engineKey, owner.layout, r)
         for o in objects where !current.contains(o.engineKey) {
             addMember(o.engineKey, owner: owner.engineKey, owner.layout, r, ownerObject: owner)
             try linkInverse(owner, r, o.engineKey, adding: true, otherObject: o)

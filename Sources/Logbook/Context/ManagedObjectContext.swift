@@ -91,7 +91,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
     @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [UInt64: ManagedObject] = [:]
     /// Unsaved changes of to-many relationships, by set key: members added and removed.
-    @exclusivity(unchecked) var setAdds: [UInt64: Set<UInt64>] = [:]
+    @exclusivity(unchecked) var setAdds: [UInt64: PendingMembers] = [:]
     @exclusivity(unchecked) var setRemoves: [UInt64: Set<UInt64>] = [:]
     /// Unsaved orders of ordered relationships, by set key: the members in their new order.
     @exclusivity(unchecked) var orderOverrides: [UInt64: [UInt64]] = [:]

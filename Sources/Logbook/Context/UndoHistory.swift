@@ -24,7 +24,7 @@ public final class UndoHistory {
         var inserted: InsertedObjects
         var updated: [UInt64: ManagedObject]
         var deleted: [UInt64: ManagedObject]
-        var setAdds: [UInt64: Set<UInt64>]
+        var setAdds: [UInt64: PendingMembers]
         var setRemoves: [UInt64: Set<UInt64>]
         var orderOverrides: [UInt64: [UInt64]]
     }

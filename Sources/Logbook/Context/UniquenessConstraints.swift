@@ -159,7 +159,7 @@ extension ManagedObjectContext {
             for (key, value) in table { out[ownedSets[key] ?? key] = members(value) }
             return out
         }
-        setAdds = rekey(setAdds) { Set($0.map(remap)) }
+        setAdds = rekey(setAdds) { PendingMembers($0.map(remap)) }
         setRemoves = rekey(setRemoves) { Set($0.map(remap)) }
         orderOverrides = rekey(orderOverrides) { $0.map(remap) }
         let local = o.slots

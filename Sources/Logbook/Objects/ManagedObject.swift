@@ -130,15 +130,29 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     // MARK: Access
 
     func checkUsable(_ key: String? = nil) throws -> ManagedObjectContext {
-        guard !flags.contains(.invalid), let context = contextRef else {
-            if flags.contains(.probe), let key { KeyProbe.record(key, for: self) }
-            throw LogbookError(
-                .objectInvalidated,
-                "the object is no longer usable: its context was reset or deallocated, or its deletion was saved",
-                entity: layout.name, key: key, objectID: objectID)
-        }
+        guard !flags.contains(.invalid), let context = contextRef else { throw unusable(key) }
         if flags.contains(.fault) { try context.fulfill(self) }
         return context
+    }
+
+    /// Runs `body` with the object's context, checked as `checkUsable` does, without retaining
+    /// the context (contexts are referenced weakly elsewhere, so each retain and release of
+    /// one takes the runtime's slow path: a fifth of a `setValue(_:forKey:)` when it did).
+    @inline(__always)
+    func withUsableContext<R>(_ key: String?, _ body: (ManagedObjectContext) throws -> R) throws -> R {
+        guard !flags.contains(.invalid), token.alive, let owner = token.owner else { throw unusable(key) }
+        return try owner._withUnsafeGuaranteedRef { context in
+            if flags.contains(.fault) { try context.fulfill(self) }
+            return try body(context)
+        }
+    }
+
+    private func unusable(_ key: String?) -> LogbookError {
+        if flags.contains(.probe), let key { KeyProbe.record(key, for: self) }
+        return LogbookError(
+            .objectInvalidated,
+            "the object is no longer usable: its context was reset or deallocated, or its deletion was saved",
+            entity: layout.name, key: key, objectID: objectID)
     }
 
     /// The value of an attribute or relationship: the attribute's Swift value, the related
@@ -157,7 +171,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             return value.value(type: type)
         }
         let context = try checkUsable(key)
-        if let slot = layout.slotByName[key] {
+        if let slot = layout.slot(named: key) {
             if slot < layout.attributeCount {
                 let type = layout.entity.attributes[slot].type
                 if case .transformable(let name) = type, case .data(let blob) = slots[slot] {
@@ -184,13 +198,16 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// Sets an attribute or relationship by key. A value of the wrong type, an unknown key or a
     /// related object of the wrong entity or context is an error, and changes nothing.
     public func setValue(_ value: Any?, forKey key: String) throws {
-        let context = try checkUsable(key)
+        try withUsableContext(key) { context in try setValue(value, forKey: key, in: context) }
+    }
+
+    private func setValue(_ value: Any?, forKey key: String, in context: ManagedObjectContext) throws {
         try context.undoable {
-            if let slot = layout.slotByName[key], slot < layout.attributeCount {
-                let attribute = layout.entity.attributes[slot]
+            if let slot = layout.slot(named: key), slot < layout.attributeCount {
                 let new: Slot
                 do {
-                    new = try Slot(value, type: attribute.type, transformers: AttributeTransformers.registry)
+                    new = try Slot(
+                        value, type: layout.entity.attributes[slot].type, transformers: AttributeTransformers.registry)
                 } catch let m as Slot.Mismatch {
                     throw LogbookError(
                         .typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit",
@@ -296,9 +313,11 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     /// Adds objects to a to-many relationship (and sets the inverses).
     public func add(_ objects: some Sequence<ManagedObject>, toRelationship key: String) throws {
-        let context = try checkUsable(key)
-        let r = try toManyIndex(key)
-        try context.undoable { try context.addRelated(self, relationship: r, Array(objects)) }
+        let list = Array(objects)
+        try withUsableContext(key) { context in
+            let r = try toManyIndex(key)
+            try context.undoable { try context.addRelated(self, relationship: r, list) }
+        }
     }
 
     /// Removes one object from a to-many relationship (and clears the inverse).

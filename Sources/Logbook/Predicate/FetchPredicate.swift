@@ -172,7 +172,7 @@ struct PredicateEvaluator {
                 }
                 throw fail("\(object.layout.name) has no key \(key)", column, key: key)
             }
-            if let slot = object.layout.slotByName[key], slot < object.layout.attributeCount,
+            if let slot = object.layout.slot(named: key), slot < object.layout.attributeCount,
                 case .transformable(let name) = object.layout.entity.attributes[slot].type
             {
                 _ = try object.checkUsable(key)

@@ -47,11 +47,13 @@ struct MemberSet: RadixSlot {
     mutating func add(sorted new: [UInt64]) -> Int {
         guard !new.isEmpty else { return 0 }
         makeUnique()
-        let old = storage!.members
-        if old.isEmpty || old.last! < new.first! {
+        // Appended in place when the new members all come after the old (the usual case: new
+        // objects have the highest serials); nothing else holds the array meanwhile.
+        if storage!.members.last.map({ $0 < new.first! }) ?? true {
             storage!.members.append(contentsOf: new)
             return new.count
         }
+        let old = storage!.members
         var merged: [UInt64] = []
         merged.reserveCapacity(old.count + new.count)
         var i = 0

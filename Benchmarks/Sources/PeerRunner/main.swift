@@ -265,6 +265,10 @@ func runPhase(_ phase: String, _ path: String) throws {
             (try pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item")! }, 0)
         }
         print("median=\(m) first=\(first) records=\(n) open_to_count=\(answered) check=\(firstAnswer)")
+    case "logbook-w1":
+        // The context population into `path` (the store the main table's reads use).
+        let seconds = try logbookW1(path)
+        print("seconds=\(seconds) peak_rss_mb=\(peakRSSMegabytes()) bytes=\(directoryBytes(path))")
     case "logbook-w1batch":
         // The batch insert into `path`, for the scale table: time and the process's peak memory.
         let seconds = try logbookBatchInsert(into: path)

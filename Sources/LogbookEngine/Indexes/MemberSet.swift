@@ -46,6 +46,11 @@ struct MemberSet: RadixSlot {
     @discardableResult
     mutating func add(sorted new: [UInt64]) -> Int {
         guard !new.isEmpty else { return 0 }
+        if storage == nil {
+            // A new set takes the array it is given (no copy).
+            storage = Storage(new)
+            return new.count
+        }
         makeUnique()
         // Appended in place when the new members all come after the old (the usual case: new
         // objects have the highest serials); nothing else holds the array meanwhile.

@@ -274,6 +274,34 @@ import Testing
     }
 }
 
+extension QueueTests {
+    /// After a large save the objects only the context held are freed on another thread; the
+    /// ones the caller still holds must not be among them: when the caller lets them go, they
+    /// leave the context's registry then, on its own queue (their release on the other thread
+    /// raced the context's queue, and crashed a benchmark run).
+    @Test func objectsHeldElsewhereAreReleasedOnTheContextsQueueAfterALargeSave() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store)
+        let context = container.newContext(concurrencyType: .confinement)
+        for round in 0..<2 {
+            var kept: [Person] = []
+            for i in 0..<60_000 {
+                let p = try context.insert(Person.self)
+                p.firstName = "P\(round)-\(i)"
+                p.lastName = "Q"
+                if i % 10 == 0 { kept.append(p) }
+            }
+            try context.save()
+            // Let go at once, while the other thread may still be freeing the rest.
+            kept = []
+            #expect(context.registeredObjects.isEmpty)
+            context.reset()
+            #expect(try context.count(for: FetchRequest<Person>()) == 60_000 * (round + 1))
+        }
+        try container.close()
+    }
+}
+
 @Suite struct RegistryTableTests {
     @Test func pagedAndOverflowKeysBehaveAlike() throws {
         let store = TemporaryStore()

@@ -31,13 +31,24 @@ struct InsertedObjects {
 
     /// Calls `body` with each still-inserted object and whether the list holds its only
     /// reference, then empties the list.
-    /// Returns the list, for the caller to release (its objects may be the last references).
+    ///
+    /// Returns the objects the list held alone, for the caller to release (on another thread
+    /// when there are many): nothing else can reach them, and their deinit touches no context.
+    /// The others (someone else holds them, or they were deleted since) are released here, on
+    /// the context's queue: one of them may be freed with this release, or later by its other
+    /// holder, and its deinit unregisters it from the context, which only this queue may touch.
     mutating func drain(_ body: (ManagedObject, Bool) -> Void) -> [ManagedObject] {
         index = nil
+        var unreachable = 0
         for i in list.indices where list[i].flags.contains(.inserted) {
             let unique = isKnownUniquelyReferenced(&list[i])
             body(list[i], unique)
+            if unique {
+                list.swapAt(unreachable, i)
+                unreachable += 1
+            }
         }
+        list.removeSubrange(unreachable...)
         defer {
             list = []
             count = 0

@@ -1,3 +1,5 @@
+import LogbookEngine
+
 /// The members a context added to one set (a to-many relationship's side) since its last save.
 ///
 /// New objects get ascending serials, so members mostly arrive in ascending order: the list
@@ -47,7 +49,7 @@ struct PendingMembers: Sequence, ExpressibleByArrayLiteral {
     func contains(_ member: UInt64) -> Bool {
         switch storage {
         case .sorted(let list):
-            let i = Self.lowerBound(member, in: list)
+            let i = list.lowerBound(of: member)
             return i < list.count && list[i] == member
         case .hashed(let set): return set.contains(member)
         }
@@ -59,7 +61,7 @@ struct PendingMembers: Sequence, ExpressibleByArrayLiteral {
         switch storage {
         case .sorted(var list):
             if let last = list.last, member <= last {
-                let i = Self.lowerBound(member, in: list)
+                let i = list.lowerBound(of: member)
                 if i < list.count && list[i] == member { return false }
                 if list.count >= Self.shiftLimit {
                     var set = Set(list)
@@ -88,7 +90,7 @@ struct PendingMembers: Sequence, ExpressibleByArrayLiteral {
     mutating func remove(_ member: UInt64) -> UInt64? {
         switch storage {
         case .sorted(var list):
-            let i = Self.lowerBound(member, in: list)
+            let i = list.lowerBound(of: member)
             guard i < list.count && list[i] == member else { return nil }
             if list.count > Self.shiftLimit {
                 var set = Set(list)
@@ -135,14 +137,4 @@ struct PendingMembers: Sequence, ExpressibleByArrayLiteral {
     }
 
     var underestimatedCount: Int { count }
-
-    private static func lowerBound(_ member: UInt64, in list: [UInt64]) -> Int {
-        var low = 0
-        var high = list.count
-        while low < high {
-            let mid = (low + high) / 2
-            if list[mid] < member { low = mid + 1 } else { high = mid }
-        }
-        return low
-    }
 }

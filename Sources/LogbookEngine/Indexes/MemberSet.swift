@@ -19,19 +19,8 @@ struct MemberSet: RadixSlot {
 
     func contains(_ member: UInt64) -> Bool {
         guard let m = storage?.members else { return false }
-        let i = Self.lowerBound(m, member)
+        let i = m.lowerBound(of: member)
         return i < m.count && m[i] == member
-    }
-
-    @inline(__always)
-    static func lowerBound(_ m: [UInt64], _ value: UInt64) -> Int {
-        var lo = 0
-        var hi = m.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if m[mid] < value { lo = mid + 1 } else { hi = mid }
-        }
-        return lo
     }
 
     private mutating func makeUnique() {
@@ -111,3 +100,18 @@ struct MemberSet: RadixSlot {
 
 // The storage is replaced, never mutated, when it is shared (`makeUnique`).
 extension MemberSet: @unchecked Sendable {}
+
+extension [UInt64] {
+    /// The first position whose value is not below `value`, in an ascending array (a binary
+    /// search): where `value` is, or where it would go.
+    @inline(__always)
+    package func lowerBound(of value: UInt64) -> Int {
+        var low = 0
+        var high = count
+        while low < high {
+            let mid = (low + high) / 2
+            if self[mid] < value { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+}

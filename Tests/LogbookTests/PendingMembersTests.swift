@@ -39,6 +39,31 @@ import Testing
         #expect(PendingMembers(expected).ascending == expected.sorted())
     }
 
+    /// Sets of a few members (held inline, up to three, then a list): every sequence of four
+    /// inserts and removes over five values reads as a `Set` does after each step, ascending.
+    @Test func fewMembersInEveryOrder() {
+        let operations: [(insert: Bool, member: UInt64)] = (1...5).flatMap { [(true, UInt64($0)), (false, UInt64($0))] }
+        var sequences: [[Int]] = [[]]
+        for _ in 0..<4 { sequences = sequences.flatMap { s in operations.indices.map { s + [$0] } } }
+        var mismatches = 0
+        for sequence in sequences {
+            var members = PendingMembers()
+            var expected = Set<UInt64>()
+            for i in sequence {
+                let (insert, m) = operations[i]
+                let same =
+                    insert ? members.insert(m) == expected.insert(m).inserted : members.remove(m) == expected.remove(m)
+                if !same || members.count != expected.count || Array(members) != expected.sorted()
+                    || (1...6).contains(where: { members.contains($0) != expected.contains($0) })
+                {
+                    mismatches += 1
+                }
+            }
+        }
+        #expect(sequences.count == 10_000)
+        #expect(mismatches == 0)
+    }
+
     @Test func inOrderMembersStayAListAndIterateAscending() {
         var members: PendingMembers = [5, 3, 9]
         #expect(Array(members) == [3, 5, 9])

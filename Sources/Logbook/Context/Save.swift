@@ -118,10 +118,10 @@ extension ManagedObjectContext {
                     deletedSets.insert(k)
                 }
             }
-            for (k, members) in setRemoves where !deletedSets.contains(k) {
+            for (k, members) in setRemoves where deletedSets.isEmpty || !deletedSets.contains(k) {
                 transaction.removeMembers(members, fromSet: k)
             }
-            for (k, members) in setAdds where !deletedSets.contains(k) {
+            for (k, members) in setAdds where deletedSets.isEmpty || !deletedSets.contains(k) {
                 transaction.addMembers(members, toSet: k)
             }
             try writeOrders(into: &transaction, skipping: deletedSets)

@@ -486,6 +486,11 @@ public final class ManagedObjectModel: Sendable {
     public subscript(entity name: String) -> EntityDescription? { byName[name].map { entities[$0] } }
 
     func layout(named name: String) throws -> EntityLayout {
+        // A few entities: comparing names (most are small strings, compared as two words) is
+        // cheaper than hashing one.
+        if layouts.count <= 16 {
+            for layout in layouts where layout.name == name { return layout }
+        }
         guard let i = byName[name] else {
             throw LogbookError(.unknownEntity, "no entity named \(name) in the model", entity: name)
         }
@@ -705,6 +710,17 @@ final class EntityLayout: Sendable {
             return nil
         }
         return slotByName[key]
+    }
+
+    /// The relationship named `key` (its index in the entity's relationships), found the way
+    /// `slot(named:)` finds an attribute.
+    func relationship(named key: String) -> Int? {
+        let relationships = entity.relationships
+        if relationships.count <= 16 {
+            for i in relationships.indices where relationships[i].name == key { return i }
+            return nil
+        }
+        return relationshipByName[key]
     }
 
     /// The slot of a to-one relationship.

@@ -182,7 +182,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             guard case .object(let k) = slots[slot] else { return nil }
             return try context.object(forKey: k)
         }
-        if let r = layout.relationshipByName[key] {
+        if let r = layout.relationship(named: key) {
             // An ordered relationship's members come as an array, in order.
             if layout.entity.relationships[r].isOrdered { return try orderedObjects(forKey: key) }
             return Set(try context.relatedObjects(self, relationship: r))
@@ -216,7 +216,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
                 context.setSlot(self, slot, new)
                 return
             }
-            if let r = layout.relationshipByName[key] {
+            if let r = layout.relationship(named: key) {
                 if layout.entity.relationships[r].isToMany {
                     let objects: [ManagedObject]
                     switch value {
@@ -282,7 +282,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The objects of a to-many relationship.
     public func objects(forKey key: String) throws -> Set<ManagedObject> {
         let context = try checkUsable(key)
-        guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
+        guard let r = layout.relationship(named: key), layout.entity.relationships[r].isToMany else {
             throw LogbookError(
                 .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
                 objectID: objectID)
@@ -298,7 +298,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// ```
     public func count(forKey key: String) throws -> Int {
         let context = try checkUsable(key)
-        guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
+        guard let r = layout.relationship(named: key), layout.entity.relationships[r].isToMany else {
             throw LogbookError(
                 .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
                 objectID: objectID)
@@ -333,7 +333,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     }
 
     func toManyIndex(_ key: String) throws -> Int {
-        guard let r = layout.relationshipByName[key], layout.entity.relationships[r].isToMany else {
+        guard let r = layout.relationship(named: key), layout.entity.relationships[r].isToMany else {
             throw LogbookError(
                 .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
                 objectID: objectID)

@@ -523,6 +523,10 @@ final class EntityLayout: Sendable {
     let defaultSlots: [Slot]
     /// Names by slot.
     let slotNames: [String]
+    /// The slot names as NUL-terminated UTF-8, one after another, and where each starts: a
+    /// `@Managed` property's name is compared with them as C strings.
+    let slotNameBytes: [CChar]
+    let slotNameStarts: [Int]
     /// Storage kinds by slot.
     let slotKinds: [SlotKind]
     /// What save checks, precomputed: slots that must have a value, attributes with rules,
@@ -620,6 +624,14 @@ final class EntityLayout: Sendable {
         }
         self.defaultSlots = defaults
         self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
+        var nameBytes: [CChar] = []
+        var nameStarts: [Int] = []
+        for name in slotNames {
+            nameStarts.append(nameBytes.count)
+            nameBytes.append(contentsOf: name.utf8CString)
+        }
+        self.slotNameBytes = nameBytes
+        self.slotNameStarts = nameStarts
         // A to-one relationship to an entity with sub-entities records the keyspace too.
         self.slotKinds = Self.kinds(
             entity,
@@ -710,6 +722,19 @@ final class EntityLayout: Sendable {
             return nil
         }
         return slotByName[key]
+    }
+
+    /// The slot of the attribute or to-one relationship a `@Managed` property names.
+    func slot(named name: PropertyName) -> Int? {
+        if slotNameStarts.count <= 16 {
+            return slotNameBytes.withUnsafeBufferPointer { bytes in
+                for i in slotNameStarts.indices where strcmp(bytes.baseAddress! + slotNameStarts[i], name.utf8) == 0 {
+                    return i
+                }
+                return nil
+            }
+        }
+        return slotByName[name.string]
     }
 
     /// The relationship named `key` (its index in the entity's relationships), found the way

@@ -1,4 +1,5 @@
 import Foundation
+import LogbookEngine
 
 /// A Swift type that an attribute can hold through a typed property: String, the integer
 /// types, Double, Float, Bool, Date, Data, UUID, URL, Decimal, and optionals of them.
@@ -229,13 +230,57 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
 /// Reading a non-optional property that has no value gives `absentValue` ("" or 0); the
 /// save reports the missing required value. A setter cannot throw: an error (an object used
 /// after its context was reset…) is reported by the next `save()`.
+/// The name of the attribute a `@Managed` property stands for, held in one word: a pointer to
+/// its NUL-terminated UTF-8 bytes, which live as long as the process (a string literal's own
+/// bytes, or a copy made once for each distinct name given as a `String`). A `String` would
+/// take two words in every object for every such property: 32 MB in a million objects of
+/// three properties, past a malloc size class.
+@usableFromInline
+struct PropertyName {
+    @usableFromInline let utf8: UnsafePointer<CChar>
+
+    init(_ literal: StaticString) {
+        if literal.hasPointerRepresentation && literal.utf8Start[literal.utf8CodeUnitCount] == 0 {
+            utf8 = UnsafeRawPointer(literal.utf8Start).assumingMemoryBound(to: CChar.self)
+        } else {
+            utf8 = Self.intern(literal.description)
+        }
+    }
+
+    init(_ string: String) { utf8 = Self.intern(string) }
+
+    /// The name as a `String`.
+    var string: String { String(cString: utf8) }
+
+    /// The copies of the names given as `String`s, by name; never freed (names are few, and
+    /// every object of a class points at its class's).
+    private static let interned = Locked<[String: UnsafePointer<CChar>]>([:])
+
+    private static func intern(_ name: String) -> UnsafePointer<CChar> {
+        interned.withLock { table in
+            if let p = table[name] { return p }
+            let p = UnsafePointer(strdup(name)!)
+            table[name] = p
+            return p
+        }
+    }
+}
+
 @propertyWrapper
 public struct Managed<Value: AttributeValue> {
-    /// The attribute's name in the model.
-    public let key: String
+    @usableFromInline let name: PropertyName
 
-    /// A property for the attribute named `key`.
-    public init(_ key: String) { self.key = key }
+    /// The attribute's name in the model.
+    public var key: String { name.string }
+
+    /// A property for the attribute named `key`. A literal name is held as a pointer to the
+    /// literal's bytes: the property takes one word in each object.
+    public init(_ key: StaticString) { name = PropertyName(key) }
+
+    /// A property for the attribute named `key`, given as a `String` (held as a pointer to a
+    /// copy made once per distinct name).
+    @_disfavoredOverload
+    public init(_ key: String) { name = PropertyName(key) }
 
     /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@Managed is for ManagedObject subclasses")
@@ -252,8 +297,7 @@ public struct Managed<Value: AttributeValue> {
         storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
     ) -> Value {
         get {
-            let key = object[keyPath: storageKeyPath].key
-            guard let (slot, type) = object.typedRead(key),
+            guard let (slot, type) = object.typedRead(object[keyPath: storageKeyPath].name),
                 let v = Value(storedValue: StoredValue(slot: slot), type: type)
             else {
                 return Value.absentValue
@@ -261,8 +305,7 @@ public struct Managed<Value: AttributeValue> {
             return v
         }
         set {
-            let key = object[keyPath: storageKeyPath].key
-            object.typedWrite(key) { type in newValue.storedValue(type: type)?.slot }
+            object.typedWrite(object[keyPath: storageKeyPath].name) { type in newValue.storedValue(type: type)?.slot }
         }
     }
 }

@@ -299,14 +299,21 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// ```swift
     /// let staff = try manager.count(forKey: "employees")
     /// ```
+    ///
+    /// A fault stays a fault: the count needs none of its values. (Core Data fires the fault;
+    /// here the record is read only when it is gone from the store, to report that as firing
+    /// the fault would.)
     public func count(forKey key: String) throws -> Int {
-        let context = try checkUsable(key)
-        guard let r = layout.relationship(named: key), layout.entity.relationships[r].isToMany else {
-            throw LogbookError(
-                .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name, key: key,
-                objectID: objectID)
+        guard !flags.contains(.invalid), token.alive, let owner = token.owner else { throw unusable(key) }
+        return try owner._withUnsafeGuaranteedRef { context in
+            guard let r = layout.relationship(named: key), layout.entity.relationships[r].isToMany else {
+                throw LogbookError(
+                    .unknownKey, "\(layout.name) has no to-many relationship named \(key)", entity: layout.name,
+                    key: key, objectID: objectID)
+            }
+            if flags.contains(.fault) && !context.readSnapshot().contains(engineKey) { try context.fulfill(self) }
+            return context.relatedCount(engineKey, layout, r)
         }
-        return context.relatedCount(engineKey, layout, r)
     }
 
     /// Adds one object to a to-many relationship (and sets the inverse).

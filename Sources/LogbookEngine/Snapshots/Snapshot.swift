@@ -16,7 +16,8 @@ public final class Snapshot: Sendable {
     let state: IndexState
     let reader: BlockReader
     private let registry: SnapshotRegistry
-    private let pin: Int
+    /// Its entry in the store's registry of pinned snapshots.
+    let pin: Int
 
     init(published: Store.Published, cache: FrameCache, registry: SnapshotRegistry) {
         state = published.state

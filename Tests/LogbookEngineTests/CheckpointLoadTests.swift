@@ -65,6 +65,50 @@ import Testing
         #expect(deferred.indexes[9]?.count == 40_000)
     }
 
+    /// The stream is encoded and written a chunk at a time: every chunk but the last is
+    /// exactly `chunkSize` bytes, and together they are the stream.
+    @Test func theStreamComesInWholeChunks() {
+        let state = largeState()
+        var chunks: [[UInt8]] = []
+        // Small chunks, so that they end in every section of the stream.
+        Checkpoint.encode(state, segment: 1, offset: 32, chunkSize: 4_096) { chunks.append(Array($0)) }
+        #expect(chunks.count >= 100)
+        #expect(chunks.dropLast().allSatisfy { $0.count == 4_096 })
+        #expect(chunks.last!.count <= 4_096 && !chunks.last!.isEmpty)
+        #expect(Array(chunks.joined()) == Checkpoint.encode(state, segment: 1, offset: 32))
+    }
+
+    /// A store whose checkpoint spans several chunks (a large primary index, a secondary
+    /// index, a set of 200,000 members) opens from it with everything as committed.
+    @Test func aCheckpointOfManyChunksReopensAsCommitted() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        do {
+            let store = try Store.open(at: dir.store(), options: quietOptions(.none))
+            var t = Transaction()
+            for i in UInt64(1)...300_000 {
+                t.put(
+                    key(1, i), value: bytes("v\(i % 1000)"),
+                    indexKeys: [IndexKey(index: 3, orderedInt64: Int64(i % 977))])
+            }
+            t.addMembers(Array(UInt64(1)...200_000).map { $0 * 3 }, toSet: key(5, 1))
+            try store.commit(t)
+            try store.checkpoint()
+            try store.close()
+        }
+        let names = listDirectory(dir.store())
+        #expect(names.contains { $0.hasPrefix("checkpoint-") })
+        let reopened = try Store.open(at: dir.store(), options: quietOptions(.none))
+        let snapshot = reopened.snapshot()
+        #expect(snapshot.count(inKeyspace: 1) == 300_000)
+        #expect(try string(snapshot.value(forKey: key(1, 123_456))) == "v456")
+        #expect(snapshot.indexCount(index: 3) == 300_000)
+        let members = snapshot.members(ofSet: key(5, 1))
+        #expect(members.count == 200_000)
+        #expect(members.first == 3 && members.last == 600_000)
+        try reopened.close()
+    }
+
     /// A stream cut anywhere (in the primary section, in the secondary indexes, in the sets)
     /// is an error on both paths, never a crash, and the two paths agree.
     @Test func aTruncatedLargeStreamIsMalformedOnEveryPath() throws {

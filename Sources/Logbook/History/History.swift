@@ -602,7 +602,9 @@ extension ManagedObjectContext {
             transaction.put(HistoryRecord.key(version: next), value: try history())
             expected = next
         }
-        do { return try container.store.commit(transaction, expectingVersion: expected) } catch {
+        // The store takes the transaction's compressed blocks: left here too, they would all
+        // stay in memory until the commit returns, instead of going as each is applied.
+        do { return try container.store.commit(taking: &transaction, expectingVersion: expected) } catch {
             throw LogbookError.wrap(error)
         }
     }

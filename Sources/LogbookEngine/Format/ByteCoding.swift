@@ -22,6 +22,23 @@ package struct ByteWriter {
 
     package var capacity: Int { storage.count }
 
+    /// Calls `body` with the bytes written so far (no copy).
+    package func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try storage.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+
+    /// Drops the first `n` bytes written, moving the rest to the front; the capacity stays.
+    package mutating func removeFirst(_ n: Int) {
+        precondition(n >= 0 && n <= count, "removeFirst past the bytes written")
+        let rest = count - n
+        if rest > 0 {
+            storage.withUnsafeMutableBytes { p in
+                p.baseAddress!.copyMemory(from: p.baseAddress! + n, byteCount: rest)
+            }
+        }
+        count = rest
+    }
+
     /// The bytes written, taken without a copy (the storage is cut to them); the writer is
     /// left empty.
     package mutating func take() -> [UInt8] {

@@ -95,6 +95,8 @@ extension OrderedIndex {
         private var lengths: UnsafeMutablePointer<UInt16>
         private var primaryKeys: UnsafeMutablePointer<UInt64>
         private var tailEnds: UnsafeMutablePointer<UInt32>?
+        /// The tail length of the leaf's first entry: every entry's while `tailEnds` is nil.
+        private var width = 0
         private var used = 0
         private let scratch = UnsafeMutableRawPointer.allocate(
             byteCount: OrderedIndex.leafCapacity * JournalFormat.maxIndexKeyLength, alignment: 8)
@@ -114,13 +116,19 @@ extension OrderedIndex {
             prefixes[i] = prefix
             lengths[i] = UInt16(truncatingIfNeeded: length)
             primaryKeys[i] = pk
-            if length > 8 {
-                if tailEnds == nil {
-                    // Every entry before this one had no tail.
-                    tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
-                    tailEnds!.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+            let extra = max(0, length - 8)
+            if i == 0 {
+                width = extra
+            } else if tailEnds == nil && extra != width {
+                // The first tail of another length: each entry's end from here on, those
+                // before from the common width.
+                let ends = UnsafeMutablePointer<UInt32>.allocate(capacity: OrderedIndex.leafCapacity)
+                for j in 0..<OrderedIndex.leafCapacity {
+                    (ends + j).initialize(to: UInt32(j < i ? (j + 1) * width : 0))
                 }
-                let extra = length - 8
+                tailEnds = ends
+            }
+            if extra > 0 {
                 if extra <= 16 {
                     for j in 0..<extra {
                         (scratch + used + j).storeBytes(
@@ -130,16 +138,19 @@ extension OrderedIndex {
                     (scratch + used).copyMemory(from: tail, byteCount: extra)
                 }
                 used += extra
-                tailEnds.unsafelyUnwrapped[i] = UInt32(truncatingIfNeeded: used)
-            } else if let ends = tailEnds {
-                ends[i] = UInt32(truncatingIfNeeded: used)
             }
+            if let ends = tailEnds { ends[i] = UInt32(truncatingIfNeeded: used) }
             count = i + 1
         }
 
         private mutating func flush() {
             leaf.count = count
-            leaf.tailEnds = tailEnds
+            if let tailEnds {
+                leaf.tailEnds = tailEnds
+            } else {
+                // Every tail of one width (fixed-width keys): each at `i * width`, no ends.
+                leaf.tailWidth = width
+            }
             if used > 0 { leaf.tails = Array(UnsafeRawBufferPointer(start: scratch, count: used)) }
             leaves.append(leaf)
             leaf = Node(leaf: true)
@@ -149,6 +160,7 @@ extension OrderedIndex {
             tailEnds = nil
             count = 0
             used = 0
+            width = 0
         }
 
         mutating func finish() -> [Node] {

@@ -181,6 +181,24 @@ extension OrderedIndex {
                 return true
             }
             precondition(seen == count, "OrderedIndex count \(count) but \(seen) entries")
+            // Every leaf's tails: a common width with no ends, or an end for each entry.
+            func visit(_ node: Node) {
+                guard node.isLeaf else {
+                    node.children.forEach(visit)
+                    return
+                }
+                var expected = 0
+                for i in 0..<node.count {
+                    let tail = max(0, Int(node.lengths[i]) - 8)
+                    if node.tailEnds == nil {
+                        precondition(tail == node.tailWidth, "a leaf without tail ends has a tail of another width")
+                    }
+                    expected += tail
+                    precondition(node.tailRange(i).count == tail, "a tail range that is not its key's")
+                }
+                precondition(node.tails.count == expected, "a leaf's tails are not its keys'")
+            }
+            if let root { visit(root) }
         }
     #endif
 }

@@ -24,10 +24,13 @@ struct OrderedIndex {
         let prefixes: UnsafeMutablePointer<UInt64>
         let lengths: UnsafeMutablePointer<UInt16>
         let primaryKeys: UnsafeMutablePointer<UInt64>
-        /// Bytes beyond the eighth of each key, concatenated; `tailEnds` (allocated on the
-        /// first long key) gives each entry's end offset.
+        /// Bytes beyond the eighth of each key, concatenated. While every entry's tail has the
+        /// same length (`tailWidth`: fixed-width keys, the usual case; 0 when no key is longer
+        /// than eight bytes) entry `i`'s tail starts at `i * tailWidth`; once lengths differ,
+        /// `tailEnds` (4 bytes an entry) gives each entry's end offset.
         @exclusivity(unchecked) var tails: [UInt8] = []
         @exclusivity(unchecked) var tailEnds: UnsafeMutablePointer<UInt32>?
+        @exclusivity(unchecked) var tailWidth = 0
         // Inner storage.
         @exclusivity(unchecked) var children: [Node] = []
         /// Entry count of each child's subtree.
@@ -55,6 +58,7 @@ struct OrderedIndex {
                 lengths.update(from: other.lengths, count: count)
                 primaryKeys.update(from: other.primaryKeys, count: count)
                 tails = other.tails
+                tailWidth = other.tailWidth
                 if let ends = other.tailEnds {
                     tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
                     tailEnds!.update(from: ends, count: count)
@@ -76,7 +80,7 @@ struct OrderedIndex {
 
         @inline(__always)
         func tailRange(_ i: Int) -> Range<Int> {
-            guard let ends = tailEnds else { return 0..<0 }
+            guard let ends = tailEnds else { return (i * tailWidth)..<((i + 1) * tailWidth) }
             return (i == 0 ? 0 : Int(ends[i - 1]))..<Int(ends[i])
         }
 
@@ -168,14 +172,21 @@ struct OrderedIndex {
             primaryKeys[i] = pk
         }
 
-        /// The tail ends, allocated (all zero: no entry so far had a tail) on the first long key.
+        /// Makes room for an entry whose tail is `length` bytes among the `count` there: an
+        /// empty leaf takes its width; a tail of another length than the others' gives the
+        /// leaf its `tailEnds` (each entry's end, from the common width so far).
         @inline(__always)
-        private func allocatedTailEnds() -> UnsafeMutablePointer<UInt32> {
-            if let ends = tailEnds { return ends }
+        private func admitTail(_ length: Int) {
+            guard tailEnds == nil, length != tailWidth else { return }
+            if count == 0 {
+                tailWidth = length
+                return
+            }
             let ends = UnsafeMutablePointer<UInt32>.allocate(capacity: OrderedIndex.leafCapacity)
-            ends.initialize(repeating: 0, count: OrderedIndex.leafCapacity)
+            for j in 0..<OrderedIndex.leafCapacity {
+                (ends + j).initialize(to: UInt32(j < count ? (j + 1) * tailWidth : 0))
+            }
             tailEnds = ends
-            return ends
         }
 
         /// Appends an entry after the last of a leaf that has room: a bulk load's step, with
@@ -183,42 +194,46 @@ struct OrderedIndex {
         @inline(__always)
         func appendLeafEntry(_ probe: IndexKeyProbe, _ pk: UInt64) {
             let i = count
+            let tail = probe.tail
+            admitTail(tail.count)
             setEntry(i, probe, pk)
-            if probe.length > 8 || tailEnds != nil {
-                if tailEnds == nil {
-                    _ = allocatedTailEnds()
-                    // Room for a leaf of tails as long as this one (exact for fixed-width keys).
-                    tails.reserveCapacity(OrderedIndex.leafCapacity * probe.tail.count)
-                }
-                let tail = probe.tail
+            if !tail.isEmpty {
+                // Room for a leaf of tails as long as this one (exact for fixed-width keys).
+                if tails.isEmpty { tails.reserveCapacity(OrderedIndex.leafCapacity * tail.count) }
                 if tail.count <= 16 {
                     for j in 0..<tail.count { tails.append(tail[j]) }
                 } else {
                     tails.append(contentsOf: tail)
                 }
-                tailEnds![i] = UInt32(tails.count)
             }
+            if let ends = tailEnds { ends[i] = UInt32(tails.count) }
             count = i + 1
         }
 
         /// Inserts an entry at position `i` of a leaf that has room.
         func insertLeafEntry(at i: Int, _ probe: IndexKeyProbe, _ pk: UInt64) {
             let n = count
+            let extra = probe.tail.count
+            admitTail(extra)  // before the moves: it reads the entries where they are
             if i < n {
                 overlappingMove(prefixes + i + 1, from: prefixes + i, count: n - i)
                 overlappingMove(lengths + i + 1, from: lengths + i, count: n - i)
                 overlappingMove(primaryKeys + i + 1, from: primaryKeys + i, count: n - i)
             }
             setEntry(i, probe, pk)
-            if probe.length > 8 || tailEnds != nil {
-                let ends = allocatedTailEnds()
+            if let ends = tailEnds {
                 let at = i == 0 ? 0 : Int(ends[i - 1])
-                let extra = probe.tail.count
                 // Appending (as a bulk load does) is the common case and needs no move.
                 if i == n { tails.append(contentsOf: probe.tail) } else { tails.insert(contentsOf: probe.tail, at: at) }
                 if i < n { overlappingMove(ends + i + 1, from: ends + i, count: n - i) }
                 ends[i] = UInt32(at + extra)
                 if extra > 0 { for j in (i + 1)..<(n + 1) { ends[j] += UInt32(extra) } }
+            } else if extra > 0 {
+                if i == n {
+                    tails.append(contentsOf: probe.tail)
+                } else {
+                    tails.insert(contentsOf: probe.tail, at: i * extra)
+                }
             }
             count = n + 1
         }
@@ -230,6 +245,8 @@ struct OrderedIndex {
                 tails.removeSubrange(r)
                 if i + 1 < n { overlappingMove(ends + i, from: ends + i + 1, count: n - i - 1) }
                 if !r.isEmpty { for j in i..<(n - 1) { ends[j] -= UInt32(r.count) } }
+            } else if tailWidth > 0 {
+                tails.removeSubrange(tailRange(i))
             }
             if i + 1 < n {
                 overlappingMove(prefixes + i, from: prefixes + i + 1, count: n - i - 1)
@@ -252,6 +269,11 @@ struct OrderedIndex {
                 right.tails = Array(tails[cut...])
                 right.tailEnds = .allocate(capacity: OrderedIndex.leafCapacity)
                 for j in 0..<n { right.tailEnds![j] = ends[from + j] - UInt32(cut) }
+                tails = Array(tails[..<cut])
+            } else if tailWidth > 0 {
+                let cut = from * tailWidth
+                right.tailWidth = tailWidth
+                right.tails = Array(tails[cut...])
                 tails = Array(tails[..<cut])
             }
             count = from

@@ -285,6 +285,19 @@ public struct Transaction: Sendable {
         }
     }
 
+    /// Moves the stored forms out (the commit frees each once it is written and applied; a
+    /// copy left here would keep them all until the commit returns).
+    mutating func takeStoredBlocks() -> [Int: (JournalFormat.Codec, [UInt8]?)] {
+        let taken = storedBlocks
+        storedBlocks = [:]
+        if !taken.isEmpty { isSpent = true }
+        return taken
+    }
+
+    /// Whether a commit took this transaction's stored blocks (`Store.commit(taking:)`): its
+    /// blocks let go are gone with them, and it cannot be committed again.
+    private(set) var isSpent = false
+
     /// The blocks as the commit takes them: raw, except those let go (empty; their stored form
     /// is in `storedBlocks`), the last one included.
     func commitBlocks() -> [[UInt8]] {

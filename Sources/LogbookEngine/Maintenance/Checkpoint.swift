@@ -26,7 +26,33 @@ enum Checkpoint {
     /// Serializes the state: position and byte counts, then the primary index, the secondary
     /// indexes and the sets, each sorted and delta-encoded.
     static func encode(_ state: IndexState, segment: UInt64, offset: Int) -> [UInt8] {
-        var w = ByteWriter(capacity: state.primary.count * 4 + 1024)
+        var stream: [UInt8] = []
+        encode(state, segment: segment, offset: offset) { stream.append(contentsOf: $0) }
+        return stream
+    }
+
+    /// Serializes the state as `encode(_:segment:offset:)` does, handing the stream to `chunk`
+    /// as it goes, in pieces of `chunkSize` bytes (the last one shorter; a file takes pieces
+    /// of at most `Checkpoint.chunkSize`, the default): the whole stream is
+    /// never in memory (12 MB for a million objects, at the end of the save that wrote them).
+    static func encode(
+        _ state: IndexState, segment: UInt64, offset: Int, chunkSize: Int = Checkpoint.chunkSize,
+        chunk: (UnsafeRawBufferPointer) -> Void
+    ) {
+        var w = ByteWriter(capacity: chunkSize + 64 * 1024)
+        /// Hands out every whole chunk written (all of it when `final`).
+        func flush(final: Bool = false) {
+            guard final || w.count >= chunkSize else { return }
+            var start = 0
+            w.withBytes { bytes in
+                while bytes.count - start >= chunkSize || (final && start < bytes.count) {
+                    let end = min(bytes.count, start + chunkSize)
+                    chunk(UnsafeRawBufferPointer(rebasing: bytes[start..<end]))
+                    start = end
+                }
+            }
+            w.removeFirst(start)
+        }
         w.appendLE(state.version)
         w.appendLE(segment)
         w.appendLE(UInt64(offset))
@@ -48,6 +74,7 @@ enum Checkpoint {
                 previousKey = id
                 previousLocation = location
                 first = false
+                flush()
                 return true
             }
         }
@@ -71,6 +98,7 @@ enum Checkpoint {
                 previous.removeAll(keepingCapacity: true)
                 previous.append(contentsOf: key)
                 previousPK = pk
+                flush()
                 return true
             }
         }
@@ -93,11 +121,13 @@ enum Checkpoint {
                 for (i, m) in members.enumerated() {
                     w.appendVarint(i == 0 ? m : m - previous)
                     previous = m
+                    if i & 0xFFF == 0xFFF { flush() }
                 }
+                flush()
                 return true
             }
         }
-        return w.bytes
+        flush(final: true)
     }
 
     /// A checkpoint stream that does not decode: which section, and where in the
@@ -544,6 +574,24 @@ enum Checkpoint {
 
     /// Writes a checkpoint file under a temporary name, syncs it and renames it into place.
     static func write(_ stream: [UInt8], number: UInt64, directory: String, fileSystem fs: any FileSystem) throws {
+        try write(number: number, directory: directory, fileSystem: fs) { chunk in
+            stream.withUnsafeBytes { raw in
+                var start = 0
+                repeat {
+                    let end = min(raw.count, start + chunkSize)
+                    chunk(UnsafeRawBufferPointer(rebasing: raw[start..<end]))
+                    start = end
+                } while start < raw.count
+            }
+        }
+    }
+
+    /// Writes the checkpoint whose stream `produce` hands out in chunks of at most `chunkSize`
+    /// bytes (each a compressed frame as it comes: only the compressed file is held).
+    static func write(
+        number: UInt64, directory: String, fileSystem fs: any FileSystem,
+        stream produce: ((UnsafeRawBufferPointer) -> Void) -> Void
+    ) throws {
         let final = joinPath(directory, fileName(number))
         let tmp = final + JournalFormat.temporarySuffix
         try? fs.removeFile(tmp)
@@ -551,20 +599,16 @@ enum Checkpoint {
         let salt = FileHeader.randomSalt()
         var out = FileHeader(magic: JournalFormat.checkpointMagic, number: number, salt: salt).encoded()
         var chunks = 0
-        stream.withUnsafeBytes { raw in
-            var start = 0
-            repeat {
-                let end = min(raw.count, start + chunkSize)
-                Frame.append(
-                    type: .checkpointData, payload: UnsafeRawBufferPointer(rebasing: raw[start..<end]),
-                    compress: true, salt: salt, to: &out)
-                chunks += 1
-                start = end
-            } while start < raw.count
+        var length = 0
+        produce { piece in
+            precondition(piece.count <= chunkSize, "a checkpoint chunk longer than chunkSize")
+            Frame.append(type: .checkpointData, payload: piece, compress: true, salt: salt, to: &out)
+            chunks += 1
+            length += piece.count
         }
         var end = ByteWriter()
         end.appendLE(UInt32(chunks))
-        end.appendLE(UInt64(stream.count))
+        end.appendLE(UInt64(length))
         Frame.append(type: .checkpointEnd, payload: end.bytes, compress: false, salt: salt, to: &out)
         try handle.write(out, at: 0)
         try handle.sync()
@@ -720,8 +764,9 @@ extension Store {
             return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }
-        let stream = Checkpoint.encode(state, segment: segment, offset: offset)
-        try Checkpoint.write(stream, number: number, directory: directory, fileSystem: fileSystem)
+        try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk in
+            Checkpoint.encode(state, segment: segment, offset: offset, chunk: chunk)
+        }
         try writer.withLock { writerState in
             try writerState.checkWritable()
             var manifest = writerState.manifest

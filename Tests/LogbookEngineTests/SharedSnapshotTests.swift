@@ -6,20 +6,22 @@ import Testing
 /// Callers of `snapshot()` between two commits share one snapshot; a commit or a compaction
 /// starts the next, and the store's own reference is not reported as a pinned snapshot.
 @Suite struct SharedSnapshotTests {
+    /// Commits `values` (keyspace 1, by id) in one transaction.
+    func commit(_ values: [UInt64: String], to store: Store) throws {
+        var t = Transaction()
+        for (id, value) in values { t.put(key(1, id), value: bytes(value)) }
+        try store.commit(t)
+    }
+
     @Test func callersShareOneSnapshotUntilTheNextCommit() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
         let store = try Store.open(at: dir.store(), options: quietOptions())
-        var t = Transaction()
-        t.put(key(1, 1), value: bytes("one"))
-        try store.commit(t)
+        try commit([1: "one"], to: store)
         let first = store.snapshot()
         #expect(store.snapshot() === first)
 
-        var u = Transaction()
-        u.put(key(1, 1), value: bytes("two"))
-        u.put(key(1, 2), value: bytes("new"))
-        try store.commit(u)
+        try commit([1: "two", 2: "new"], to: store)
         let second = store.snapshot()
         #expect(second !== first)
         #expect(second.version == first.version + 1)
@@ -34,9 +36,7 @@ import Testing
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
         let store = try Store.open(at: dir.store(), options: quietOptions())
-        var t = Transaction()
-        t.put(key(1, 1), value: bytes("one"))
-        try store.commit(t)
+        try commit([1: "one"], to: store)
         #expect(try string(store.snapshot().value(forKey: key(1, 1))) == "one")
         // Nobody holds it now but the store.
         var stats = store.statistics()

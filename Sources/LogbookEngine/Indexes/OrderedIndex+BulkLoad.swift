@@ -122,11 +122,7 @@ extension OrderedIndex {
             } else if tailEnds == nil && extra != width {
                 // The first tail of another length: each entry's end from here on, those
                 // before from the common width.
-                let ends = UnsafeMutablePointer<UInt32>.allocate(capacity: OrderedIndex.leafCapacity)
-                for j in 0..<OrderedIndex.leafCapacity {
-                    (ends + j).initialize(to: UInt32(j < i ? (j + 1) * width : 0))
-                }
-                tailEnds = ends
+                tailEnds = Node.tailEnds(width: width, count: i)
             }
             if extra > 0 {
                 if extra <= 16 {

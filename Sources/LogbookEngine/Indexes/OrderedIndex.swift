@@ -182,11 +182,17 @@ struct OrderedIndex {
                 tailWidth = length
                 return
             }
+            tailEnds = Self.tailEnds(width: tailWidth, count: count)
+        }
+
+        /// Tail ends for the first `count` entries of a leaf whose tails are all `width` bytes
+        /// (the rest zero): for a leaf, or a bulk load, whose tails stop having one length.
+        static func tailEnds(width: Int, count: Int) -> UnsafeMutablePointer<UInt32> {
             let ends = UnsafeMutablePointer<UInt32>.allocate(capacity: OrderedIndex.leafCapacity)
             for j in 0..<OrderedIndex.leafCapacity {
-                (ends + j).initialize(to: UInt32(j < count ? (j + 1) * tailWidth : 0))
+                (ends + j).initialize(to: UInt32(j < count ? (j + 1) * width : 0))
             }
-            tailEnds = ends
+            return ends
         }
 
         /// Appends an entry after the last of a leaf that has room: a bulk load's step, with

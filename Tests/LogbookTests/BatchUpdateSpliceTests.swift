@@ -140,6 +140,54 @@ import Testing
         try container.close()
     }
 
+    /// A batch update of attributes no index covers, on more records than one thread rewrites
+    /// (`Snapshot.rewriteValues`): each record keeps its index entries as they were, the new
+    /// values are read through the index and a scan, a context holding an object sees them,
+    /// and all of it survives a reopen.
+    @Test func aLargeUpdateOfUnindexedAttributesKeepsTheIndexes() throws {
+        let store = TemporaryStore()
+        var container = try makeContainer(store, model: Self.model())
+        let count = 70_000
+        var context = container.newContext(concurrencyType: .confinement)
+        _ = try context.execute(
+            BatchInsertRequest(entityName: "Memo", count: count) { i, row in
+                row.set("M\(i)", forKey: "title")
+                row.set(Int64(i), forKey: "count")
+                if i % 2 == 0 { row.set("body \(i)", forKey: "body") }
+            })
+        var byTitle = FetchRequest<ManagedObject>(entityName: "Memo")
+        byTitle.predicate = try FetchPredicate(format: "title == 'M69999'")
+        let held = try #require(try context.fetch(byTitle).first)
+        #expect(try held.value(forKey: "count") as? Int64 == 69_999)
+
+        var update = BatchUpdateRequest(entityName: "Memo")
+        update.propertiesToUpdate = ["count": Int64(7), "body": String?.none]
+        #expect(try context.execute(update).count == count)
+
+        func check(_ context: ManagedObjectContext) throws {
+            for title in ["M0", "M34999", "M35000", "M69999"] {
+                byTitle.predicate = try FetchPredicate(format: "title == %@", title)
+                let found = try context.fetch(byTitle)
+                #expect(found.count == 1, "\(title)")
+                #expect(try found.first?.value(forKey: "count") as? Int64 == 7, "\(title)")
+                #expect(try found.first?.value(forKey: "body") == nil, "\(title)")
+            }
+            var seven = FetchRequest<ManagedObject>(entityName: "Memo")
+            seven.predicate = try FetchPredicate(format: "count == 7 AND body == nil")
+            #expect(try context.count(for: seven) == count)
+            var range = FetchRequest<ManagedObject>(entityName: "Memo")
+            range.predicate = try FetchPredicate(format: "title BEGINSWITH 'M6999'")
+            #expect(try context.count(for: range) == 11)
+        }
+        #expect(try held.value(forKey: "count") as? Int64 == 7, "the context that ran it refreshed its object")
+        try check(container.newContext(concurrencyType: .confinement))
+        try container.close()
+        container = try makeContainer(store, model: Self.model())
+        context = container.newContext(concurrencyType: .confinement)
+        try check(context)
+        try container.close()
+    }
+
     /// A batch update of more keys than the write log lists one by one still makes a context's
     /// save of an object it read before the batch a conflict, and a save of one read after it
     /// not.

@@ -255,11 +255,39 @@ enum RecordCodec {
         _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
         changes: [(slot: Int, stored: [UInt8]?)], into out: inout [UInt8]
     ) throws {
+        let capacity = raw.count + spliceGrowth(changes)
+        out = try [UInt8](unsafeUninitializedCapacity: capacity) { buffer, count in
+            count = try splice(raw, kinds: kinds, changes: changes, to: UnsafeMutableRawBufferPointer(buffer))
+        }
+    }
+
+    /// Copies `bytes[range]` to `out` at `w`, which moves past them (a function, not a local
+    /// closure: one that captures `w` checks its exclusive access at every call).
+    @inline(__always)
+    private static func spliceCopy(
+        _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, to out: UnsafeMutableRawBufferPointer, at w: inout Int
+    ) {
+        guard !range.isEmpty else { return }
+        (out.baseAddress! + w).copyMemory(from: bytes.baseAddress! + range.lowerBound, byteCount: range.count)
+        w += range.count
+    }
+
+    /// The most bytes `changes` can add to a record: every new value's.
+    static func spliceGrowth(_ changes: [(slot: Int, stored: [UInt8]?)]) -> Int {
+        changes.reduce(0) { $0 + ($1.stored?.count ?? 0) }
+    }
+
+    /// `splice` into `out`, which holds the record and `spliceGrowth(changes)` bytes more;
+    /// returns the bytes written.
+    static func splice(
+        _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
+        changes: [(slot: Int, stored: [UInt8]?)], to out: UnsafeMutableRawBufferPointer
+    ) throws -> Int {
         let n = kinds.count
         let bitmapCount = (n + 7) / 8
         guard raw.count >= 1 + bitmapCount, raw[0] == format else { throw Malformed() }
-        out.removeAll(keepingCapacity: true)
-        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[0..<(1 + bitmapCount)]))
+        var w = 0
+        spliceCopy(raw, 0..<(1 + bitmapCount), to: out, at: &w)
         var o = 1 + bitmapCount
         var next = 0
         // Runs of unchanged values are copied whole.
@@ -271,18 +299,19 @@ enum RecordCodec {
                 if present { try skip(kinds[i], raw, &o) }
                 continue
             }
-            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[runStart..<o]))
+            spliceCopy(raw, runStart..<o, to: out, at: &w)
             if present { try skip(kinds[i], raw, &o) }
             runStart = o
             if let stored = changes[next].stored {
                 out[1 + i / 8] |= UInt8(1 << (i % 8))
-                out.append(contentsOf: stored)
+                stored.withUnsafeBytes { spliceCopy($0, $0.indices, to: out, at: &w) }
             } else {
                 out[1 + i / 8] &= ~UInt8(1 << (i % 8))
             }
             next += 1
         }
-        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[runStart..<o]))
+        spliceCopy(raw, runStart..<o, to: out, at: &w)
+        return w
     }
 
     @inline(__always)

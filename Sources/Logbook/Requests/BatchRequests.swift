@@ -362,6 +362,33 @@ extension ManagedObjectContext {
             return (c.slot, bytes)
         }
         let indexed = store.indexedSlots[layout.index]
+        let changed = Set(changes.map(\.slot))
+        let coversChange =
+            indexed.contains { changed.contains($0.slot) }
+            || store.constraintIndexes[layout.index].contains { $0.slots.contains(where: changed.contains) }
+            || store.compoundIndexes[layout.index].contains { $0.slots.contains(where: changed.contains) }
+        if !coversChange {
+            // No index entry is made from a changed value: each record keeps its entries, copied
+            // as they are, and the commit leaves the indexes alone.
+            let kinds = layout.slotKinds
+            let written = try RecordCodec.readingRecords(of: layout) {
+                try snapshot.rewriteValues(
+                    forKeys: keys, growth: RecordCodec.spliceGrowth(stored), into: &transaction
+                ) { _, _, raw, out in
+                    try kinds.withUnsafeBufferPointer {
+                        try RecordCodec.splice(raw, kinds: $0, changes: stored, to: out)
+                    }
+                }
+            }
+            // The keys come from the snapshot's own index: each has a record.
+            guard written == keys.count else {
+                throw LogbookError(
+                    .store, "\(keys.count - written) records of \(layout.name) are missing from the store's snapshot",
+                    entity: layout.name)
+            }
+            updated.append(contentsOf: keys)
+            return
+        }
         // One index on an attribute: its key comes from that value alone; else from the record.
         let single =
             indexed.count <= 1 && store.constraintIndexes[layout.index].isEmpty

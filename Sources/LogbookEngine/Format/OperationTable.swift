@@ -33,6 +33,12 @@ struct OperationTable: Sendable {
                     | UInt64(min(indexCount, Self.manyIndexKeys))))
     }
 
+    /// Appends `other`'s entries, their block indexes moved by `blockOffset`.
+    mutating func append(_ other: OperationTable, blockOffset: Int) {
+        entries.reserveCapacity(entries.count + other.count)
+        for e in other.entries { entries.append(Entry(key: e.key, ref: e.ref + UInt64(blockOffset) << 40)) }
+    }
+
     @inline(__always) static func block(_ ref: UInt64) -> Int { Int(ref >> 40) }
     @inline(__always) static func offset(_ ref: UInt64) -> Int { Int((ref >> 24) & 0xFFFF) }
     @inline(__always) static func indexDelta(_ ref: UInt64) -> Int { Int((ref >> 8) & 0xFFFF) }

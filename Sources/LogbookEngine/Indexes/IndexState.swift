@@ -37,15 +37,46 @@ struct IndexState: Sendable {
     ///    threads;
     /// 3. a sequential fix-up that removes the index entries of replaced versions that the
     ///    key's final version does not have, and takes their bytes off the live count.
+    ///
+    /// `retained` lists the puts whose index entries are those of the version they replace
+    /// (`RetainedPuts`); `firstOrdinal` is the number of the first operation of `blocks` in
+    /// their transaction (a large one is applied a part at a time). Such a put adds no entry
+    /// in phase 2; when the version it replaced was not the one it names, its entries are
+    /// inserted after phase 3 (if it is still the key's latest).
     mutating func apply(
         transaction blocks: [(frameOffset: Int, block: [UInt8])], manifest given: OperationTable? = nil,
+        retained: RetainedPuts = RetainedPuts(), firstOrdinal: Int = 0,
         segment: UInt64, reader: BlockReader
     ) throws {
         guard !blocks.isEmpty else { return }
         let path = reader.segments.files[segment]?.path
         let table = try given ?? Self.operationTable(blocks, path: path)
-        let replaced = try runPasses(blocks, table, segment: segment, path: path)
+        let (replaced, unsettled) = try runPasses(
+            blocks, table, retained: retained, firstOrdinal: firstOrdinal, segment: segment, path: path)
         try removeReplacedEntries(replaced, blocks: blocks, segment: segment, reader: reader)
+        try insertEntries(of: unsettled, blocks: blocks, segment: segment, path: path)
+    }
+
+    /// After phase 3: the entries of retained puts whose replaced version was not the one they
+    /// name (another commit wrote the key in between, or deleted it), when still the key's latest.
+    private mutating func insertEntries(
+        of puts: [(key: UInt64, location: UInt64)], blocks: [(frameOffset: Int, block: [UInt8])],
+        segment: UInt64, path: String?
+    ) throws {
+        for (key, packed) in puts where primary[key] == packed {
+            let location = Location(packed: packed)
+            guard let entry = blocks.first(where: { $0.frameOffset == location.frameOffset }) else { continue }
+            try entry.block.withUnsafeBytes { raw in
+                guard let h = try? JournalOperation.header(raw, at: location.blockOffset) else {
+                    throw EngineError(
+                        .corruption, "malformed operation at block offset \(location.blockOffset)", path: path,
+                        offset: location.frameOffset)
+                }
+                JournalOperation.forEachIndexKey(raw, h.indexKeys, count: h.indexKeyCount) { index, bytes in
+                    indexes[index, default: OrderedIndex()].insert(bytes, key)
+                }
+            }
+        }
     }
 
     /// Phase 1 on replay: the operation table decoded from the blocks, its errors located.
@@ -62,14 +93,17 @@ struct IndexState: Sendable {
     }
 
     /// Phase 2: the primary/sets pass and the index pass. Returns the replaced versions.
+    /// Also returns the retained puts whose entries phase 2 left out and that replaced another
+    /// version than they name, or none.
     private mutating func runPasses(
-        _ blocks: [(frameOffset: Int, block: [UInt8])], _ table: OperationTable,
-        segment: UInt64, path: String?
-    ) throws -> [(UInt64, UInt64)] {
+        _ blocks: [(frameOffset: Int, block: [UInt8])], _ table: OperationTable, retained: RetainedPuts,
+        firstOrdinal: Int, segment: UInt64, path: String?
+    ) throws -> (replaced: [(UInt64, UInt64)], unsettled: [(key: UInt64, location: UInt64)]) {
         // The passes take the structures (so that copy-on-write does not copy them) and give
         // them back when both are done.
-        var primaryPass = PrimaryPass(primary: primary, sets: sets)
-        var indexPass = IndexPass(secondary: secondary)
+        var primaryPass = PrimaryPass(
+            primary: primary, sets: sets, retained: retained, firstOrdinal: firstOrdinal)
+        var indexPass = IndexPass(secondary: secondary, retained: retained, firstOrdinal: firstOrdinal)
         primary = RadixMap()
         sets = RadixMap()
         secondary = SecondaryIndexes()
@@ -99,7 +133,7 @@ struct IndexState: Sendable {
         totalBytes += primaryPass.totalBytes
         liveBytes += primaryPass.liveBytes
         if let error = primaryPass.error ?? indexPass.error { throw error }
-        return primaryPass.replaced
+        return (primaryPass.replaced, primaryPass.unsettled)
     }
 
     /// Phase 3: for each replaced version, the live bytes it held come off, and its index
@@ -224,13 +258,24 @@ struct PrimaryPass {
     var sets: RadixMap<MemberSet>
     /// Keys whose previous version a put or delete replaced, with that version's location.
     var replaced: [(UInt64, UInt64)] = []
+    /// Retained puts (`RetainedPuts`) whose replaced version was another than they name, or
+    /// none: their entries are inserted after phase 3.
+    var unsettled: [(key: UInt64, location: UInt64)] = []
+    /// For each put of the batch being flushed, its entry in `retained` (-1: none); -1 once
+    /// settled. (A property: a local captured by the flush's closure was checked for
+    /// exclusive access at every use.)
+    private var retainedEntry: [Int] = []
     var totalBytes = 0
     var liveBytes = 0
     var error: EngineError?
+    private let retained: RetainedPuts
+    private let firstOrdinal: Int
 
-    init(primary: RadixMap<UInt64>, sets: RadixMap<MemberSet>) {
+    init(primary: RadixMap<UInt64>, sets: RadixMap<MemberSet>, retained: RetainedPuts, firstOrdinal: Int) {
         self.primary = primary
         self.sets = sets
+        self.retained = retained
+        self.firstOrdinal = firstOrdinal
     }
 
     mutating func run(
@@ -240,11 +285,34 @@ struct PrimaryPass {
         var locations: [UInt64] = []
         keys.reserveCapacity(2048)
         locations.reserveCapacity(2048)
+        var nextRetained = retained.firstIndex(atOrAfter: firstOrdinal)
+        let anyRetained = nextRetained < retained.count
         func flush() {
             guard !keys.isEmpty else { return }
-            primary.setMany(
-                keys.count, key: { keys[$0] }, value: { locations[$0] },
-                previous: { _, key, old in replaced.append((key, old)) })
+            if anyRetained {
+                primary.setMany(
+                    keys.count, key: { keys[$0] }, value: { locations[$0] },
+                    previous: { j, key, old in
+                        let r = retainedEntry[j]
+                        if r >= 0 {
+                            retainedEntry[j] = -1
+                            if retained[r].previous == old {
+                                // The version it names: its entries are in the indexes already.
+                                liveBytes -= Int(retained[r].previousSize)
+                                return
+                            }
+                            unsettled.append((key, locations[j]))
+                        }
+                        replaced.append((key, old))
+                    })
+                // A retained put of a key that had no version left (deleted in between).
+                for j in retainedEntry.indices where retainedEntry[j] >= 0 { unsettled.append((keys[j], locations[j])) }
+                retainedEntry.removeAll(keepingCapacity: true)
+            } else {
+                primary.setMany(
+                    keys.count, key: { keys[$0] }, value: { locations[$0] },
+                    previous: { _, key, old in replaced.append((key, old)) })
+            }
             keys.removeAll(keepingCapacity: true)
             locations.removeAll(keepingCapacity: true)
         }
@@ -264,6 +332,14 @@ struct PrimaryPass {
                 locations.append(
                     Location(segment: segment, frameOffset: blocks[b].frameOffset, blockOffset: offset).packed)
                 liveBytes += size
+                if anyRetained {
+                    if nextRetained < retained.count && Int(retained[nextRetained].ordinal) == firstOrdinal + i {
+                        retainedEntry.append(nextRetained)
+                        nextRetained += 1
+                    } else {
+                        retainedEntry.append(-1)
+                    }
+                }
             case JournalFormat.OperationCode.delete.rawValue:
                 flush()
                 if let previous = primary.remove(m.key(i)) { replaced.append((m.key(i), previous)) }
@@ -296,13 +372,21 @@ struct PrimaryPass {
 struct IndexPass {
     var secondary: SecondaryIndexes
     var error: EngineError?
+    /// Puts whose entries are in the indexes already (`RetainedPuts`): left out here.
+    private let retained: RetainedPuts
+    private let firstOrdinal: Int
 
-    init(secondary: SecondaryIndexes) { self.secondary = secondary }
+    init(secondary: SecondaryIndexes, retained: RetainedPuts, firstOrdinal: Int) {
+        self.secondary = secondary
+        self.retained = retained
+        self.firstOrdinal = firstOrdinal
+    }
 
     mutating func run(_ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, path: String?) {
         var pending: [(UInt32, PendingEntries)] = []
         var i = 0
         let n = m.count
+        var nextRetained = retained.firstIndex(atOrAfter: firstOrdinal)
         for (b, entry) in blocks.enumerated() {
             entry.block.withUnsafeBytes { raw in
                 for p in pending.indices { pending[p].1.removeAll() }
@@ -310,6 +394,10 @@ struct IndexPass {
                     let ref = m.ref(i)
                     let key = m.key(i)
                     i += 1
+                    if nextRetained < retained.count && Int(retained[nextRetained].ordinal) == firstOrdinal + i - 1 {
+                        nextRetained += 1
+                        continue
+                    }
                     guard OperationTable.code(ref) == JournalFormat.OperationCode.put.rawValue else { continue }
                     var count = OperationTable.indexCount(ref)
                     guard count > 0 else { continue }

@@ -113,7 +113,7 @@ struct RadixMap<Value: RadixSlot> {
 
     /// The values of many keys (absent ones as `.absent`), in the keys' order. Keys that share a
     /// leaf one after the other (ascending ids, as fetches ask) share one walk down the trie.
-    func values(forKeys keys: [UInt64]) -> [Value] {
+    func values(forKeys keys: ArraySlice<UInt64>) -> [Value] {
         [Value](unsafeUninitializedCapacity: keys.count) { out, made in
             var prefix = UInt64.max
             var slots: [Value] = []

@@ -75,7 +75,7 @@ extension Store {
             do {
                 try apply(
                     blocks, stored: &payloads, frameOffsets: written.frameOffsets,
-                    manifest: transaction.keepsTable ? transaction.manifest : nil,
+                    manifest: transaction.keepsTable ? transaction.manifest : nil, retained: transaction.retained,
                     segment: active, state: &state)
             } catch {
                 state.recordFailure(error)
@@ -195,11 +195,13 @@ extension Store {
     /// blocks are not cached (the cache would keep them).
     private func apply(
         _ blocks: [[UInt8]], stored: inout [Int: (JournalFormat.Codec, [UInt8]?)], frameOffsets: [Int],
-        manifest: OperationTable?, segment active: SegmentFile, state: inout WriterState
+        manifest: OperationTable?, retained: RetainedPuts, segment active: SegmentFile, state: inout WriterState
     ) throws {
         let reader = BlockReader(segments: state.segments, cache: cache)
         let part = Self.applyPartBlocks
         var start = 0
+        // The number of the part's first operation in the transaction.
+        var ordinal = 0
         while start < blocks.count {
             let end = min(blocks.count, start + part)
             var raw: [(frameOffset: Int, block: [UInt8])] = []
@@ -226,7 +228,10 @@ extension Store {
                     throw EngineError(.corruption, "a transaction's own block does not decode: \(error)")
                 }
             }
-            try state.working.apply(transaction: raw, manifest: table, segment: active.number, reader: reader)
+            try state.working.apply(
+                transaction: raw, manifest: table, retained: retained, firstOrdinal: ordinal, segment: active.number,
+                reader: reader)
+            ordinal += table.count
             if state.compactionTouched != nil {
                 // A compaction is remapping a copy of the primary index: it takes these keys'
                 // new locations from here at its switch.

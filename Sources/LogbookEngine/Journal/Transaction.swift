@@ -43,6 +43,9 @@ public struct Transaction: Sendable {
     private(set) var storedBlocks: [Int: (JournalFormat.Codec, [UInt8]?)] = [:]
     /// Raw bytes of the blocks let go.
     private var releasedBytes = 0
+    /// The puts whose index entries were copied from the version they replace
+    /// (`putRetainingEntries`), in operation order.
+    private(set) var retained = RetainedPuts()
 
     /// An empty transaction.
     public init() {}
@@ -97,27 +100,50 @@ public struct Transaction: Sendable {
         }
     }
 
-    /// The one encoder of puts: the operation's size first, then one write into the block.
+    /// The encoder of puts with index keys given as values.
     private mutating func putOperation(
         _ key: UInt64, valueCount: Int, keys: UnsafeBufferPointer<IndexKey>,
         writeValue: (UnsafeMutableRawBufferPointer) -> Void
     ) {
-        // Size first, checked against the limits the reader enforces (one set of constants).
-        var size =
-            1 + varintSize(UInt64(EngineKey(rawValue: key).keyspace)) + varintSize(EngineKey(rawValue: key).id)
-            + varintSize(UInt64(valueCount)) + valueCount
-        size += varintSize(UInt64(keys.count))
+        var entriesSize = 0
         var longestIndexKey = 0
         for ik in keys {
             longestIndexKey = max(longestIndexKey, ik.count)
-            size += varintSize(UInt64(ik.indexNumber)) + varintSize(UInt64(ik.count)) + ik.count
+            entriesSize += varintSize(UInt64(ik.indexNumber)) + varintSize(UInt64(ik.count)) + ik.count
         }
+        putOperation(
+            key, valueCount: valueCount, indexCount: keys.count, entriesSize: entriesSize,
+            longestIndexKey: longestIndexKey, writeValue: writeValue
+        ) { p in
+            var o = 0
+            for ik in keys {
+                o += storeVarint(UInt64(ik.indexNumber), at: p + o)
+                o += storeVarint(UInt64(ik.count), at: p + o)
+                let at = o
+                ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
+                o += ik.count
+            }
+        }
+    }
+
+    /// The one encoder of puts: the operation's size first, then one write into the block.
+    /// `writeEntries` writes the `entriesSize` bytes of the index entries (after their count).
+    /// Returns whether the put was added (false: it broke a limit, recorded in `limitViolation`).
+    @discardableResult
+    private mutating func putOperation(
+        _ key: UInt64, valueCount: Int, indexCount: Int, entriesSize: Int, longestIndexKey: Int,
+        writeValue: (UnsafeMutableRawBufferPointer) -> Void, writeEntries: (UnsafeMutableRawPointer) -> Void
+    ) -> Bool {
+        // Size first, checked against the limits the reader enforces (one set of constants).
+        let size =
+            1 + varintSize(UInt64(EngineKey(rawValue: key).keyspace)) + varintSize(EngineKey(rawValue: key).id)
+            + varintSize(UInt64(valueCount)) + valueCount + varintSize(UInt64(indexCount)) + entriesSize
         if let violation = Self.limitViolation(
-            key: key, valueCount: valueCount, indexKeyCount: keys.count, longestIndexKey: longestIndexKey,
+            key: key, valueCount: valueCount, indexKeyCount: indexCount, longestIndexKey: longestIndexKey,
             operationSize: size)
         {
             if limitViolation == nil { limitViolation = violation }
-            return
+            return false
         }
         // The first block starts small (most transactions are small) and grows; later ones start full size.
         if current.capacity == 0 { current = ByteWriter(capacity: 2048) }
@@ -131,22 +157,75 @@ public struct Transaction: Sendable {
             o += storeVarint(UInt64(valueCount), at: p + o)
             writeValue(UnsafeMutableRawBufferPointer(start: p + o, count: valueCount))
             o += valueCount
-            o += storeVarint(UInt64(keys.count), at: p + o)
+            o += storeVarint(UInt64(indexCount), at: p + o)
             indexDelta = o
-            for ik in keys {
-                o += storeVarint(UInt64(ik.indexNumber), at: p + o)
-                o += storeVarint(UInt64(ik.count), at: p + o)
-                let at = o
-                ik.withBytes { b in if b.count > 0 { (p + at).copyMemory(from: b.baseAddress!, byteCount: b.count) } }
-                o += ik.count
-            }
+            writeEntries(p + o)
         }
         if keepsTable {
             manifest.append(
                 key: key, block: blocks.count, offset: opOffset, code: .put, indexDelta: indexDelta,
-                indexCount: keys.count)
+                indexCount: indexCount)
         }
         finishOperation()
+        return true
+    }
+
+    /// Appends the operations of `other` after this transaction's, as if they had been added
+    /// here in their order (how the workers of `Snapshot.rewriteValues` join their parts).
+    /// The last block so far ends where it is; `other`'s compressed blocks come along.
+    mutating func append(_ other: Transaction) {
+        precondition(!isSpent && !other.isSpent, "a spent transaction cannot be joined")
+        guard !other.isEmpty else { return }
+        if limitViolation == nil { limitViolation = other.limitViolation }
+        if current.count > 0 {
+            blocks.append(current.take())
+            current = ByteWriter()
+        }
+        let offset = blocks.count
+        let ordinalOffset = operationCount
+        var otherStored = other.storedBlocks
+        for (i, payload) in other.compressor?.finish() ?? [:] { otherStored[i] = payload }
+        for (i, payload) in otherStored { storedBlocks[offset + i] = payload }
+        blocks.append(contentsOf: other.blocks)
+        current = other.current
+        releasedBytes += other.releasedBytes
+        // Kept while the whole still fits one part of the commit's apply.
+        if keepsTable && other.keepsTable && blocks.count < Self.tableBlocks {
+            manifest.append(other.manifest, blockOffset: offset)
+        } else {
+            keepsTable = false
+            manifest = OperationTable()
+        }
+        retained.append(other.retained, ordinalOffset: ordinalOffset)
+        operationCount += other.operationCount
+    }
+
+    /// Room for `count` more puts of `putRetainingEntries`.
+    mutating func reserveRetained(_ count: Int) { retained.reserve(additional: count) }
+
+    /// A put of `value` under `key` whose index entries are those of the stored put `stored`
+    /// (a whole operation, `header` decoded from it, at `previous`), copied byte for byte:
+    /// `Snapshot.rewriteValues` writes these. The commit leaves the indexes as they are for it
+    /// when `previous` is still the key's latest version (see `RetainedPuts`).
+    mutating func putRetainingEntries(
+        _ key: UInt64, value: UnsafeRawBufferPointer, stored: UnsafeRawBufferPointer,
+        header: JournalOperation.Header, previous: Location
+    ) {
+        let ordinal = operationCount
+        let entries = UnsafeRawBufferPointer(rebasing: stored[header.indexKeys])
+        let added = putOperation(
+            key, valueCount: value.count, indexCount: header.indexKeyCount, entriesSize: entries.count,
+            longestIndexKey: 0,
+            writeValue: { out in
+                if value.count > 0 { out.baseAddress!.copyMemory(from: value.baseAddress!, byteCount: value.count) }
+            },
+            writeEntries: { p in
+                if entries.count > 0 { p.copyMemory(from: entries.baseAddress!, byteCount: entries.count) }
+            })
+        if added {
+            retained.append(
+                ordinal: ordinal, previous: previous.packed, previousSize: header.end - previous.blockOffset)
+        }
     }
 
     /// The limit a put breaks, as the error `Store.commit` throws; nil when it breaks none.
@@ -364,4 +443,57 @@ final class BlockCompressor: Sendable {
         group.wait()
         return results.lock.withLock { results.values }
     }
+}
+
+/// The puts of a transaction whose index entries are those of the version each replaces,
+/// copied byte for byte (`Snapshot.rewriteValues`), in operation order: each one's operation
+/// number, the location of the version it replaces and that version's size.
+///
+/// Applying such a put changes no index when the version it replaces is still the key's
+/// latest: its entries are in the indexes already. The commit then only moves the key's
+/// location and takes the replaced version's bytes off the live count — no read of the
+/// replaced version, no removal and insertion of equal entries. A put whose key another commit
+/// wrote in between is applied as any other (its replaced version read, its entries inserted).
+/// On replay every put is applied the general way: the journal does not record this.
+struct RetainedPuts: Sendable {
+    /// 16 bytes a put.
+    struct Entry {
+        var ordinal: UInt32
+        var previousSize: UInt32
+        var previous: UInt64
+    }
+    private(set) var entries: [Entry] = []
+
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// Room for `additional` more entries (a rewrite of a million keys grew the array twenty
+    /// times, copying it each time).
+    mutating func reserve(additional: Int) { entries.reserveCapacity(entries.count + additional) }
+
+    /// Appends `other`'s entries, their operation numbers moved by `ordinalOffset`.
+    mutating func append(_ other: RetainedPuts, ordinalOffset: Int) {
+        entries.reserveCapacity(entries.count + other.count)
+        for e in other.entries {
+            append(ordinal: Int(e.ordinal) + ordinalOffset, previous: e.previous, previousSize: Int(e.previousSize))
+        }
+    }
+
+    mutating func append(ordinal: Int, previous: UInt64, previousSize: Int) {
+        precondition(ordinal <= Int(UInt32.max) && previousSize <= Int(UInt32.max), "a transaction's own limits")
+        entries.append(Entry(ordinal: UInt32(ordinal), previousSize: UInt32(previousSize), previous: previous))
+    }
+
+    /// The first entry whose operation number is `ordinal` or more (entries are in order).
+    func firstIndex(atOrAfter ordinal: Int) -> Int {
+        var low = 0
+        var high = entries.count
+        while low < high {
+            let mid = (low + high) / 2
+            if Int(entries[mid].ordinal) < ordinal { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    subscript(i: Int) -> Entry { entries[i] }
+    var count: Int { entries.count }
 }

@@ -1,3 +1,11 @@
+import Dispatch
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// A consistent, read-only view of the store at one version.
 ///
 /// Taking one is O(1) and never blocks the writer; it sees exactly the commits up to its
@@ -62,8 +70,111 @@ public final class Snapshot: Sendable {
     public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void)
         throws
     {
+        try forEachPut(forKeys: keys, keys.indices) { i, key, raw, location in
+            try body(i, key, UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: key)]))
+        }
+    }
+
+    /// Writes into `transaction` a new version of each of `keys` that has a value: the value
+    /// `transform` makes from the stored one, with the stored version's index entries copied
+    /// byte for byte. `transform` is given the position in `keys`, the key, the stored value
+    /// and a buffer of the value's length plus `growth` bytes to write the new value into; it
+    /// returns the bytes it wrote. Returns the number of keys written.
+    ///
+    /// For changes that no index entry is made from — a batch update of an attribute that no
+    /// index covers. The commit then leaves the indexes as they are, where it would remove and
+    /// insert again every entry of a put (and read every replaced version to find them). A key
+    /// that another commit writes after this snapshot and before `transaction`'s commit is
+    /// applied as a put with these entries would be. The caller answers for the entries still
+    /// being the value's: the engine never reads values.
+    ///
+    /// Many keys are read and written on two threads, each half of `keys` in order, its
+    /// operations after the first half's: `transform` is called concurrently.
+    ///
+    /// ```swift
+    /// var transaction = Transaction()
+    /// try store.snapshot().rewriteValues(forKeys: keys, growth: 0, into: &transaction) { _, _, value, out in
+    ///     out.copyMemory(from: value)
+    ///     out[0] = 1            // a flag no index covers
+    ///     return value.count
+    /// }
+    /// try store.commit(transaction)
+    /// ```
+    @discardableResult
+    public func rewriteValues(
+        forKeys keys: [UInt64], growth: Int, into transaction: inout Transaction,
+        _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
+    ) throws -> Int {
+        precondition(growth >= 0, "a value's growth is not negative")
+        guard keys.count >= Self.parallelRewriteKeys, Self.processors > 1 else {
+            return try rewriteValues(keys, keys.indices, growth: growth, into: &transaction, transform)
+        }
+        let halves = [0..<keys.count / 2, keys.count / 2..<keys.count]
+        var parts = [(Transaction, Int)?](repeating: nil, count: 2)
+        var errors = [(any Error)?](repeating: nil, count: 2)
+        parts.withUnsafeMutableBufferPointer { partsBuffer in
+            errors.withUnsafeMutableBufferPointer { errorsBuffer in
+                // Each worker writes only its own element; both are read after the join.
+                let out = UncheckedSendable((partsBuffer, errorsBuffer))
+                DispatchQueue.concurrentPerform(iterations: 2) { worker in
+                    var part = Transaction()
+                    do {
+                        let n = try self.rewriteValues(keys, halves[worker], growth: growth, into: &part, transform)
+                        out.value.0[worker] = (part, n)
+                    } catch {
+                        out.value.1[worker] = error
+                    }
+                }
+            }
+        }
+        if let error = errors[0] ?? errors[1] { throw error }
+        transaction.append(parts[0]!.0)
+        transaction.append(parts[1]!.0)
+        return parts[0]!.1 + parts[1]!.1
+    }
+
+    /// Keys from which `rewriteValues` works on two threads.
+    static let parallelRewriteKeys = 1 << 16
+    static let processors = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+
+    /// `rewriteValues` of `keys[positions]` on this thread.
+    private func rewriteValues(
+        _ keys: [UInt64], _ positions: Range<Int>, growth: Int, into transaction: inout Transaction,
+        _ transform: (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
+    ) throws -> Int {
+        var scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096 + growth, alignment: 8)
+        defer { scratch.deallocate() }
+        transaction.reserveRetained(positions.count)
+        var written = 0
+        // The blocks read are not cached: their versions are being replaced.
+        try forEachPut(forKeys: keys, positions, caching: false) { i, key, raw, location in
+            guard let header = try? JournalOperation.header(raw, at: location.blockOffset), header.code == .put,
+                header.key == key
+            else { throw misplaced(key, at: location, in: raw) }
+            let value = UnsafeRawBufferPointer(rebasing: raw[try putValue(raw, at: location, of: key)])
+            if scratch.count < value.count + growth {
+                scratch.deallocate()
+                scratch = .allocate(byteCount: value.count + growth, alignment: 8)
+            }
+            let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<(value.count + growth)])
+            let count = try transform(i, key, value, out)
+            precondition(count >= 0 && count <= out.count, "a rewritten value is within its buffer")
+            transaction.putRetainingEntries(
+                key, value: UnsafeRawBufferPointer(rebasing: out[0..<count]), stored: raw, header: header,
+                previous: location)
+            written += 1
+        }
+        return written
+    }
+
+    /// Calls `body` with the position in `keys`, the key, the raw block that holds the key's
+    /// latest put, and the put's location, in storage order.
+    private func forEachPut(
+        forKeys keys: [UInt64], _ positions: Range<Int>, caching: Bool = true,
+        _ body: (Int, UInt64, UnsafeRawBufferPointer, Location) throws -> Void
+    ) throws {
         // Locations first: when they rise with the keys, a single pass reads each block once.
-        var locations = state.primary.values(forKeys: keys)
+        var locations = state.primary.values(forKeys: keys[positions])
         var ordered = true
         var previous: UInt64 = 0
         for i in locations.indices {
@@ -82,17 +193,17 @@ public final class Snapshot: Sendable {
             guard packed != .max else { return }
             let location = Location(packed: packed)
             if location.frameKey != blockKey {
-                block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
+                block = try reader.block(segment: location.segment, frameOffset: location.frameOffset, caching: caching)
                 blockKey = location.frameKey
             }
             try block.withUnsafeBytes { raw in
-                try body(i, keys[i], UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: keys[i])]))
+                try body(positions.lowerBound + i, keys[positions.lowerBound + i], raw, location)
             }
         }
         if ordered {
-            for i in keys.indices { try visit(i) }
+            for i in locations.indices { try visit(i) }
         } else {
-            for i in keys.indices.sorted(by: { locations[$0] < locations[$1] }) { try visit(i) }
+            for i in locations.indices.sorted(by: { locations[$0] < locations[$1] }) { try visit(i) }
         }
     }
 

@@ -95,6 +95,39 @@ import Testing
         try store.close()
     }
 
+    /// Two workers on few keys (the thread sanitizer runs this one), one of them failing in
+    /// the second case: the values are rewritten as on one thread, or the error is thrown and
+    /// nothing is written.
+    @Test func twoWorkersOnFewKeys() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var store = try Store.open(at: dir.store(), options: quietOptions(.none))
+        try populate(store, count: 2_000)
+        let before = try state(store)
+        var t = Transaction()
+        let written = try store.snapshot().rewriteValues(
+            forKeys: allKeys(2_000), growth: 1, into: &t, parallelFrom: 100, Self.exclaim)
+        #expect(written == 2_000 && t.operationCount == 2_000)
+        try store.commit(t)
+        let after = try checkAgainstReplay(&store, dir)
+        #expect(after.entries == before.entries)
+        for (id, value) in after.values { #expect(value == before.values[id]! + "!") }
+
+        struct Refused: Error {}
+        var failing = Transaction()
+        let lastKey = key(1, 2_000)
+        #expect(throws: Refused.self) {
+            try store.snapshot().rewriteValues(
+                forKeys: allKeys(2_000), growth: 1, into: &failing, parallelFrom: 100
+            ) { i, key, value, out in
+                if key == lastKey { throw Refused() }
+                return try Self.exclaim(i, key, value, out)
+            }
+        }
+        #expect(try state(store) == after)
+        try store.close()
+    }
+
     /// Another commit between the snapshot and the rewrite's commit: a key given another
     /// entry, a key deleted, a key added. The rewrite's puts are applied as puts with the
     /// entries they copied.

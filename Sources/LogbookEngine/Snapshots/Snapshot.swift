@@ -105,8 +105,18 @@ public final class Snapshot: Sendable {
         forKeys keys: [UInt64], growth: Int, into transaction: inout Transaction,
         _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
     ) throws -> Int {
+        try rewriteValues(
+            forKeys: keys, growth: growth, into: &transaction, parallelFrom: Self.parallelRewriteKeys, transform)
+    }
+
+    /// `rewriteValues(forKeys:growth:into:_:)`, on two threads from `parallelFrom` keys (tests
+    /// make the threads work on few keys).
+    func rewriteValues(
+        forKeys keys: [UInt64], growth: Int, into transaction: inout Transaction, parallelFrom: Int,
+        _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
+    ) throws -> Int {
         precondition(growth >= 0, "a value's growth is not negative")
-        guard keys.count >= Self.parallelRewriteKeys, Self.processors > 1 else {
+        guard keys.count >= parallelFrom, Self.processors > 1 else {
             return try rewriteValues(keys, keys.indices, growth: growth, into: &transaction, transform)
         }
         let halves = [0..<keys.count / 2, keys.count / 2..<keys.count]

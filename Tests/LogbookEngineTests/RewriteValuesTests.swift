@@ -52,6 +52,17 @@ import Testing
         try store.commit(t)
     }
 
+    /// A store of `count` keys (`populate`) in a directory of its own, removed after `body`.
+    func withPopulatedStore(
+        count: UInt64, padding: Int = 0, _ body: (inout Store, TemporaryDirectory) throws -> Void
+    ) throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var store = try Store.open(at: dir.store(), options: quietOptions(.none))
+        try populate(store, count: count, padding: padding)
+        try body(&store, dir)
+    }
+
     /// Appends "!" to every value it is given.
     static let exclaim: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int = {
         _, _, value, out in
@@ -76,123 +87,113 @@ import Testing
     @Test(arguments: [UInt64(1_000), 150_000])
     func rewrittenValuesKeepTheirEntriesAndMatchAReplay(count: UInt64) throws {
         // 150,000 keys: two workers, and a transaction of more blocks than one part of the apply.
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        var store = try Store.open(at: dir.store(), options: quietOptions(.none))
-        try populate(store, count: count, padding: count > 1_000 ? 40 : 0)
-        let before = try state(store)
-        var t = Transaction()
-        let written = try store.snapshot().rewriteValues(forKeys: allKeys(count), growth: 1, into: &t, Self.exclaim)
-        #expect(written == Int(count))
-        if count > 1_000 { #expect(t.commitBlocks().count > Store.applyPartBlocks) }
-        try store.commit(t)
-        let after = try checkAgainstReplay(&store, dir)
-        #expect(after.entries == before.entries)
-        #expect(after.values.count == Int(count))
-        for (id, value) in after.values { #expect(value == before.values[id]! + "!") }
-        // One byte more a value, plus the varint of a length that grew past 127 for none.
-        #expect(after.liveBytes == before.liveBytes + Int(count))
-        try store.close()
+        try withPopulatedStore(count: count, padding: count > 1_000 ? 40 : 0) { store, dir in
+            let before = try state(store)
+            var t = Transaction()
+            let written = try store.snapshot().rewriteValues(forKeys: allKeys(count), growth: 1, into: &t, Self.exclaim)
+            #expect(written == Int(count))
+            if count > 1_000 { #expect(t.commitBlocks().count > Store.applyPartBlocks) }
+            try store.commit(t)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.entries == before.entries)
+            #expect(after.values.count == Int(count))
+            for (id, value) in after.values { #expect(value == before.values[id]! + "!") }
+            // One byte more a value, plus the varint of a length that grew past 127 for none.
+            #expect(after.liveBytes == before.liveBytes + Int(count))
+            try store.close()
+        }
     }
 
     /// Two workers on few keys (the thread sanitizer runs this one), one of them failing in
     /// the second case: the values are rewritten as on one thread, or the error is thrown and
     /// nothing is written.
     @Test func twoWorkersOnFewKeys() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        var store = try Store.open(at: dir.store(), options: quietOptions(.none))
-        try populate(store, count: 2_000)
-        let before = try state(store)
-        var t = Transaction()
-        let written = try store.snapshot().rewriteValues(
-            forKeys: allKeys(2_000), growth: 1, into: &t, parallelFrom: 100, Self.exclaim)
-        #expect(written == 2_000 && t.operationCount == 2_000)
-        try store.commit(t)
-        let after = try checkAgainstReplay(&store, dir)
-        #expect(after.entries == before.entries)
-        for (id, value) in after.values { #expect(value == before.values[id]! + "!") }
+        try withPopulatedStore(count: 2_000) { store, dir in
+            let before = try state(store)
+            var t = Transaction()
+            let written = try store.snapshot().rewriteValues(
+                forKeys: allKeys(2_000), growth: 1, into: &t, parallelFrom: 100, Self.exclaim)
+            #expect(written == 2_000 && t.operationCount == 2_000)
+            try store.commit(t)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.entries == before.entries)
+            for (id, value) in after.values { #expect(value == before.values[id]! + "!") }
 
-        struct Refused: Error {}
-        var failing = Transaction()
-        let lastKey = key(1, 2_000)
-        #expect(throws: Refused.self) {
-            try store.snapshot().rewriteValues(
-                forKeys: allKeys(2_000), growth: 1, into: &failing, parallelFrom: 100
-            ) { i, key, value, out in
-                if key == lastKey { throw Refused() }
-                return try Self.exclaim(i, key, value, out)
+            struct Refused: Error {}
+            var failing = Transaction()
+            let lastKey = key(1, 2_000)
+            #expect(throws: Refused.self) {
+                try store.snapshot().rewriteValues(
+                    forKeys: allKeys(2_000), growth: 1, into: &failing, parallelFrom: 100
+                ) { i, key, value, out in
+                    if key == lastKey { throw Refused() }
+                    return try Self.exclaim(i, key, value, out)
+                }
             }
+            #expect(try state(store) == after)
+            try store.close()
         }
-        #expect(try state(store) == after)
-        try store.close()
     }
 
     /// Another commit between the snapshot and the rewrite's commit: a key given another
     /// entry, a key deleted, a key added. The rewrite's puts are applied as puts with the
     /// entries they copied.
     @Test func keysWrittenInBetweenAreAppliedAsPuts() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        var store = try Store.open(at: dir.store(), options: quietOptions(.none))
-        try populate(store, count: 20)
-        let snapshot = store.snapshot()
-        var between = Transaction()
-        put(4, value: "moved", group: "elsewhere", into: &between)
-        between.delete(key(1, 7))
-        put(30, value: "new", group: "g2", into: &between)
-        try store.commit(between)
+        try withPopulatedStore(count: 20) { store, dir in
+            let snapshot = store.snapshot()
+            var between = Transaction()
+            put(4, value: "moved", group: "elsewhere", into: &between)
+            between.delete(key(1, 7))
+            put(30, value: "new", group: "g2", into: &between)
+            try store.commit(between)
 
-        var t = Transaction()
-        #expect(try snapshot.rewriteValues(forKeys: allKeys(20), growth: 1, into: &t, Self.exclaim) == 20)
-        try store.commit(t)
-        let after = try checkAgainstReplay(&store, dir)
-        #expect(after.values[4] == "v4!" && after.values[7] == "v7!" && after.values[30] == "new")
-        let groups = after.entries[1]!
-        #expect(groups.contains("g4→4") && !groups.contains("elsewhere→4"))
-        #expect(groups.contains("g0→7"))
-        #expect(after.entries[2]!.contains("even 4→4"))
-        try store.close()
+            var t = Transaction()
+            #expect(try snapshot.rewriteValues(forKeys: allKeys(20), growth: 1, into: &t, Self.exclaim) == 20)
+            try store.commit(t)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.values[4] == "v4!" && after.values[7] == "v7!" && after.values[30] == "new")
+            let groups = after.entries[1]!
+            #expect(groups.contains("g4→4") && !groups.contains("elsewhere→4"))
+            #expect(groups.contains("g0→7"))
+            #expect(after.entries[2]!.contains("even 4→4"))
+            try store.close()
+        }
     }
 
     /// In one transaction with other puts of the same keys: a put before a rewrite of its key,
     /// and a put after one.
     @Test func putsOfTheSameKeysInTheSameTransaction() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        var store = try Store.open(at: dir.store(), options: quietOptions(.none))
-        try populate(store, count: 10)
-        var t = Transaction()
-        put(3, value: "first", group: "before", into: &t)
-        try store.snapshot().rewriteValues(forKeys: allKeys(10), growth: 1, into: &t, Self.exclaim)
-        put(5, value: "last", group: "after", into: &t)
-        try store.commit(t)
-        let after = try checkAgainstReplay(&store, dir)
-        #expect(after.values[3] == "v3!" && after.values[5] == "last")
-        let groups = after.entries[1]!
-        #expect(groups.contains("g3→3") && !groups.contains("before→3"))
-        #expect(groups.contains("after→5") && !groups.contains("g5→5"))
-        try store.close()
+        try withPopulatedStore(count: 10) { store, dir in
+            var t = Transaction()
+            put(3, value: "first", group: "before", into: &t)
+            try store.snapshot().rewriteValues(forKeys: allKeys(10), growth: 1, into: &t, Self.exclaim)
+            put(5, value: "last", group: "after", into: &t)
+            try store.commit(t)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.values[3] == "v3!" && after.values[5] == "last")
+            let groups = after.entries[1]!
+            #expect(groups.contains("g3→3") && !groups.contains("before→3"))
+            #expect(groups.contains("after→5") && !groups.contains("g5→5"))
+            try store.close()
+        }
     }
 
     /// Keys without a value are skipped; a transform that throws stops the rewrite with its error.
     @Test func missingKeysAndErrors() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        let store = try Store.open(at: dir.store(), options: quietOptions(.none))
-        try populate(store, count: 5)
-        var t = Transaction()
-        let keys = [key(1, 2), key(1, 99), key(1, 4)]
-        #expect(try store.snapshot().rewriteValues(forKeys: keys, growth: 1, into: &t, Self.exclaim) == 2)
-        #expect(t.operationCount == 2)
-        struct Refused: Error {}
-        var failing = Transaction()
-        #expect(throws: Refused.self) {
-            try store.snapshot().rewriteValues(forKeys: allKeys(5), growth: 0, into: &failing) { _, _, _, _ in
-                throw Refused()
+        try withPopulatedStore(count: 5) { store, _ in
+            var t = Transaction()
+            let keys = [key(1, 2), key(1, 99), key(1, 4)]
+            #expect(try store.snapshot().rewriteValues(forKeys: keys, growth: 1, into: &t, Self.exclaim) == 2)
+            #expect(t.operationCount == 2)
+            struct Refused: Error {}
+            var failing = Transaction()
+            #expect(throws: Refused.self) {
+                try store.snapshot().rewriteValues(forKeys: allKeys(5), growth: 0, into: &failing) { _, _, _, _ in
+                    throw Refused()
+                }
             }
+            try store.close()
         }
-        try store.close()
     }
 
     /// Joining transactions (the rewrite's workers) gives the operations of both, in order,

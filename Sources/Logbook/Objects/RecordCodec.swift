@@ -250,15 +250,24 @@ enum RecordCodec {
 
     /// A record with some values replaced, made from the stored bytes without decoding the
     /// others (a batch update's constant values). `changes` are sorted by slot; each value is
-    /// nil (no value) or its stored form (`appendValue`).
-    static func splice(
+    /// nil (no value) or its stored form (`appendValue`). `buffer` is grown as needed and
+    /// reused from record to record; `body` is given the spliced record in it.
+    static func splice<R>(
         _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
-        changes: [(slot: Int, stored: [UInt8]?)], into out: inout [UInt8]
-    ) throws {
+        changes: [(slot: Int, stored: [UInt8]?)], buffer: inout [UInt8],
+        _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R {
         let capacity = raw.count + spliceGrowth(changes)
-        out = try [UInt8](unsafeUninitializedCapacity: capacity) { buffer, count in
-            count = try splice(raw, kinds: kinds, changes: changes, to: UnsafeMutableRawBufferPointer(buffer))
+        if buffer.count < capacity { buffer = [UInt8](repeating: 0, count: max(capacity, 2 * buffer.count)) }
+        return try buffer.withUnsafeMutableBytes { out in
+            let count = try splice(raw, kinds: kinds, changes: changes, to: out)
+            return try body(UnsafeRawBufferPointer(rebasing: out[0..<count]))
         }
+    }
+
+    /// The most bytes `changes` can add to a record: every new value's.
+    static func spliceGrowth(_ changes: [(slot: Int, stored: [UInt8]?)]) -> Int {
+        changes.reduce(0) { $0 + ($1.stored?.count ?? 0) }
     }
 
     /// Copies `bytes[range]` to `out` at `w`, which moves past them (a function, not a local
@@ -270,11 +279,6 @@ enum RecordCodec {
         guard !range.isEmpty else { return }
         (out.baseAddress! + w).copyMemory(from: bytes.baseAddress! + range.lowerBound, byteCount: range.count)
         w += range.count
-    }
-
-    /// The most bytes `changes` can add to a record: every new value's.
-    static func spliceGrowth(_ changes: [(slot: Int, stored: [UInt8]?)]) -> Int {
-        changes.reduce(0) { $0 + ($1.stored?.count ?? 0) }
     }
 
     /// `splice` into `out`, which holds the record and `spliceGrowth(changes)` bytes more;

@@ -399,8 +399,7 @@ extension ManagedObjectContext {
         try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
                 try snapshot.forEachValue(forKeys: keys) { _, key, raw in
-                    try RecordCodec.splice(raw, kinds: kinds, changes: stored, into: &buffer)
-                    try buffer.withUnsafeBytes { record in
+                    try RecordCodec.splice(raw, kinds: kinds, changes: stored, buffer: &buffer) { record in
                         if single {
                             let indexKey = try indexed.first.map {
                                 StoreLayout.indexKey(

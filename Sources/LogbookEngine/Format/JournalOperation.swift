@@ -11,6 +11,8 @@ enum JournalOperation {
     struct Header {
         var code: JournalFormat.OperationCode
         var key: UInt64
+        /// A put's value (empty for other operations).
+        var value: Range<Int> = 0..<0
         var indexKeys: Range<Int>
         var indexKeyCount: Int
         var end: Int
@@ -26,7 +28,9 @@ enum JournalOperation {
             let key = try r.readKey()
             switch code {
             case .put:
-                try r.skip(try r.readLength(limit: JournalFormat.maxValueLength))
+                let length = try r.readLength(limit: JournalFormat.maxValueLength)
+                let valueStart = r.offset
+                try r.skip(length)
                 let count = try r.readLength(limit: JournalFormat.maxIndexKeysPerPut)
                 let keysStart = r.offset
                 for _ in 0..<count {
@@ -34,7 +38,8 @@ enum JournalOperation {
                     try r.skip(try r.readLength(limit: JournalFormat.maxIndexKeyLength))
                 }
                 return Header(
-                    code: code, key: key, indexKeys: keysStart..<r.offset, indexKeyCount: count, end: r.offset)
+                    code: code, key: key, value: valueStart..<(valueStart + length), indexKeys: keysStart..<r.offset,
+                    indexKeyCount: count, end: r.offset)
             case .delete:
                 return Header(code: code, key: key, indexKeys: 0..<0, indexKeyCount: 0, end: r.offset)
             case .setAdd, .setRemove, .setReplace:

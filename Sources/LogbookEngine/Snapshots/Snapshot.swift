@@ -161,7 +161,8 @@ public final class Snapshot: Sendable {
             guard let header = try? JournalOperation.header(raw, at: location.blockOffset), header.code == .put,
                 header.key == key
             else { throw misplaced(key, at: location, in: raw) }
-            let value = UnsafeRawBufferPointer(rebasing: raw[try putValue(raw, at: location, of: key)])
+            // One parse of the operation gives its value and its index section.
+            let value = UnsafeRawBufferPointer(rebasing: raw[header.value])
             if scratch.count < value.count + growth {
                 scratch.deallocate()
                 scratch = .allocate(byteCount: value.count + growth, alignment: 8)

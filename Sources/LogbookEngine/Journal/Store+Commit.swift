@@ -1,3 +1,4 @@
+import CLogbookSupport
 import Dispatch
 
 #if canImport(Glibc)
@@ -198,10 +199,13 @@ extension Store {
         manifest: OperationTable?, retained: RetainedPuts, segment active: SegmentFile, state: inout WriterState
     ) throws {
         let reader = BlockReader(segments: state.segments, cache: cache)
-        let part = Self.applyPartBlocks
+        // A transaction that keeps its table (at most `Transaction.tableBlocks` blocks, all
+        // still raw) is applied at once.
+        let part = manifest == nil ? Self.applyPartBlocks : blocks.count
         var start = 0
         // The number of the part's first operation in the transaction.
         var ordinal = 0
+        var parts = 0
         while start < blocks.count {
             let end = min(blocks.count, start + part)
             var raw: [(frameOffset: Int, block: [UInt8])] = []
@@ -232,6 +236,8 @@ extension Store {
                 transaction: raw, manifest: table, retained: retained, firstOrdinal: ordinal, segment: active.number,
                 reader: reader)
             ordinal += table.count
+            parts += 1
+            if manifest == nil && parts % 4 == 0 { logbook_release_free_heap() }
             if state.compactionTouched != nil {
                 // A compaction is remapping a copy of the primary index: it takes these keys'
                 // new locations from here at its switch.
@@ -241,10 +247,10 @@ extension Store {
         }
     }
 
-    /// Blocks applied to the indexes at once (about 3.7 MB of operations, and their table):
-    /// at least `Transaction.tableBlocks`, so that a transaction that keeps its table is
-    /// applied in one part.
-    static let applyPartBlocks = 64
+    /// Blocks of a large transaction applied to the indexes at once: about 1 MB of operations
+    /// inflated, and their table (0.5 MB for small records), alive at the commit's peak beside
+    /// the indexes it grows. Smaller parts cost a few dispatches more each.
+    static let applyPartBlocks = 16
     /// A large transaction's frames are written in writes of about this many bytes.
     static let writeChunk = 1 << 20
 

@@ -65,6 +65,55 @@ import Testing
         #expect(deferred.indexes[9]?.count == 40_000)
     }
 
+    /// A large keyspace's leaves are carved from 2 MiB chunks (`SlotChunk`), a small one's
+    /// are on the heap; a later write copies a chunked leaf to the heap and leaves a copy of
+    /// the map that still holds it as it was; a chunk is freed with its last leaf.
+    @Test func aLargeLoadCarvesItsLeavesFromChunksThatWritesCopy() throws {
+        let stream = Checkpoint.encode(largeState(), segment: 1, offset: 32)
+        weak var firstChunk: SlotChunk?
+        do {
+            var loaded = try Checkpoint.decode(stream) { _ in stream }.state.primary
+            let chunked = try #require(loaded.leaf(for: key(1, 1)))
+            #if os(Linux)
+                #expect(chunked.chunk != nil, "300,000 keys are a large load")
+                #expect(loaded.leaf(for: key(1, 299_999))?.chunk != nil)
+                // 300,000 keys: 4,688 leaves of 512 bytes, in two chunks.
+                #expect(loaded.leaf(for: key(1, 1))?.chunk !== loaded.leaf(for: key(1, 299_999))?.chunk)
+            #endif
+            #expect(loaded.leaf(for: key(7, 42))?.chunk == nil, "a keyspace of one key stays on the heap")
+            firstChunk = chunked.chunk
+            let before = loaded[key(1, 5)]
+            let copy = loaded
+            loaded.set(key(1, 5), 123_456)
+            loaded.remove(key(1, 6))
+            loaded.set(key(1, 300_001), 77)
+            #expect(loaded[key(1, 5)] == 123_456 && loaded[key(1, 6)] == nil && loaded[key(1, 300_001)] == 77)
+            #expect(copy[key(1, 5)] == before && copy[key(1, 6)] != nil && copy[key(1, 300_001)] == nil)
+            #expect(loaded.leaf(for: key(1, 5))?.chunk == nil, "the written leaf is a heap copy")
+            #expect(copy.leaf(for: key(1, 5)) === chunked, "the copy keeps the loaded leaf")
+            #expect(loaded.count(inKeyspace: 1) == 300_000 && copy.count(inKeyspace: 1) == 300_000)
+            #expect(entries(copy).elementsEqual(entries(largeState().primary)) { $0 == $1 })
+        }
+        #expect(firstChunk == nil, "freed with the last map that held its leaves")
+    }
+
+    /// A `HugePages` mapping is aligned to 2 MiB, zeroed and writable to its last byte;
+    /// `MappedBytes` of a small count is on the heap.
+    @Test func mappedBytesAreAlignedZeroedAndWritable() {
+        let large = MappedBytes(count: 5 << 20)
+        #expect(large.bytes.count == 5 << 20)
+        #if os(Linux)
+            #expect(UInt(bitPattern: large.bytes.baseAddress!) % UInt(HugePages.size) == 0)
+        #endif
+        #expect(large.bytes[0] == 0 && large.bytes[large.bytes.count - 1] == 0)
+        large.bytes[large.bytes.count - 1] = 7
+        #expect(large.bytes[large.bytes.count - 1] == 7)
+        let small = MappedBytes(count: 100)
+        #expect(small.bytes.count == 100)
+        small.bytes[99] = 1
+        #expect(small.bytes[99] == 1)
+    }
+
     /// The stream is encoded and written a chunk at a time: every chunk but the last is
     /// exactly `chunkSize` bytes, and together they are the stream.
     @Test func theStreamComesInWholeChunks() {

@@ -32,8 +32,10 @@ struct EncodedIndex {
             let key = UnsafeMutableRawBufferPointer.allocate(
                 byteCount: max(1, 2 * JournalFormat.maxIndexKeyLength), alignment: 8)
             defer { key.deallocate() }
-            restart.key.withUnsafeBytes { if !$0.isEmpty { key.copyMemory(from: $0) } }
-            var length = restart.key.count
+            var length = section.seeks.withKey(r) { start in
+                if !start.isEmpty { key.copyMemory(from: start) }
+                return start.count
+            }
             var primaryKey = restart.primaryKey
             var decoded = 0
             defer { owner?.noteDecoded(decoded) }
@@ -81,7 +83,7 @@ struct EncodedIndex {
             var high = section.seeks.count - 1
             while low < high {
                 let mid = (low + high + 1) / 2
-                let c = section.seeks[mid].key.withUnsafeBytes { compareBytes($0, probe) }
+                let c = section.seeks.withKey(mid) { compareBytes($0, probe) }
                 if inclusive ? c <= 0 : c < 0 { low = mid } else { high = mid - 1 }
             }
             return low

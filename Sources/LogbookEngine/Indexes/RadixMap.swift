@@ -25,24 +25,48 @@ struct RadixMap<Value: RadixSlot> {
         // Exclusivity is guaranteed by construction: a node is mutated only by the writer,
         // only while uniquely referenced; the runtime checks would cost a third of the time.
         @exclusivity(unchecked) var children: [Node?]
-        @exclusivity(unchecked) var slots: [Value]
+        /// A leaf's 64 slots (an inner node has none): on the heap, or carved from `chunk` by
+        /// a bulk load (one allocation a leaf fewer, and pages the kernel may make huge).
+        let slots: UnsafeMutablePointer<Value>
+        /// The chunk that holds `slots`, kept alive by this leaf; nil when they are on the heap.
+        let chunk: SlotChunk?
         @exclusivity(unchecked) var occupied: Int
 
-        init(leaf: Bool) {
+        init(leaf: Bool, arena: SlotArena? = nil) {
             if leaf {
                 children = []
-                slots = Array(repeating: .absent, count: RadixMap.fanout)
+                if let (storage, chunk) = arena?.carve(RadixMap.fanout * MemoryLayout<Value>.stride) {
+                    slots = storage.bindMemory(to: Value.self, capacity: RadixMap.fanout)
+                    self.chunk = chunk
+                } else {
+                    slots = .allocate(capacity: RadixMap.fanout)
+                    chunk = nil
+                }
+                slots.initialize(repeating: .absent, count: RadixMap.fanout)
             } else {
                 children = Array(repeating: nil, count: RadixMap.fanout)
-                slots = []
+                slots = .allocate(capacity: 0)
+                chunk = nil
             }
             occupied = 0
         }
 
         init(copying other: Node) {
             children = other.children
-            slots = other.slots
+            if other.isLeaf {
+                slots = .allocate(capacity: RadixMap.fanout)
+                slots.initialize(from: other.slots, count: RadixMap.fanout)
+            } else {
+                slots = .allocate(capacity: 0)
+            }
+            chunk = nil
             occupied = other.occupied
+        }
+
+        deinit {
+            if isLeaf { slots.deinitialize(count: RadixMap.fanout) }
+            // Carved slots go back with their chunk, when its last leaf is gone.
+            if chunk == nil { slots.deallocate() }
         }
 
         var isLeaf: Bool { children.isEmpty }
@@ -57,6 +81,10 @@ struct RadixMap<Value: RadixSlot> {
     }
 
     private(set) var spaces: [Space] = []
+
+    /// A bulk load of at least this many keys puts its leaves in chunks (half a chunk's
+    /// worth of 8-byte slots, densely filled).
+    static var chunkedLoadKeys: Int { SlotChunk.size / 16 }
 
     var count: Int { spaces.reduce(0) { $0 + $1.count } }
 
@@ -116,13 +144,13 @@ struct RadixMap<Value: RadixSlot> {
     func values(forKeys keys: ArraySlice<UInt64>) -> [Value] {
         [Value](unsafeUninitializedCapacity: keys.count) { out, made in
             var prefix = UInt64.max
-            var slots: [Value] = []
+            var leaf: Node?
             for (i, key) in keys.enumerated() {
                 if key >> Self.bits != prefix {
                     prefix = key >> Self.bits
-                    slots = self.leaf(for: key)?.slots ?? []
+                    leaf = self.leaf(for: key)
                 }
-                (out.baseAddress! + i).initialize(to: slots.isEmpty ? .absent : slots[Int(key & 63)])
+                (out.baseAddress! + i).initialize(to: leaf?.slots[Int(key & 63)] ?? .absent)
                 made = i + 1
             }
         }
@@ -169,7 +197,7 @@ struct RadixMap<Value: RadixSlot> {
     }
 
     /// Grows the space until `id` fits, and makes its root uniquely referenced.
-    private static func prepareRoot(_ space: inout Space, for id: UInt64) {
+    private static func prepareRoot(_ space: inout Space, for id: UInt64, arena: SlotArena? = nil) {
         while space.height < 8 && id >> UInt64(bits * space.height) != 0 {
             if let old = space.root {
                 let parent = Node(leaf: false)
@@ -179,7 +207,7 @@ struct RadixMap<Value: RadixSlot> {
             }
             space.height += 1
         }
-        if space.root == nil { space.root = Node(leaf: space.height == 1) }
+        if space.root == nil { space.root = Node(leaf: space.height == 1, arena: arena) }
         if !isKnownUniquelyReferenced(&space.root!) { space.root = Node(copying: space.root!) }
     }
 
@@ -222,9 +250,9 @@ struct RadixMap<Value: RadixSlot> {
 
     /// Child `i` of a uniquely referenced node, created if missing, copied if shared.
     @inline(__always)
-    private static func uniqueChild(of node: Node, at i: Int, leaf: Bool) -> Node {
+    private static func uniqueChild(of node: Node, at i: Int, leaf: Bool, arena: SlotArena? = nil) -> Node {
         if node.children[i] == nil {
-            node.children[i] = Node(leaf: leaf)
+            node.children[i] = Node(leaf: leaf, arena: arena)
             node.occupied += 1
         } else if !isKnownUniquelyReferenced(&node.children[i]!) {
             node.children[i] = Node(copying: node.children[i]!)
@@ -235,16 +263,18 @@ struct RadixMap<Value: RadixSlot> {
     /// The leaf that holds `key`'s slot, made uniquely referenced along its whole path (so the
     /// caller may write its slots until the map is next copied). The caller keeps counts in
     /// step with `addCount` and `Node.occupied`, and may only make slots non-absent.
-    mutating func uniqueLeaf(for key: UInt64) -> Node {
+    /// A new leaf's slots come from `arena` when one is given.
+    mutating func uniqueLeaf(for key: UInt64, arena: SlotArena? = nil) -> Node {
         let (ks, id) = Self.split(key)
         let si = spaceIndexCreating(ks)
         return spaces.withUnsafeMutableBufferPointer { buffer in
             let bits = Self.bits
-            Self.prepareRoot(&buffer[si], for: id)
+            Self.prepareRoot(&buffer[si], for: id, arena: arena)
             var node = buffer[si].root!
             var shift = bits * (buffer[si].height - 1)
             while shift > 0 {
-                node = Self.uniqueChild(of: node, at: Int((id >> UInt64(shift)) & 63), leaf: shift == bits)
+                node = Self.uniqueChild(
+                    of: node, at: Int((id >> UInt64(shift)) & 63), leaf: shift == bits, arena: arena)
                 shift -= bits
             }
             return node
@@ -263,22 +293,28 @@ struct RadixMap<Value: RadixSlot> {
         _ count: Int, keyspace: UInt16, _ next: (Int) throws -> (id: UInt64, value: Value)
     ) rethrows {
         guard count > 0 else { return }
+        // The leaves of a large load share chunks (`SlotChunk`); a small one's stay on the heap,
+        // where a chunk's 2 MiB page would outweigh them.
+        let arena = count >= Self.chunkedLoadKeys ? SlotArena() : nil
         var (id, value) = try next(0)
         var n = 1
         while true {
-            let leaf = uniqueLeaf(for: EngineKey(keyspace: keyspace, id: id).rawValue)
+            let leaf = uniqueLeaf(for: EngineKey(keyspace: keyspace, id: id).rawValue, arena: arena)
             let prefix = id >> 6
             var added = 0
-            let more = try leaf.slots.withUnsafeMutableBufferPointer { slots in
-                while true {
-                    let i = Int(id & 63)
-                    if slots[i].isAbsent { added += 1 }
-                    slots[i] = value
-                    guard n < count else { return false }
-                    (id, value) = try next(n)
-                    n += 1
-                    if id >> 6 != prefix { return true }
+            let slots = leaf.slots
+            var more = true
+            while true {
+                let i = Int(id & 63)
+                if slots[i].isAbsent { added += 1 }
+                slots[i] = value
+                guard n < count else {
+                    more = false
+                    break
                 }
+                (id, value) = try next(n)
+                n += 1
+                if id >> 6 != prefix { break }
             }
             leaf.occupied += added
             addCount(keyspace: keyspace, added)
@@ -309,11 +345,9 @@ struct RadixMap<Value: RadixSlot> {
             }
             let i = Int(k & 63)
             // In place (the leaf is unique here): no uniqueness check of its array per key.
-            let old = leaf!.slots.withUnsafeMutableBufferPointer { slots in
-                let old = slots[i]
-                slots[i] = value(n)
-                return old
-            }
+            let slots = leaf!.slots
+            let old = slots[i]
+            slots[i] = value(n)
             if old.isAbsent {
                 leaf!.occupied += 1
                 added += 1
@@ -383,21 +417,20 @@ struct RadixMap<Value: RadixSlot> {
         func walk(_ node: Node, prefix: UInt64, shift: Int) -> Bool {
             if shift == 0 {
                 var i = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
-                return node.slots.withUnsafeBufferPointer { slots in
-                    while i < 64 {
-                        let id = prefix + UInt64(i)
-                        if id > end { return false }
-                        let v = slots[i]
-                        if !v.isAbsent {
-                            keys[added] = base | id
-                            values[added] = v
-                            added += 1
-                            if added == limit { return false }
-                        }
-                        i += 1
+                let slots = node.slots
+                while i < 64 {
+                    let id = prefix + UInt64(i)
+                    if id > end { return false }
+                    let v = slots[i]
+                    if !v.isAbsent {
+                        keys[added] = base | id
+                        values[added] = v
+                        added += 1
+                        if added == limit { return false }
                     }
-                    return true
+                    i += 1
                 }
+                return true
             }
             let span = UInt64(1) << UInt64(shift)
             for i in 0..<64 {
@@ -449,7 +482,8 @@ struct RadixMap<Value: RadixSlot> {
         var total = 0
         func walk(_ node: Node) {
             if node.isLeaf {
-                total += 48 + 32 + 64 * valueSize
+                // The node, and its slots (with the heap's 16 bytes when not in a chunk).
+                total += 48 + (node.chunk == nil ? 16 : 0) + 64 * valueSize
             } else {
                 total += 48 + 32 + 64 * 8
                 for case let child? in node.children { walk(child) }
@@ -479,11 +513,10 @@ extension RadixMap where Value == UInt64 {
             if self.leaf(for: entries[n].key) != nil {
                 let leaf = uniqueLeaf(for: entries[n].key)
                 // In place (the leaf is unique here): no uniqueness check of its array per key.
-                leaf.slots.withUnsafeMutableBufferPointer { slots in
-                    for e in entries[n..<end] {
-                        let i = Int(e.key & 63)
-                        if slots[i] == e.expected { slots[i] = e.new }
-                    }
+                let slots = leaf.slots
+                for e in entries[n..<end] {
+                    let i = Int(e.key & 63)
+                    if slots[i] == e.expected { slots[i] = e.new }
                 }
             }
             n = end

@@ -163,61 +163,71 @@ enum Checkpoint {
     static func decode(_ bytes: [UInt8], stream: (@Sendable (Range<Int>) -> [UInt8])? = nil) throws(Malformed) -> Loaded
     {
         let decoded: Result<Loaded, Malformed> = bytes.withUnsafeBytes { raw in
-            var r = ByteReader(raw)
-            return Result { () throws(Malformed) -> Loaded in
-                var state = IndexState()
-                let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
-                // The primary map is built as it is read, a leaf at a time (no copy of all its
-                // keys and locations is held: the peak memory of an open). In a large stream
-                // with the secondary indexes deferred, another thread finds where the primary
-                // section ends and checks the secondary indexes meanwhile. The thread that
-                // allocates the map (8 MB a million keys) should be the caller's: glibc grows a
-                // worker thread's arena a page at a time, one `mprotect` each (3,000 calls, a
-                // third of the time, when the map was built on a worker), and the checks
-                // allocate little.
-                if let stream, bytes.count >= 1 << 17 {
-                    let reader = UncheckedSendable(r)
-                    let checked = UncheckedSendable(
-                        ResultBox<Result<(Range<Int>, [IndexSection], ByteReader), Malformed>>())
-                    let group = DispatchGroup()
-                    DispatchQueue.global().async(group: group) {
-                        var r = reader.value
-                        checked.value.value = Result { () throws(Malformed) in
-                            try section("primary index", &r) { r in try skipPrimary(&r) }
-                            let start = r.offset
-                            let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
-                            return (start..<r.offset, sections, r)
-                        }
-                    }
-                    // Joined on every path: the other thread reads the same bytes.
-                    defer { group.wait() }
-                    var primaryReader = r
-                    state.primary = try section("primary index", &primaryReader) { r in try decodePrimary(&r) }
-                    group.wait()
-                    let (range, sections, after) = try checked.value.value!.get()
-                    r = after
-                    state.secondary = SecondaryIndexes(
-                        deferred: DeferredIndexes(sections: sections) { stream(range) })
-                } else {
-                    state.primary = try section("primary index", &r) { r in try decodePrimary(&r) }
-                    if let stream {
-                        let start = r.offset
-                        let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
-                        let range = start..<r.offset
-                        state.secondary = SecondaryIndexes(
-                            deferred: DeferredIndexes(sections: sections) { stream(range) })
-                    } else {
-                        state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
-                    }
-                }
-                state.sets = try section("sets", &r) { r in try decodeSets(&r) }
-                guard r.isAtEnd else {
-                    throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
-                }
-                return Loaded(state: state, segment: segment, offset: offset)
-            }
+            Result { () throws(Malformed) -> Loaded in try decode(raw, stream: stream) }
         }
         return try decoded.get()
+    }
+
+    /// Decodes a checkpoint stream held in `bytes`; see `decode(_:stream:)`.
+    static func decode(
+        _ raw: UnsafeRawBufferPointer, stream: (@Sendable (Range<Int>) -> [UInt8])? = nil
+    ) throws(Malformed) -> Loaded {
+        var r = ByteReader(raw)
+        var state = IndexState()
+        let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
+        // The primary map is built as it is read, a leaf at a time (no copy of all its
+        // keys and locations is held: the peak memory of an open). In a large stream
+        // with the secondary indexes deferred, another thread finds where the primary
+        // section ends and checks the secondary indexes meanwhile. The thread that
+        // allocates the map (8 MB a million keys) should be the caller's: glibc grows a
+        // worker thread's arena a page at a time, one `mprotect` each (3,000 calls, a
+        // third of the time, when the map was built on a worker), and the checks
+        // allocate little.
+        if let stream, raw.count >= 1 << 17 {
+            let reader = UncheckedSendable(r)
+            let checked = UncheckedSendable(
+                ResultBox<Result<(Range<Int>, [IndexSection], ByteReader), Malformed>>())
+            let group = DispatchGroup()
+            DispatchQueue.global().async(group: group) {
+                var r = reader.value
+                checked.value.value = Result { () throws(Malformed) in
+                    try section("primary index", &r) { r in try skipPrimary(&r) }
+                    let start = r.offset
+                    let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                    return (start..<r.offset, sections, r)
+                }
+            }
+            // Joined on every path: the other thread reads the same bytes.
+            defer { group.wait() }
+            var primaryReader = r
+            state.primary = try section("primary index", &primaryReader) { r in try decodePrimary(&r) }
+            group.wait()
+            let (range, sections, after) = try checked.value.value!.get()
+            guard range.lowerBound == primaryReader.offset else {
+                throw Malformed(
+                    section: "primary index", offset: primaryReader.offset,
+                    reason: "its end is not where the decoder stopped")
+            }
+            r = after
+            state.secondary = SecondaryIndexes(
+                deferred: DeferredIndexes(sections: sections) { stream(range) })
+        } else {
+            state.primary = try section("primary index", &r) { r in try decodePrimary(&r) }
+            if let stream {
+                let start = r.offset
+                let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                let range = start..<r.offset
+                state.secondary = SecondaryIndexes(
+                    deferred: DeferredIndexes(sections: sections) { stream(range) })
+            } else {
+                state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
+            }
+        }
+        state.sets = try section("sets", &r) { r in try decodeSets(&r) }
+        guard r.isAtEnd else {
+            throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
+        }
+        return Loaded(state: state, segment: segment, offset: offset)
     }
 
     /// Runs one section's decoder; any failure becomes a `Malformed` naming the section.
@@ -252,7 +262,28 @@ enum Checkpoint {
             let end = base + r.buffer.count
             var p = base + r.offset
             defer { r.offset = p - base }
-            for _ in 0..<(2 * count) { _ = try boundedVarint(&p, end) }
+            try skipVarints(2 * count, &p, end)
+        }
+    }
+
+    /// Moves `p` past `count` varints, which end at their bytes below 0x80: counted eight
+    /// bytes at a time. Only the end is found, not each varint checked (an overlong one is
+    /// not rejected here): the primary section's decoder reads the same varints, each checked,
+    /// and `decode` requires the two to end at the same offset.
+    private static func skipVarints(
+        _ count: Int, _ p: inout UnsafeRawPointer, _ end: UnsafeRawPointer
+    ) throws(ByteReader.OutOfBounds) {
+        var left = count
+        while left > 0 && end - p >= 8 {
+            let ends = (~p.loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080).nonzeroBitCount
+            guard ends < left else { break }
+            left -= ends
+            p += 8
+        }
+        while left > 0 {
+            guard p < end else { throw ByteReader.OutOfBounds() }
+            if p.load(as: UInt8.self) < 0x80 { left -= 1 }
+            p += 1
         }
     }
 
@@ -328,12 +359,47 @@ enum Checkpoint {
             var key: [UInt8]
             var primaryKey: UInt64
         }
+        /// Points every `seekInterval` entries, their keys in one buffer: one allocation for
+        /// all of them (an array a point was 156,000 allocations at ten million entries, a
+        /// third of the time the open's check of the section took).
+        struct Seeks: Sendable {
+            struct Point: Sendable {
+                var entry: Int
+                var offset: Int
+                var primaryKey: UInt64
+                var keyEnd: Int
+            }
+            private(set) var points: [Point] = []
+            private(set) var keys: [UInt8] = []
+
+            var count: Int { points.count }
+            subscript(i: Int) -> Point { points[i] }
+
+            /// Room for `n` points, with keys of 8 bytes (a date, a number) or less.
+            mutating func reserve(_ n: Int) {
+                points.reserveCapacity(n)
+                keys.reserveCapacity(8 * n)
+            }
+
+            mutating func append(entry: Int, offset: Int, key: UnsafeRawBufferPointer, primaryKey: UInt64) {
+                keys.append(contentsOf: key)
+                points.append(Point(entry: entry, offset: offset, primaryKey: primaryKey, keyEnd: keys.count))
+            }
+
+            /// Calls `body` with point `i`'s key.
+            func withKey<R>(_ i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+                let start = i == 0 ? 0 : points[i - 1].keyEnd
+                return try keys.withUnsafeBytes {
+                    try body(UnsafeRawBufferPointer(rebasing: $0[start..<points[i].keyEnd]))
+                }
+            }
+        }
         var id: UInt32
         var count: Int
         var restarts: [Restart]
         /// A finer set of the same points, every `seekInterval` entries (the restarts among
         /// them): where a read in place (`EncodedIndex`) starts decoding.
-        var seeks: [Restart] = []
+        var seeks = Seeks()
     }
 
     /// Entries between two points where a read in place of a deferred index can start: a
@@ -356,7 +422,7 @@ enum Checkpoint {
                     throw DecodeFailure("\(count) entries cannot fit in what remains")
                 }
                 var section = IndexSection(id: id, count: count, restarts: [])
-                section.seeks.reserveCapacity(count / seekInterval + 1)
+                section.seeks.reserve(count / seekInterval + 1)
                 section.restarts.reserveCapacity(count / restartInterval + 1)
                 var length = 0
                 var primaryKey: UInt64 = 0
@@ -366,12 +432,13 @@ enum Checkpoint {
                 var p = base + r.offset
                 for i in 0..<count {
                     if i % seekInterval == 0 {
-                        let point = IndexSection.Restart(
-                            entry: i, offset: p - base,
-                            key: Array(UnsafeRawBufferPointer(start: key, count: length)),
-                            primaryKey: primaryKey)
-                        section.seeks.append(point)
-                        if i % restartInterval == 0 { section.restarts.append(point) }
+                        let bytes = UnsafeRawBufferPointer(start: key, count: length)
+                        section.seeks.append(entry: i, offset: p - base, key: bytes, primaryKey: primaryKey)
+                        if i % restartInterval == 0 {
+                            section.restarts.append(
+                                IndexSection.Restart(
+                                    entry: i, offset: p - base, key: Array(bytes), primaryKey: primaryKey))
+                        }
                     }
                     let shared = try boundedVarint(&p, end)
                     guard shared <= UInt64(length) else { throw ByteReader.OutOfBounds() }
@@ -381,7 +448,12 @@ enum Checkpoint {
                     }
                     let n = Int(suffix)
                     let at = key + Int(shared)
-                    if n <= 16 {
+                    if n <= 8 && end - p >= 8 {
+                        // One 8-byte move (the key buffer has room past the longest key; the
+                        // bytes past the suffix are not part of the key), where a byte loop's
+                        // stores were a fifth of the check.
+                        at.storeBytes(of: p.loadUnaligned(as: UInt64.self), as: UInt64.self)
+                    } else if n <= 16 {
                         for j in 0..<n {
                             at.storeBytes(
                                 of: p.load(fromByteOffset: j, as: UInt8.self), toByteOffset: j, as: UInt8.self)
@@ -634,9 +706,16 @@ enum Checkpoint {
         let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
         defer { handle.close() }
         let data = try handle.read(count: try handle.size(), at: 0)
-        let stream = try self.stream(data, path: path, number: number)
+        // At open the whole stream is decompressed at once, into pages the kernel may make
+        // huge (70 MB for ten million objects), and let go once decoded.
+        let stream = try data.withUnsafeBytes { raw in
+            let layout = try Self.layout(raw, path: path, number: number)
+            let out = MappedBytes(count: layout.total)
+            try decompress(raw, layout, into: out.bytes, only: nil, path: path)
+            return out
+        }
         do {
-            return try decode(stream) { range in
+            return try decode(UnsafeRawBufferPointer(stream.bytes)) { range in
                 // Checked once already: the same bytes give the same stream. Only the chunks
                 // of the secondary-index section are decompressed again.
                 guard let again = try? Self.stream(data, path: path, number: number, only: range) else {
@@ -659,89 +738,108 @@ enum Checkpoint {
         -> [UInt8]
     {
         try data.withUnsafeBytes { raw in
-            let header: FileHeader
-            do { header = try FileHeader.decode(raw, magic: JournalFormat.checkpointMagic) } catch {
-                throw EngineError.corruption("checkpoint header is damaged (\(error))", path: path, offset: 0)
+            let layout = try Self.layout(raw, path: path, number: number)
+            return try [UInt8](unsafeUninitializedCapacity: layout.total) { buffer, initialized in
+                try decompress(raw, layout, into: UnsafeMutableRawBufferPointer(buffer), only: only, path: path)
+                initialized = layout.total
             }
-            guard header.number == number else {
-                throw EngineError.corruption("checkpoint header names number \(header.number)", path: path, offset: 16)
+        }
+    }
+
+    /// Where a checkpoint file's chunks are, each frame checked, and the stream's length.
+    struct Layout {
+        var frames: [Frame.Parsed]
+        /// Where each chunk's bytes start in the stream.
+        var starts: [Int]
+        var total: Int
+    }
+
+    private static func layout(_ raw: UnsafeRawBufferPointer, path: String, number: UInt64) throws -> Layout {
+        let header: FileHeader
+        do { header = try FileHeader.decode(raw, magic: JournalFormat.checkpointMagic) } catch {
+            throw EngineError.corruption("checkpoint header is damaged (\(error))", path: path, offset: 0)
+        }
+        guard header.number == number else {
+            throw EngineError.corruption("checkpoint header names number \(header.number)", path: path, offset: 16)
+        }
+        // The frames, each checked, in order.
+        var frames: [Frame.Parsed] = []
+        var position = JournalFormat.fileHeaderSize
+        var end: (chunks: Int, length: Int, position: Int)?
+        while end == nil {
+            guard case .frame(let frame) = Frame.parse(raw, at: position, salt: header.salt) else {
+                throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: position)
             }
-            // The frames, each checked, in order; then their chunks decompressed in parallel.
-            var frames: [Frame.Parsed] = []
-            var position = JournalFormat.fileHeaderSize
-            var end: (chunks: Int, length: Int, position: Int)?
-            while end == nil {
-                guard case .frame(let frame) = Frame.parse(raw, at: position, salt: header.salt) else {
-                    throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: position)
-                }
-                switch frame.type {
-                case .checkpointEnd:
-                    var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
-                    guard let n = try? r.readLE(UInt32.self), let length = try? r.readLength(UInt64.self),
-                        frame.end == raw.count
-                    else {
-                        throw EngineError.corruption(
-                            "checkpoint end record does not match", path: path, offset: position)
-                    }
-                    end = (Int(n), length, position)
-                case .checkpointData:
-                    frames.append(frame)
-                    position = frame.end
-                default:
-                    throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
-                }
-            }
-            // Each chunk's decoded length, from its header; then every chunk decoded in place,
-            // in parallel, into the one stream (no chunk copied twice).
-            var starts: [Int] = []
-            var total = 0
-            for (k, frame) in frames.enumerated() {
-                let payload = UnsafeRawBufferPointer(rebasing: raw[frame.payload])
-                let length = frame.codec == .raw ? payload.count : LZ4.declaredLength(payload) ?? -1
-                guard length >= 0, length <= chunkSize, let end, total + length <= end.length else {
+            switch frame.type {
+            case .checkpointEnd:
+                var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
+                guard let n = try? r.readLE(UInt32.self), let length = try? r.readLength(UInt64.self),
+                    frame.end == raw.count
+                else {
                     throw EngineError.corruption(
-                        "checkpoint chunk \(k) declares a length that does not fit", path: path,
-                        offset: frame.payload.lowerBound)
+                        "checkpoint end record does not match", path: path, offset: position)
                 }
-                starts.append(total)
-                total += length
+                end = (Int(n), length, position)
+            case .checkpointData:
+                frames.append(frame)
+                position = frame.end
+            default:
+                throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
             }
-            let failed = Atomic<Int>(-1)
-            // Not zeroed first: every byte is written by its chunk's decoder (a chunk that fails
-            // makes the whole stream an error).
-            let stream = [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
-                let out = UnsafeMutableRawBufferPointer(buffer)
-                let shared = UncheckedSendable((raw, out))
-                let parsed = frames
-                let offsets = starts
-                // Each worker writes only its own chunk's range of the stream.
-                DispatchQueue.concurrentPerform(iterations: parsed.count) { k in
-                    let (raw, out) = shared.value
-                    let payload = UnsafeRawBufferPointer(rebasing: raw[parsed[k].payload])
-                    let end = k + 1 < offsets.count ? offsets[k + 1] : out.count
-                    if let only, !only.overlaps(offsets[k]..<end) { return }
-                    let target = UnsafeMutableRawBufferPointer(rebasing: out[offsets[k]..<end])
-                    let ok: Bool
-                    switch parsed[k].codec {
-                    case .raw:
-                        target.copyMemory(from: payload)
-                        ok = true
-                    case .lz4: ok = LZ4.decompress(payload, into: target)
-                    }
-                    if !ok { failed.store(k, ordering: .relaxed) }
-                }
-                initialized = total
-            }
-            let bad = failed.load(ordering: .relaxed)
-            if bad >= 0 {
+        }
+        // Each chunk's decoded length, from its header.
+        var starts: [Int] = []
+        var total = 0
+        for (k, frame) in frames.enumerated() {
+            let payload = UnsafeRawBufferPointer(rebasing: raw[frame.payload])
+            let length = frame.codec == .raw ? payload.count : LZ4.declaredLength(payload) ?? -1
+            guard length >= 0, length <= chunkSize, let end, total + length <= end.length else {
                 throw EngineError.corruption(
-                    "a checkpoint chunk does not decompress", path: path, offset: frames[bad].payload.lowerBound)
+                    "checkpoint chunk \(k) declares a length that does not fit", path: path,
+                    offset: frame.payload.lowerBound)
             }
-            guard let end, end.chunks == frames.count, end.length == stream.count else {
-                throw EngineError.corruption(
-                    "checkpoint end record does not match", path: path, offset: end?.position ?? position)
+            starts.append(total)
+            total += length
+        }
+        guard let end, end.chunks == frames.count, end.length == total else {
+            throw EngineError.corruption(
+                "checkpoint end record does not match", path: path, offset: end?.position ?? position)
+        }
+        return Layout(frames: frames, starts: starts, total: total)
+    }
+
+    /// Decompresses every chunk of `layout` (those that hold bytes of `only`, when given) in
+    /// place, in parallel, into `out` (`layout.total` bytes: no chunk copied twice). Not
+    /// zeroed first: every byte is written by its chunk's decoder, and a chunk that fails
+    /// makes the whole stream an error.
+    private static func decompress(
+        _ raw: UnsafeRawBufferPointer, _ layout: Layout, into out: UnsafeMutableRawBufferPointer,
+        only: Range<Int>?, path: String
+    ) throws {
+        let failed = Atomic<Int>(-1)
+        let shared = UncheckedSendable((raw, out))
+        let parsed = layout.frames
+        let offsets = layout.starts
+        // Each worker writes only its own chunk's range of the stream.
+        DispatchQueue.concurrentPerform(iterations: parsed.count) { k in
+            let (raw, out) = shared.value
+            let payload = UnsafeRawBufferPointer(rebasing: raw[parsed[k].payload])
+            let end = k + 1 < offsets.count ? offsets[k + 1] : out.count
+            if let only, !only.overlaps(offsets[k]..<end) { return }
+            let target = UnsafeMutableRawBufferPointer(rebasing: out[offsets[k]..<end])
+            let ok: Bool
+            switch parsed[k].codec {
+            case .raw:
+                target.copyMemory(from: payload)
+                ok = true
+            case .lz4: ok = LZ4.decompress(payload, into: target)
             }
-            return stream
+            if !ok { failed.store(k, ordering: .relaxed) }
+        }
+        let bad = failed.load(ordering: .relaxed)
+        if bad >= 0 {
+            throw EngineError.corruption(
+                "a checkpoint chunk does not decompress", path: path, offset: parsed[bad].payload.lowerBound)
         }
     }
 }

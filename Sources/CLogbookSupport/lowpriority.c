@@ -4,9 +4,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -41,10 +38,4 @@ int logbook_run_at_low_priority(void (*body)(void *), void *context) {
     pthread_attr_destroy(&attributes);
     if (error != 0) free(work);
     return error;
-}
-
-void logbook_release_free_heap(void) {
-#if defined(__GLIBC__)
-    malloc_trim(0);
-#endif
 }

@@ -17,10 +17,4 @@ uint32_t logbook_crc32c_software_only(uint32_t crc, const void *data, size_t len
 /// runs the work itself).
 int logbook_run_at_low_priority(void (*body)(void *), void *context);
 
-/// Returns the free pages of the C heap to the system (glibc's `malloc_trim(0)`: every
-/// arena, not only the top of the main one); does nothing where the C library has no such
-/// call. For a large commit that frees memory on one thread which other threads' arenas
-/// cannot take back.
-void logbook_release_free_heap(void);
-
 #endif

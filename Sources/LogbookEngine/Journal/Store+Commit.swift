@@ -1,4 +1,3 @@
-import CLogbookSupport
 import Dispatch
 
 #if canImport(Glibc)
@@ -205,7 +204,6 @@ extension Store {
         var start = 0
         // The number of the part's first operation in the transaction.
         var ordinal = 0
-        var parts = 0
         while start < blocks.count {
             let end = min(blocks.count, start + part)
             var raw: [(frameOffset: Int, block: [UInt8])] = []
@@ -236,8 +234,6 @@ extension Store {
                 transaction: raw, manifest: table, retained: retained, firstOrdinal: ordinal, segment: active.number,
                 reader: reader)
             ordinal += table.count
-            parts += 1
-            if manifest == nil && parts % 4 == 0 { logbook_release_free_heap() }
             if state.compactionTouched != nil {
                 // A compaction is remapping a copy of the primary index: it takes these keys'
                 // new locations from here at its switch.

@@ -48,7 +48,8 @@ struct ScanMatches {
 /// Scans of the store for a fetch: every record of an entity (split by key range across
 /// cores), or a list of candidate keys from an index, each record tested by a compiled
 /// `RecordFilter` on its bytes. Memory stays bounded: a scan reads one block at a time per
-/// worker and does not fill the shared block cache; only the matches are kept.
+/// worker (into buffers the store lends it, with a read-ahead of at most 256 KiB) and does not
+/// fill the shared block cache; only the matches are kept.
 enum StoreScan {
     /// Scans smaller than this run on the calling thread alone.
     static let parallelThreshold = 32_768

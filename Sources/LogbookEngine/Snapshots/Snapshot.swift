@@ -197,17 +197,12 @@ public final class Snapshot: Sendable {
             if packed < previous { ordered = false }
             previous = packed
         }
-        var blockKey = UInt64.max
-        var block: [UInt8] = []
+        let scanner = BlockScanner(reader: reader, caching: caching)
         func visit(_ i: Int) throws {
             let packed = locations[i]
             guard packed != .max else { return }
             let location = Location(packed: packed)
-            if location.frameKey != blockKey {
-                block = try reader.block(segment: location.segment, frameOffset: location.frameOffset, caching: caching)
-                blockKey = location.frameKey
-            }
-            try block.withUnsafeBytes { raw in
+            try scanner.withBlock(segment: location.segment, frameOffset: location.frameOffset) { raw in
                 try body(positions.lowerBound + i, keys[positions.lowerBound + i], raw, location)
             }
         }
@@ -285,8 +280,7 @@ public final class Snapshot: Sendable {
             entries.deallocate()
         }
         var next = range.lowerBound
-        var blockKey = UInt64.max
-        var block: [UInt8] = []
+        let scanner = BlockScanner(reader: reader, caching: caching)
         var order: [Int] = []
         let blockShift = UInt64(JournalFormat.locationBlockOffsetBits)
         while next <= range.upperBound {
@@ -317,11 +311,7 @@ public final class Snapshot: Sendable {
                 let first = Location(packed: locations[i])
                 var end = i + 1
                 while end < n && locations[end] >> blockShift == locations[i] >> blockShift { end += 1 }
-                if first.frameKey != blockKey {
-                    block = try reader.block(segment: first.segment, frameOffset: first.frameOffset, caching: caching)
-                    blockKey = first.frameKey
-                }
-                let stop = try block.withUnsafeBytes { raw -> Bool in
+                let stop = try scanner.withBlock(segment: first.segment, frameOffset: first.frameOffset) { raw in
                     for j in i..<end {
                         let location = Location(packed: locations[j])
                         guard let (stored, value) = JournalOperation.putValue(raw, at: location.blockOffset),

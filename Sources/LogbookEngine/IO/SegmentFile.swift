@@ -154,22 +154,6 @@ struct BlockReader: Sendable {
         return (file, frame, parsed)
     }
 
-    /// A frame as stored and its decoded block, read and verified once, not cached (compaction
-    /// reads each frame once, and copies the stored payload as it is when every operation in
-    /// the block is still live).
-    func frameAndBlock(segment: UInt64, frameOffset: Int) throws -> (
-        codec: JournalFormat.Codec, frame: [UInt8], payload: Range<Int>, block: [UInt8]
-    ) {
-        let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
-        guard parsed.type == .operations else {
-            throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset)
-        }
-        guard let decoded = frame.withUnsafeBytes({ Frame.decode($0, parsed) }) else {
-            throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
-        }
-        return (parsed.codec, frame, parsed.payload, decoded)
-    }
-
     /// The decoded block of a frame: from the cache, else read, verified, decoded and (when
     /// `caching`) kept in the cache. A scan reads with `caching` false, so that a pass over the
     /// whole store does not evict the blocks other reads use.
@@ -272,6 +256,25 @@ final class BlockScanner {
         return try body(UnsafeRawBufferPointer(rebasing: buffers.block[0..<blockCount]))
     }
 
+    /// Calls `body` with a frame's codec, its payload as stored and its decoded block, read
+    /// from the file (not the cache) and not cached: a compaction reads each frame once, and
+    /// copies the stored payload as it is when every operation in the block is still live.
+    func withFrame<R>(
+        segment: UInt64, frameOffset: Int,
+        _ body: (JournalFormat.Codec, UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> R
+    ) throws -> R {
+        blockKey = .max
+        held = nil
+        let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
+        guard parsed.type == .operations else {
+            throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset)
+        }
+        try decode(frame, parsed, file: file, frameOffset: frameOffset)
+        return try body(
+            parsed.codec, UnsafeRawBufferPointer(rebasing: frame[parsed.payload]),
+            UnsafeRawBufferPointer(rebasing: buffers.block[0..<blockCount]))
+    }
+
     private func load(_ key: UInt64, segment: UInt64, frameOffset: Int) throws {
         blockKey = .max
         held = reader.cache.get(key)
@@ -279,6 +282,25 @@ final class BlockScanner {
             blockKey = key
             return
         }
+        let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
+        if caching {
+            // A block the cache keeps is an array of its own, shared with the cache.
+            guard let decoded = Frame.decode(frame, parsed) else {
+                throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
+            }
+            reader.cache.insert(key, decoded)
+            held = decoded
+        } else {
+            try decode(frame, parsed, file: file, frameOffset: frameOffset)
+        }
+        blockKey = key
+    }
+
+    /// The frame at `frameOffset` of a segment, checksum verified, in the window: valid until
+    /// the next read.
+    private func readFrame(segment: UInt64, frameOffset: Int) throws -> (
+        SegmentFile, UnsafeRawBufferPointer, Frame.Parsed
+    ) {
         guard let file = reader.segments.files[segment] else {
             throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
         }
@@ -293,16 +315,13 @@ final class BlockScanner {
         guard case .frame(let parsed) = Frame.parse(frame, at: 0, salt: file.salt),
             parsed.type == .operations || parsed.type == .checkpointData
         else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
-        if caching {
-            // A block the cache keeps is an array of its own, shared with the cache.
-            guard let decoded = Frame.decode(frame, parsed) else {
-                throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
-            }
-            reader.cache.insert(key, decoded)
-            held = decoded
-            blockKey = key
-            return
-        }
+        return (file, frame, parsed)
+    }
+
+    /// Decodes a frame's payload into `buffers.block`.
+    private func decode(
+        _ frame: UnsafeRawBufferPointer, _ parsed: Frame.Parsed, file: SegmentFile, frameOffset: Int
+    ) throws {
         let stored = UnsafeRawBufferPointer(rebasing: frame[parsed.payload])
         switch parsed.codec {
         case .raw:
@@ -318,7 +337,6 @@ final class BlockScanner {
             else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
             blockCount = count
         }
-        blockKey = key
     }
 
     /// Where `count` bytes at `frameOffset` of `file` are in the window, reading them (and what

@@ -59,7 +59,7 @@ extension Store {
                 .diskFull, "compaction needs about \(needed) bytes free and \(available) are", path: directory)
         }
         let sealedNumbers = Set(sealed.map(\.number))
-        let reader = BlockReader(segments: allSegments, cache: cache)
+        let scanner = BlockScanner(reader: BlockReader(segments: allSegments, cache: cache), caching: false)
 
         // 2. Rewrite the live puts and every set into new segments, as commits of the sealed version.
         var output = CompactionWriter(store: self, version: sealedState.version)
@@ -98,41 +98,36 @@ extension Store {
                 var end = start + 1
                 while end < live.count && Location(packed: live[end].packed).frameKey == frameKey { end += 1 }
                 let first = Location(packed: live[start].packed)
-                let (codec, frame, payload, block) = try reader.frameAndBlock(
-                    segment: first.segment, frameOffset: first.frameOffset)
-                let operations = block.withUnsafeBytes { raw -> Int? in
+                try scanner.withFrame(segment: first.segment, frameOffset: first.frameOffset) {
+                    codec, stored, block in
+                    var operations: Int? = 0
                     var o = 0
-                    var n = 0
-                    while o < raw.count {
-                        guard let next = JournalOperation.endOfPut(raw, at: o) else { return nil }
+                    while o < block.count {
+                        guard let next = JournalOperation.endOfPut(block, at: o) else {
+                            operations = nil
+                            break
+                        }
                         o = next
-                        n += 1
+                        operations! += 1
                     }
-                    return n
-                }
-                if operations == end - start {
-                    let puts = live[start..<end].map {
-                        (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset)
-                    }
-                    try frame.withUnsafeBytes { raw in
+                    if operations == end - start {
+                        let puts = live[start..<end].map {
+                            (key: $0.key, old: $0.packed, blockOffset: Location(packed: $0.packed).blockOffset)
+                        }
                         try output.appendFrame(
-                            codec: codec, stored: UnsafeRawBufferPointer(rebasing: raw[payload]),
-                            blockBytes: block.count,
-                            operations: end - start, puts: puts)
-                    }
-                } else {
-                    try block.withUnsafeBytes { raw in
+                            codec: codec, stored: stored, blockBytes: block.count, operations: end - start, puts: puts)
+                    } else {
                         for (packed, key) in live[start..<end] {
                             let location = Location(packed: packed)
                             let (_, opEnd): (JournalOperation, Int)
-                            do { (_, opEnd) = try JournalOperation.decode(raw, at: location.blockOffset) } catch {
+                            do { (_, opEnd) = try JournalOperation.decode(block, at: location.blockOffset) } catch {
                                 throw EngineError.corruption(
                                     "malformed operation", path: allSegments.files[location.segment]?.path ?? "",
                                     offset: location.frameOffset)
                             }
                             try output.appendPut(
                                 key: key, old: packed,
-                                UnsafeRawBufferPointer(rebasing: raw[location.blockOffset..<opEnd]))
+                                UnsafeRawBufferPointer(rebasing: block[location.blockOffset..<opEnd]))
                         }
                     }
                 }

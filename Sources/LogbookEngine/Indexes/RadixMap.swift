@@ -10,6 +10,10 @@ extension UInt64: RadixSlot {
     var isAbsent: Bool { self == 0 }
 }
 
+/// What an inner node's `slots` points to: it has none, and never reads or frees this (one
+/// allocation fewer per inner node). `nonisolated(unsafe)`: never written, never read.
+nonisolated(unsafe) private let noSlots = UnsafeMutableRawPointer.allocate(byteCount: 16, alignment: 16)
+
 /// A persistent map from 64-bit keys to values: a copy is O(1) and shares all nodes; a write
 /// copies only the nodes on its path that are shared (copy-on-write through
 /// `isKnownUniquelyReferenced`). Snapshots are copies.
@@ -45,7 +49,7 @@ struct RadixMap<Value: RadixSlot> {
                 slots.initialize(repeating: .absent, count: RadixMap.fanout)
             } else {
                 children = Array(repeating: nil, count: RadixMap.fanout)
-                slots = .allocate(capacity: 0)
+                slots = noSlots.assumingMemoryBound(to: Value.self)
                 chunk = nil
             }
             occupied = 0
@@ -57,14 +61,15 @@ struct RadixMap<Value: RadixSlot> {
                 slots = .allocate(capacity: RadixMap.fanout)
                 slots.initialize(from: other.slots, count: RadixMap.fanout)
             } else {
-                slots = .allocate(capacity: 0)
+                slots = noSlots.assumingMemoryBound(to: Value.self)
             }
             chunk = nil
             occupied = other.occupied
         }
 
         deinit {
-            if isLeaf { slots.deinitialize(count: RadixMap.fanout) }
+            guard isLeaf else { return }
+            slots.deinitialize(count: RadixMap.fanout)
             // Carved slots go back with their chunk, when its last leaf is gone.
             if chunk == nil { slots.deallocate() }
         }

@@ -82,7 +82,9 @@ extension ManagedObjectContext {
         post(.willSave)
         // Conflict check, transaction and commit under the container's save lock: no other
         // save can write between the check and the commit.
-        let (version, written) = try container.withSaveLock { log -> (UInt64, [UInt64]) in
+        // The changed objects this save writes, for their new base version once it commits.
+        var savedUpdates: [Unmanaged<ManagedObject>] = []
+        let version = try container.withSaveLock { log -> UInt64 in
             try enforceConstraints()
             var round = 0
             while true {
@@ -100,13 +102,18 @@ extension ManagedObjectContext {
             for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
             var written: [UInt64] = []
             // Changed objects in key order: records read together later (by key) then sit together.
-            for key in updated.keys.sorted() {
-                let object = updated[key].unsafelyUnwrapped  // the key comes from `updated.keys`
-                if object.recordChanged {
-                    encode(object, into: &transaction, buffer: &buffer, layout: layout)
-                    written.append(key)
-                }
+            // Sorted with their objects, unretained (`updated` holds them until the save ends): no
+            // lookup by key afterwards.
+            var changed: [(key: UInt64, object: Unmanaged<ManagedObject>)] = []
+            changed.reserveCapacity(updated.count)
+            for (key, object) in updated where object.recordChanged { changed.append((key, .passUnretained(object))) }
+            changed.sort { $0.key < $1.key }
+            written.reserveCapacity(changed.count + deleted.count)
+            for (key, object) in changed {
+                encode(object.takeUnretainedValue(), into: &transaction, buffer: &buffer, layout: layout)
+                written.append(key)
             }
+            savedUpdates = changed.map(\.object)
             // The sets of deleted objects go with them (their pending changes are skipped).
             var deletedSets = Set<UInt64>()
             for object in deleted.values {
@@ -139,7 +146,7 @@ extension ManagedObjectContext {
             }
             let version = try commitUnderSaveLock(&transaction) { try historyRecord() }
             log.record(written, version: version)
-            return (version, written)
+            return version
         }
         // The change sets, only when someone will read them.
         let changes: ContextChanges? =
@@ -161,7 +168,7 @@ extension ManagedObjectContext {
             DispatchQueue.global(qos: .utility).async { _ = garbage }
         }
         // Only records this save wrote are known to hold these values now.
-        for key in written { updated[key]?.baseVersion = version }
+        for object in savedUpdates { object.takeUnretainedValue().baseVersion = version }
         settleSavedChanges()
         advancePinnedSnapshot()
         if let changes {

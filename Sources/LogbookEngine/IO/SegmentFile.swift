@@ -188,7 +188,7 @@ final class ScanBuffers: @unchecked Sendable {
     private(set) var block: UnsafeMutableRawBufferPointer
 
     init() {
-        window = .allocate(byteCount: 64 << 10, alignment: 16)
+        window = .allocate(byteCount: Self.maxReadAhead, alignment: 16)
         block = .allocate(byteCount: Self.initialBlockBytes, alignment: 16)
     }
 
@@ -225,7 +225,15 @@ final class ScanBuffers: @unchecked Sendable {
 final class BlockScanner {
     private let reader: BlockReader
     private let caching: Bool
-    private let buffers: ScanBuffers
+    /// Borrowed at the first read from a file: a read that finds every block in the cache
+    /// needs none.
+    private var borrowed: ScanBuffers?
+    private var buffers: ScanBuffers {
+        if let borrowed { return borrowed }
+        let fresh = reader.cache.borrowScanBuffers()
+        borrowed = fresh
+        return fresh
+    }
     /// The frames in `buffers.window`: which segment, from which offset, how many bytes.
     private var windowSegment = UInt64.max
     private var windowStart = 0
@@ -241,10 +249,11 @@ final class BlockScanner {
     init(reader: BlockReader, caching: Bool) {
         self.reader = reader
         self.caching = caching
-        buffers = reader.cache.borrowScanBuffers()
     }
 
-    deinit { reader.cache.giveBack(buffers) }
+    deinit {
+        if let borrowed { reader.cache.giveBack(borrowed) }
+    }
 
     /// Calls `body` with the decoded block of the frame at `frameOffset` of a segment (asking
     /// for the block read last does not read it again).

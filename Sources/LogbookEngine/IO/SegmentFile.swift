@@ -131,27 +131,42 @@ struct BlockReader: Sendable {
     /// The frame at `frameOffset` of a segment, checksum verified: its file, its bytes and where
     /// its parts are in them.
     private func readFrame(segment: UInt64, frameOffset: Int) throws -> (SegmentFile, [UInt8], Frame.Parsed) {
-        guard let file = segments.files[segment] else {
-            throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
-        }
+        let file = try self.file(segment)
         let header = try file.handle.read(count: JournalFormat.frameHeaderSize, at: frameOffset)
         guard header.count == JournalFormat.frameHeaderSize else {
             throw EngineError.corruption(
                 "frame header beyond the end of the file", path: file.path, offset: frameOffset)
         }
-        let length = Int(header.withUnsafeBytes { $0.loadLE(at: 4, as: UInt32.self) })
-        guard length <= JournalFormat.maxFramePayload else {
-            throw EngineError.corruption("frame length \(length) exceeds the cap", path: file.path, offset: frameOffset)
-        }
+        let length = try header.withUnsafeBytes { try Self.payloadLength($0, file: file, offset: frameOffset) }
         let frame = try file.handle.read(count: JournalFormat.frameHeaderSize + length, at: frameOffset)
-        let parsed: Frame.Parsed? = frame.withUnsafeBytes { raw in
-            guard case .frame(let parsed) = Frame.parse(raw, at: 0, salt: file.salt),
-                parsed.type == .operations || parsed.type == .checkpointData
-            else { return nil }
-            return parsed
-        }
-        guard let parsed else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
+        let parsed = try frame.withUnsafeBytes { try Self.checked($0, file: file, offset: frameOffset) }
         return (file, frame, parsed)
+    }
+
+    /// The segment file a location names.
+    func file(_ segment: UInt64) throws -> SegmentFile {
+        guard let file = segments.files[segment] else {
+            throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
+        }
+        return file
+    }
+
+    /// The payload length a frame's header declares, within the cap.
+    static func payloadLength(_ header: UnsafeRawBufferPointer, file: SegmentFile, offset: Int) throws -> Int {
+        let length = Int(header.loadLE(at: 4, as: UInt32.self))
+        guard length <= JournalFormat.maxFramePayload else {
+            throw EngineError.corruption("frame length \(length) exceeds the cap", path: file.path, offset: offset)
+        }
+        return length
+    }
+
+    /// A whole frame's bytes parsed: its checksum verified, and holding operations or
+    /// checkpoint data.
+    static func checked(_ frame: UnsafeRawBufferPointer, file: SegmentFile, offset: Int) throws -> Frame.Parsed {
+        guard case .frame(let parsed) = Frame.parse(frame, at: 0, salt: file.salt),
+            parsed.type == .operations || parsed.type == .checkpointData
+        else { throw EngineError.corruption("damaged frame", path: file.path, offset: offset) }
+        return parsed
     }
 
     /// The decoded block of a frame: from the cache, else read, verified, decoded and (when
@@ -310,21 +325,14 @@ final class BlockScanner {
     private func readFrame(segment: UInt64, frameOffset: Int) throws -> (
         SegmentFile, UnsafeRawBufferPointer, Frame.Parsed
     ) {
-        guard let file = reader.segments.files[segment] else {
-            throw EngineError(.corruption, "a record points into segment \(segment), which is not part of the store")
-        }
+        let file = try reader.file(segment)
         let header = JournalFormat.frameHeaderSize
         var at = try frameInWindow(file, frameOffset: frameOffset, count: header)
-        let length = Int(UnsafeRawBufferPointer(buffers.window).loadLE(at: at + 4, as: UInt32.self))
-        guard length <= JournalFormat.maxFramePayload else {
-            throw EngineError.corruption("frame length \(length) exceeds the cap", path: file.path, offset: frameOffset)
-        }
+        let length = try BlockReader.payloadLength(
+            UnsafeRawBufferPointer(rebasing: buffers.window[at..<(at + header)]), file: file, offset: frameOffset)
         at = try frameInWindow(file, frameOffset: frameOffset, count: header + length)
         let frame = UnsafeRawBufferPointer(rebasing: buffers.window[at..<(at + header + length)])
-        guard case .frame(let parsed) = Frame.parse(frame, at: 0, salt: file.salt),
-            parsed.type == .operations || parsed.type == .checkpointData
-        else { throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset) }
-        return (file, frame, parsed)
+        return (file, frame, try BlockReader.checked(frame, file: file, offset: frameOffset))
     }
 
     /// Decodes a frame's payload into `buffers.block`.

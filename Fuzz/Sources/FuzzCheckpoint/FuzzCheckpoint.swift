@@ -10,16 +10,29 @@ public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutableP
 
 func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let stream = Array(UnsafeBufferPointer(start: data, count: size))
-    let eager = try? Checkpoint.decode(stream)
-    // An open defers the secondary indexes once their section passes a check; building them
-    // later must then succeed (it traps otherwise) and give what an eager decode gives.
-    let deferred = try? Checkpoint.decode(stream) { _ in stream }
-    precondition(
-        (eager == nil) == (deferred == nil),
-        "the deferred decode accepts what the eager one does not, or not what it does")
-    if let eager, let deferred {
-        precondition(eager.state.indexes.keys.sorted() == deferred.state.indexes.keys.sorted())
-        for (id, index) in eager.state.indexes { precondition(deferred.state.indexes[id]!.count == index.count) }
+    // Both layouts of the primary section: files of version 3 (whole leaves named; none
+    // here, where no file holds them) and of versions 1 and 2 (every key in the stream).
+    for form in [Checkpoint.PrimaryForm.leaves, .entries] {
+        func decode(deferring: Bool) -> Checkpoint.Loaded? {
+            let bytes = stream
+            let again: @Sendable (Range<Int>) -> [UInt8] = { _ in bytes }
+            return bytes.withUnsafeBytes { raw -> Checkpoint.Loaded? in
+                do { return try Checkpoint.decode(raw, form: form, stream: deferring ? again : nil) } catch {
+                    return nil
+                }
+            }
+        }
+        let eager = decode(deferring: false)
+        // An open defers the secondary indexes once their section passes a check; building
+        // them later must then succeed (it traps otherwise) and give what an eager decode gives.
+        let deferred = decode(deferring: true)
+        precondition(
+            (eager == nil) == (deferred == nil),
+            "the deferred decode accepts what the eager one does not, or not what it does")
+        if let eager, let deferred {
+            precondition(eager.state.indexes.keys.sorted() == deferred.state.indexes.keys.sorted())
+            for (id, index) in eager.state.indexes { precondition(deferred.state.indexes[id]!.count == index.count) }
+        }
     }
     return 0
 }

@@ -38,7 +38,28 @@ enum Frame {
         let start = out.count
         out.append(contentsOf: repeatElement(0, count: JournalFormat.frameHeaderSize))
         out.append(contentsOf: stored.assumingMemoryBound(to: UInt8.self))
-        let length = UInt32(stored.count)
+        finish(at: start, type: type, codec: codec, length: stored.count, salt: salt, in: &out)
+    }
+
+    /// Appends a frame of `storedLength` payload bytes, which `fill` writes in place (every
+    /// one of them) before the checksum is taken.
+    static func append(
+        type: FrameType, codec: Codec, storedLength: Int, salt: UInt32, to out: inout [UInt8],
+        _ fill: (UnsafeMutableRawBufferPointer) -> Void
+    ) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: JournalFormat.frameHeaderSize + storedLength))
+        out.withUnsafeMutableBytes { raw in
+            fill(UnsafeMutableRawBufferPointer(rebasing: raw[(start + JournalFormat.frameHeaderSize)...]))
+        }
+        finish(at: start, type: type, codec: codec, length: storedLength, salt: salt, in: &out)
+    }
+
+    /// Writes the header of the frame whose payload follows `start` in `out`, its checksum last.
+    private static func finish(
+        at start: Int, type: FrameType, codec: Codec, length: Int, salt: UInt32, in out: inout [UInt8]
+    ) {
+        let length = UInt32(length)
         out.withUnsafeMutableBytes { raw in
             let header = raw.baseAddress!.advanced(by: start)
             header.storeBytes(of: length.littleEndian, toByteOffset: 4, as: UInt32.self)
@@ -80,7 +101,11 @@ enum Frame {
         case invalid(String)
     }
 
-    static func parse(_ buffer: UnsafeRawBufferPointer, at offset: Int, salt: UInt32) -> ParseResult {
+    /// The frame at `offset`. With `verify` false its checksum is not computed (the caller
+    /// checks it later: `verify(_:at:salt:)`), everything else is.
+    static func parse(_ buffer: UnsafeRawBufferPointer, at offset: Int, salt: UInt32, verify: Bool = true)
+        -> ParseResult
+    {
         let size = buffer.count
         if offset == size { return .end }
         guard size - offset >= JournalFormat.frameHeaderSize else { return .invalid("incomplete frame header") }
@@ -93,11 +118,7 @@ enum Frame {
         }
         guard length <= JournalFormat.maxFramePayload else { return .invalid("frame length \(length) exceeds the cap") }
         guard length <= size - offset - JournalFormat.frameHeaderSize else { return .invalid("incomplete frame") }
-        let crc = checksum(
-            salt: salt,
-            headerTail: UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + 12)]),
-            payload: UnsafeRawBufferPointer(rebasing: buffer[(offset + 12)..<(offset + 12 + length)]))
-        guard crc == storedCRC else { return .invalid("checksum mismatch") }
+        guard !verify || self.verify(buffer, at: offset, salt: salt) else { return .invalid("checksum mismatch") }
         guard let type = FrameType(rawValue: typeByte), type != .invalid else {
             return .invalid("unknown frame type \(typeByte)")
         }
@@ -106,6 +127,16 @@ enum Frame {
         return .frame(
             Parsed(type: type, codec: codec, payload: (offset + 12)..<(offset + 12 + length), end: offset + 12 + length)
         )
+    }
+
+    /// Whether the checksum of the frame at `offset`, whose length `parse` checked, matches.
+    static func verify(_ buffer: UnsafeRawBufferPointer, at offset: Int, salt: UInt32) -> Bool {
+        let length = Int(buffer.loadLE(at: offset + 4, as: UInt32.self))
+        let crc = checksum(
+            salt: salt,
+            headerTail: UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + 12)]),
+            payload: UnsafeRawBufferPointer(rebasing: buffer[(offset + 12)..<(offset + 12 + length)]))
+        return crc == buffer.loadLE(at: offset, as: UInt32.self)
     }
 
     /// The uncompressed payload of a frame, or nil if the LZ4 payload is malformed.
@@ -144,13 +175,15 @@ struct FileHeader: Equatable {
         case badChecksum
     }
 
-    static func decode(_ bytes: UnsafeRawBufferPointer, magic: [UInt8]) throws(DecodeError) -> FileHeader {
+    static func decode(
+        _ bytes: UnsafeRawBufferPointer, magic: [UInt8], versions: ClosedRange<UInt16> = JournalFormat.readableVersions
+    ) throws(DecodeError) -> FileHeader {
         guard bytes.count >= JournalFormat.fileHeaderSize else { throw .short }
         guard Array(bytes[0..<8]) == magic else { throw .wrongMagic }
         let crc = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[0..<28]))
         guard crc == bytes.loadLE(at: 28, as: UInt32.self) else { throw .badChecksum }
         let version = bytes.loadLE(at: 8, as: UInt16.self)
-        guard JournalFormat.readableVersions.contains(version) else { throw .unsupportedVersion(version) }
+        guard versions.contains(version) else { throw .unsupportedVersion(version) }
         guard bytes.loadLE(at: 10, as: UInt16.self) == UInt16(JournalFormat.fileHeaderSize) else { throw .badChecksum }
         return FileHeader(
             magic: magic, number: bytes.loadLE(at: 16, as: UInt64.self), salt: bytes.loadLE(at: 24, as: UInt32.self),

@@ -37,6 +37,18 @@ public enum JournalFormat {
     public static let segmentMagic: [UInt8] = Array("LBKJRNL".utf8) + [0]
     /// Magic of a checkpoint file: "LBKCKPT" followed by a zero byte.
     public static let checkpointMagic: [UInt8] = Array("LBKCKPT".utf8) + [0]
+    /// The version written in a checkpoint file's header. Version 3 keeps the primary index's
+    /// well-filled leaves whole, uncompressed, in `checkpointSlots` frames that an open uses in
+    /// place; versions 1 and 2 hold every primary entry in the compressed stream.
+    public static let checkpointVersion: UInt16 = 3
+    /// The checkpoint versions this build reads.
+    public static let readableCheckpointVersions: ClosedRange<UInt16> = 1...3
+    /// A leaf of the primary index with at least this many of its 64 keys present is written
+    /// whole into a checkpoint's `checkpointSlots` frames (8 bytes a slot, 16 bytes a key at
+    /// worst); a sparser one's keys go into the stream.
+    public static let wholeLeafMinimumKeys = 32
+    /// Bytes of one whole leaf in a `checkpointSlots` frame: 64 locations of 8 bytes.
+    public static let wholeLeafSize = 512
     /// Magic of the manifest: "LBKMANI" followed by a zero byte.
     public static let manifestMagic: [UInt8] = Array("LBKMANI".utf8) + [0]
     /// Size of the segment and checkpoint file header.
@@ -67,8 +79,13 @@ public enum JournalFormat {
         case commit = 2
         /// A chunk of a checkpoint's serialized index state.
         case checkpointData = 3
-        /// The last frame of a checkpoint. Payload: chunk count u32 · total raw length u64.
+        /// The last frame of a checkpoint. Payload: chunk count u32 · total raw length u64;
+        /// from checkpoint version 3, then slot frame count u32 · whole leaves u64.
         case checkpointEnd = 4
+        /// Whole leaves of a checkpoint's primary index, stored raw (version 3). Payload:
+        /// padding u16 · that many zero bytes (so that the leaves start at a multiple of 512
+        /// bytes in the file) · leaves, 512 bytes each (64 locations, u64 each, 0 = absent).
+        case checkpointSlots = 5
     }
 
     /// Payload codecs.

@@ -31,6 +31,14 @@ protocol StorageFile: AnyObject, Sendable {
     func size() throws -> Int
     func truncate(to size: Int) throws
     func close()
+    /// The file's first `length` bytes mapped privately (writable, copy-on-write: the file is
+    /// never changed through it), or nil where the file system has no mapping to give; the
+    /// caller then reads the file instead. Unmapped with `munmap` (see `FileImage`).
+    func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer?
+}
+
+extension StorageFile {
+    func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? { nil }
 }
 
 /// A held advisory lock; released by `unlock()` or when the holder goes away.

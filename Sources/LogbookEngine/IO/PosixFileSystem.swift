@@ -157,6 +157,26 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         }
     }
 
+    func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? {
+        #if os(Linux)
+            // Populated at once (whoever maps a checkpoint reads all of it: every frame's
+            // checksum), one call mapping what the page cache holds instead of a fault for
+            // each few pages. Read-only while populating: a writable private mapping would be
+            // populated with a copy of every page.
+            guard let base = mmap(nil, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0), base != MAP_FAILED
+            else { return nil }
+            guard mprotect(base, length, PROT_READ | PROT_WRITE) == 0 else {
+                munmap(base, length)
+                return nil
+            }
+            return base
+        #else
+            guard let base = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0), base != MAP_FAILED
+            else { return nil }
+            return base
+        #endif
+    }
+
     func sync() throws {
         #if os(Linux)
             guard retryingEINTR({ fdatasync(fd) }) == 0 else {

@@ -29,11 +29,13 @@ struct RadixMap<Value: RadixSlot> {
         // Exclusivity is guaranteed by construction: a node is mutated only by the writer,
         // only while uniquely referenced; the runtime checks would cost a third of the time.
         @exclusivity(unchecked) var children: [Node?]
-        /// A leaf's 64 slots (an inner node has none): on the heap, or carved from `chunk` by
-        /// a bulk load (one allocation a leaf fewer, and pages the kernel may make huge).
+        /// A leaf's 64 slots (an inner node has none): on the heap, carved from a `SlotChunk`
+        /// by a bulk load (one allocation a leaf fewer, and pages the kernel may make huge),
+        /// or in a checkpoint file's mapping (`FileImage`), used in place.
         let slots: UnsafeMutablePointer<Value>
-        /// The chunk that holds `slots`, kept alive by this leaf; nil when they are on the heap.
-        let chunk: SlotChunk?
+        /// What holds `slots` when they are not on the heap (a `SlotChunk` or a `FileImage`),
+        /// kept alive by this leaf; nil when they are on the heap.
+        let owner: AnyObject?
         @exclusivity(unchecked) var occupied: Int
 
         init(leaf: Bool, arena: SlotArena? = nil) {
@@ -41,18 +43,27 @@ struct RadixMap<Value: RadixSlot> {
                 children = []
                 if let (storage, chunk) = arena?.carve(RadixMap.fanout * MemoryLayout<Value>.stride) {
                     slots = storage.bindMemory(to: Value.self, capacity: RadixMap.fanout)
-                    self.chunk = chunk
+                    owner = chunk
                 } else {
                     slots = .allocate(capacity: RadixMap.fanout)
-                    chunk = nil
+                    owner = nil
                 }
                 slots.initialize(repeating: .absent, count: RadixMap.fanout)
             } else {
                 children = Array(repeating: nil, count: RadixMap.fanout)
                 slots = noSlots.assumingMemoryBound(to: Value.self)
-                chunk = nil
+                owner = nil
             }
             occupied = 0
+        }
+
+        /// A leaf whose 64 slots, `occupied` of them present, are already written in memory
+        /// that `owner` holds (a checkpoint's leaf used in place).
+        init(slots: UnsafeMutablePointer<Value>, owner: AnyObject, occupied: Int) {
+            children = []
+            self.slots = slots
+            self.owner = owner
+            self.occupied = occupied
         }
 
         init(copying other: Node) {
@@ -63,15 +74,15 @@ struct RadixMap<Value: RadixSlot> {
             } else {
                 slots = noSlots.assumingMemoryBound(to: Value.self)
             }
-            chunk = nil
+            owner = nil
             occupied = other.occupied
         }
 
         deinit {
             guard isLeaf else { return }
             slots.deinitialize(count: RadixMap.fanout)
-            // Carved slots go back with their chunk, when its last leaf is gone.
-            if chunk == nil { slots.deallocate() }
+            // Carved or mapped slots go back with their owner, when its last leaf is gone.
+            if owner == nil { slots.deallocate() }
         }
 
         var isLeaf: Bool { children.isEmpty }
@@ -488,7 +499,7 @@ struct RadixMap<Value: RadixSlot> {
         func walk(_ node: Node) {
             if node.isLeaf {
                 // The node, and its slots (with the heap's 16 bytes when not in a chunk).
-                total += 48 + (node.chunk == nil ? 16 : 0) + 64 * valueSize
+                total += 48 + (node.owner == nil ? 16 : 0) + 64 * valueSize
             } else {
                 total += 48 + 32 + 64 * 8
                 for case let child? in node.children { walk(child) }
@@ -505,6 +516,59 @@ struct RadixMap<Value: RadixSlot> {
 extension RadixMap: @unchecked Sendable {}
 
 extension RadixMap where Value == UInt64 {
+    /// Visits the leaves of one keyspace in ascending order: each leaf's number (its ids
+    /// divided by 64), its 64 slots and how many of them are present. How a checkpoint
+    /// writes the leaves it keeps whole.
+    func forEachLeaf(inKeyspace keyspace: UInt16, _ body: (UInt64, UnsafePointer<UInt64>, Int) throws -> Void) rethrows
+    {
+        guard let si = spaceIndex(keyspace), let root = spaces[si].root else { return }
+        func visit(_ node: Node, prefix: UInt64, shift: Int) throws {
+            if shift == 0 {
+                try body(prefix >> UInt64(Self.bits), node.slots, node.occupied)
+                return
+            }
+            let span = UInt64(1) << UInt64(shift)
+            for i in 0..<64 {
+                guard let child = node.children[i] else { continue }
+                try visit(child, prefix: prefix + UInt64(i) * span, shift: shift - Self.bits)
+            }
+        }
+        try visit(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1))
+    }
+
+    /// Puts a whole leaf into the map: leaf number `number` of `keyspace` (ids `number * 64`
+    /// up to `number * 64 + 63`), whose slots are in memory `owner` holds. The leaf must not
+    /// be in the map yet. How a checkpoint's leaves are used in place at open.
+    mutating func attachLeaf(
+        keyspace: UInt16, number: UInt64, slots: UnsafeMutablePointer<UInt64>, owner: AnyObject, occupied: Int
+    ) {
+        let id = number << UInt64(Self.bits)
+        let si = spaceIndexCreating(keyspace)
+        let leaf = Node(slots: slots, owner: owner, occupied: occupied)
+        spaces.withUnsafeMutableBufferPointer { buffer in
+            let bits = Self.bits
+            // Grown (and its root made) as a key of the leaf's last id would: a new root of
+            // height 1 is itself the leaf, and is replaced.
+            Self.prepareRoot(&buffer[si], for: id | 63)
+            if buffer[si].height == 1 {
+                precondition(buffer[si].count == 0, "a checkpoint leaf attached twice")
+                buffer[si].root = leaf
+            } else {
+                var node = buffer[si].root!
+                var shift = bits * (buffer[si].height - 1)
+                while shift > bits {
+                    node = Self.uniqueChild(of: node, at: Int((id >> UInt64(shift)) & 63), leaf: false)
+                    shift -= bits
+                }
+                let i = Int((id >> UInt64(bits)) & 63)
+                precondition(node.children[i] == nil, "a checkpoint leaf attached twice")
+                node.children[i] = leaf
+                node.occupied += 1
+            }
+            buffer[si].count += occupied
+        }
+    }
+
     /// Sets `new` where the current value is still `expected`; other keys (changed or removed
     /// since) stay as they are. Entries may come in any order; one walk down the trie for each
     /// run of entries in the same leaf (ascending keys make one run per leaf).

@@ -52,9 +52,31 @@ enum Checkpoint {
     /// as it goes, in pieces of `chunkSize` bytes (the last one shorter; a file takes pieces
     /// of at most `Checkpoint.chunkSize`, the default): the whole stream is
     /// never in memory (12 MB for a million objects, at the end of the save that wrote them).
+    /// Every key of the primary index is in the stream.
     static func encode(
         _ state: IndexState, segment: UInt64, offset: Int, chunkSize: Int = Checkpoint.chunkSize,
         chunk: (UnsafeRawBufferPointer) -> Void
+    ) {
+        encode(
+            state, segment: segment, offset: offset, chunkSize: chunkSize, minimum: .max, leaf: { _ in }, chunk: chunk)
+    }
+
+    /// Serializes the state as `encode(_:segment:offset:chunkSize:chunk:)` does, except that
+    /// each leaf of the primary index that holds at least `JournalFormat.wholeLeafMinimumKeys`
+    /// keys is handed to `leaf` whole (its 64 slots) and only named in the stream: a checkpoint
+    /// file of version 3.
+    static func encode(
+        _ state: IndexState, segment: UInt64, offset: Int, chunkSize: Int = Checkpoint.chunkSize,
+        leaf: (UnsafePointer<UInt64>) -> Void, chunk: (UnsafeRawBufferPointer) -> Void
+    ) {
+        encode(
+            state, segment: segment, offset: offset, chunkSize: chunkSize,
+            minimum: JournalFormat.wholeLeafMinimumKeys, leaf: leaf, chunk: chunk)
+    }
+
+    private static func encode(
+        _ state: IndexState, segment: UInt64, offset: Int, chunkSize: Int, minimum: Int,
+        leaf leaves: (UnsafePointer<UInt64>) -> Void, chunk: (UnsafeRawBufferPointer) -> Void
     ) {
         var w = ByteWriter(capacity: chunkSize + 64 * 1024)
         // A local function would capture `w` in a box, with a dynamic exclusivity check on
@@ -67,24 +89,40 @@ enum Checkpoint {
         w.appendLE(UInt64(offset))
         w.appendLE(UInt64(max(0, state.liveBytes)))
         w.appendLE(UInt64(max(0, state.totalBytes)))
-        // Primary index, per keyspace.
+        // Primary index, per keyspace: the whole leaves named (their slots go to `leaves`),
+        // then the keys of the other leaves.
         let spaces = state.primary.keyspaces.sorted()
         w.appendVarint(spaces.count)
         for ks in spaces {
             w.appendVarint(UInt64(ks))
             w.appendVarint(state.primary.count(inKeyspace: ks))
+            var whole = 0
+            state.primary.forEachLeaf(inKeyspace: ks) { _, _, occupied in if occupied >= minimum { whole += 1 } }
+            w.appendVarint(whole)
+            var previousLeaf: UInt64 = 0
+            state.primary.forEachLeaf(inKeyspace: ks) { number, slots, occupied in
+                guard occupied >= minimum else { return }
+                w.appendVarint(number - previousLeaf)
+                w.appendVarint(occupied)
+                previousLeaf = number
+                leaves(slots)
+                flush(&w)
+            }
             var previousKey: UInt64 = 0
             var previousLocation: UInt64 = 0
             var first = true
-            state.primary.forEach(inKeyspace: ks) { key, location in
-                let id = EngineKey(rawValue: key).id
-                w.appendVarint(first ? id : id - previousKey)
-                w.appendVarint(zigzag(Int64(bitPattern: location &- previousLocation)))
-                previousKey = id
-                previousLocation = location
-                first = false
+            state.primary.forEachLeaf(inKeyspace: ks) { number, slots, occupied in
+                guard occupied < minimum else { return }
+                for i in 0..<RadixMap<UInt64>.fanout where slots[i] != 0 {
+                    let id = number << 6 | UInt64(i)
+                    let location = slots[i]
+                    w.appendVarint(first ? id : id - previousKey)
+                    w.appendVarint(zigzag(Int64(bitPattern: location &- previousLocation)))
+                    previousKey = id
+                    previousLocation = location
+                    first = false
+                }
                 flush(&w)
-                return true
             }
         }
         // Secondary indexes.
@@ -168,10 +206,59 @@ enum Checkpoint {
         return try decoded.get()
     }
 
-    /// Decodes a checkpoint stream held in `bytes`; see `decode(_:stream:)`.
+    /// How a stream's primary section is laid out, by the version of the file that holds it.
+    enum PrimaryForm {
+        /// Versions 1 and 2: every key of a keyspace, with its location, in the stream.
+        case entries
+        /// Version 3: the whole leaves named (their slots in the file's `checkpointSlots`
+        /// frames), then the keys of the other leaves.
+        case leaves
+
+        init(version: UInt16) { self = version >= 3 ? .leaves : .entries }
+
+        /// The most keys a keyspace can claim with `r`'s bytes left: every key in the stream
+        /// takes two bytes at least; a whole leaf's keys take a few bytes for 64 at most.
+        func keyLimit(_ r: ByteReader) -> Int {
+            self == .entries ? r.remaining : 32 * r.remaining
+        }
+    }
+
+    /// The whole leaves of a checkpoint file, handed out in the order its stream names them.
+    struct LeafSource {
+        /// Where each slot frame's leaves start in the image, and how many it holds.
+        var frames: [(start: Int, count: Int)]
+        let image: FileImage
+        private var frame = 0
+        private var leaf = 0
+        private(set) var remaining: Int
+
+        init(image: FileImage, frames: [(start: Int, count: Int)]) {
+            self.image = image
+            self.frames = frames
+            remaining = frames.reduce(0) { $0 + $1.count }
+        }
+
+        /// The next leaf's 64 slots, or nil when every leaf was handed out.
+        mutating func next() -> UnsafeMutablePointer<UInt64>? {
+            while frame < frames.count && leaf == frames[frame].count {
+                frame += 1
+                leaf = 0
+            }
+            guard frame < frames.count else { return nil }
+            let offset = frames[frame].start + leaf * JournalFormat.wholeLeafSize
+            leaf += 1
+            remaining -= 1
+            return (image.bytes.baseAddress! + offset).bindMemory(to: UInt64.self, capacity: RadixMap<UInt64>.fanout)
+        }
+    }
+
+    /// Decodes a checkpoint stream held in `bytes`; see `decode(_:stream:)`. `form` says how
+    /// its primary section is laid out; whole leaves come from `leaves`.
     static func decode(
-        _ raw: UnsafeRawBufferPointer, stream: (@Sendable (Range<Int>) -> [UInt8])? = nil
+        _ raw: UnsafeRawBufferPointer, form: PrimaryForm = .leaves, leaves: LeafSource? = nil,
+        stream: (@Sendable (Range<Int>) -> [UInt8])? = nil
     ) throws(Malformed) -> Loaded {
+        var source = leaves
         var r = ByteReader(raw)
         var state = IndexState()
         let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
@@ -191,7 +278,7 @@ enum Checkpoint {
             DispatchQueue.global().async(group: group) {
                 var r = reader.value
                 checked.value.value = Result { () throws(Malformed) in
-                    try section("primary index", &r) { r in try skipPrimary(&r) }
+                    try section("primary index", &r) { r in try skipPrimary(&r, form) }
                     let start = r.offset
                     let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
                     return (start..<r.offset, sections, r)
@@ -200,7 +287,9 @@ enum Checkpoint {
             // Joined on every path: the other thread reads the same bytes.
             defer { group.wait() }
             var primaryReader = r
-            state.primary = try section("primary index", &primaryReader) { r in try decodePrimary(&r) }
+            state.primary = try section("primary index", &primaryReader) { r in
+                try decodePrimary(&r, form, &source)
+            }
             group.wait()
             let (range, sections, after) = try checked.value.value!.get()
             guard range.lowerBound == primaryReader.offset else {
@@ -212,7 +301,7 @@ enum Checkpoint {
             state.secondary = SecondaryIndexes(
                 deferred: DeferredIndexes(sections: sections) { stream(range) })
         } else {
-            state.primary = try section("primary index", &r) { r in try decodePrimary(&r) }
+            state.primary = try section("primary index", &r) { r in try decodePrimary(&r, form, &source) }
             if let stream {
                 let start = r.offset
                 let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
@@ -224,6 +313,11 @@ enum Checkpoint {
             }
         }
         state.sets = try section("sets", &r) { r in try decodeSets(&r) }
+        guard (source?.remaining ?? 0) == 0 else {
+            throw Malformed(
+                section: "primary index", offset: r.offset,
+                reason: "\(source?.remaining ?? 0) whole leaves in the file that the stream does not name")
+        }
         guard r.isAtEnd else {
             throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
         }
@@ -252,11 +346,14 @@ enum Checkpoint {
     }
 
     /// Moves past the primary section without building anything.
-    private static func skipPrimary(_ r: inout ByteReader) throws {
+    private static func skipPrimary(_ r: inout ByteReader, _ form: PrimaryForm) throws {
         let spaces = try r.readLength(limit: 1 << 16)
         for _ in 0..<spaces {
             _ = try r.readLength(limit: 0xFFFF)
-            let count = try r.readLength(limit: r.remaining)
+            var count = try r.readLength(limit: form.keyLimit(r))
+            if form == .leaves {
+                count -= try wholeLeafKeys(&r, limit: count)
+            }
             guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
             let base = r.buffer.baseAddress!
             let end = base + r.buffer.count
@@ -287,15 +384,53 @@ enum Checkpoint {
         }
     }
 
-    /// Per keyspace: keys (delta-coded ids) and their locations (zigzag deltas), put into the
-    /// map a leaf at a time as they are read.
-    ///
-    private static func decodePrimary(_ r: inout ByteReader) throws -> RadixMap<UInt64> {
+    /// Reads past a keyspace's whole-leaf list (version 3); returns how many keys they hold.
+    private static func wholeLeafKeys(_ r: inout ByteReader, limit: Int) throws -> Int {
+        let whole = try r.readLength(limit: limit)
+        var keys = 0
+        for _ in 0..<whole {
+            _ = try r.readVarint()
+            keys += try r.readLength(limit: RadixMap<UInt64>.fanout)
+        }
+        guard keys <= limit else { throw DecodeFailure("whole leaves hold more keys than the keyspace") }
+        return keys
+    }
+
+    /// Per keyspace: (version 3) the whole leaves, each put into the map where its slots lie
+    /// (`source`); then keys (delta-coded ids) and their locations (zigzag deltas), put into
+    /// the map a leaf at a time as they are read.
+    private static func decodePrimary(
+        _ r: inout ByteReader, _ form: PrimaryForm, _ source: inout LeafSource?
+    ) throws -> RadixMap<UInt64> {
         let spaces = try r.readLength(limit: 1 << 16)
         var primary = RadixMap<UInt64>()
         for _ in 0..<spaces {
             let keyspace = UInt16(try r.readLength(limit: 0xFFFF))
-            let count = try r.readLength(limit: r.remaining)
+            var count = try r.readLength(limit: form.keyLimit(r))
+            // The whole leaves, ascending; a key in the stream must not fall into one of them.
+            var wholeLeaves: [UInt64] = []
+            if form == .leaves {
+                let whole = try r.readLength(limit: count)
+                wholeLeaves.reserveCapacity(whole)
+                var number: UInt64 = 0
+                for j in 0..<whole {
+                    let delta = try r.readVarint()
+                    guard j == 0 || delta > 0 else { throw DecodeFailure("whole leaves out of order") }
+                    number = number &+ delta
+                    guard number <= EngineKey.maxID >> 6 else { throw DecodeFailure("leaf \(number) exceeds 48 bits") }
+                    let occupied = try r.readLength(limit: RadixMap<UInt64>.fanout)
+                    guard occupied > 0, occupied <= count else {
+                        throw DecodeFailure("a whole leaf of \(occupied) keys")
+                    }
+                    guard let image = source?.image, let slots = source?.next() else {
+                        throw DecodeFailure("a whole leaf that the file does not hold")
+                    }
+                    primary.attachLeaf(
+                        keyspace: keyspace, number: number, slots: slots, owner: image, occupied: occupied)
+                    wholeLeaves.append(number)
+                    count -= occupied
+                }
+            }
             // Each entry takes at least two bytes: a count past that is malformed.
             guard count <= r.remaining / 2 else { throw DecodeFailure("\(count) keys cannot fit in what remains") }
             let base = r.buffer.baseAddress!
@@ -303,6 +438,7 @@ enum Checkpoint {
             var p = base + r.offset
             var id: UInt64 = 0
             var location: UInt64 = 0
+            var nextWhole = 0
             try primary.fillAscending(count, keyspace: keyspace) { i in
                 let delta = try boundedVarint(&p, end)
                 // Ids are strictly ascending: every delta after the first is positive.
@@ -311,6 +447,10 @@ enum Checkpoint {
                 location = location &+ UInt64(bitPattern: unzigzag(try boundedVarint(&p, end)))
                 guard id <= EngineKey.maxID else { throw DecodeFailure("id \(id) exceeds 48 bits") }
                 guard location != 0 else { throw DecodeFailure("a key without a location") }
+                while nextWhole < wholeLeaves.count && wholeLeaves[nextWhole] < id >> 6 { nextWhole += 1 }
+                guard nextWhole == wholeLeaves.count || wholeLeaves[nextWhole] != id >> 6 else {
+                    throw DecodeFailure("id \(id) falls in a whole leaf")
+                }
                 return (id, location)
             }
             r.offset = p - base
@@ -655,7 +795,7 @@ enum Checkpoint {
 
     /// Writes a checkpoint file under a temporary name, syncs it and renames it into place.
     static func write(_ stream: [UInt8], number: UInt64, directory: String, fileSystem fs: any FileSystem) throws {
-        try write(number: number, directory: directory, fileSystem: fs) { chunk in
+        try write(number: number, directory: directory, fileSystem: fs) { chunk, _ in
             stream.withUnsafeBytes { raw in
                 var start = 0
                 repeat {
@@ -667,58 +807,111 @@ enum Checkpoint {
         }
     }
 
+    /// Whole leaves in one `checkpointSlots` frame, at most (1 MiB of slots).
+    static let leavesPerSlotFrame = (1 << 20) / JournalFormat.wholeLeafSize
+
     /// Writes the checkpoint whose stream `produce` hands out in chunks of at most `chunkSize`
-    /// bytes (each a compressed frame as it comes: only the compressed file is held).
+    /// bytes (each a compressed frame as it comes) and whose whole leaves it hands out one at
+    /// a time (gathered into `checkpointSlots` frames). The file is written as it grows, a
+    /// few MiB at a time: neither it nor the stream is ever whole in memory.
     static func write(
         number: UInt64, directory: String, fileSystem fs: any FileSystem,
-        stream produce: ((UnsafeRawBufferPointer) -> Void) -> Void
+        stream produce: (_ chunk: (UnsafeRawBufferPointer) -> Void, _ leaf: (UnsafePointer<UInt64>) -> Void) -> Void
     ) throws {
         let final = joinPath(directory, fileName(number))
         let tmp = final + JournalFormat.temporarySuffix
         try? fs.removeFile(tmp)
         let handle = try fs.openFile(tmp, writable: true, create: true, exclusive: true)
+        defer { handle.close() }
         let salt = FileHeader.randomSalt()
-        var out = FileHeader(magic: JournalFormat.checkpointMagic, number: number, salt: salt).encoded()
+        var header = FileHeader(magic: JournalFormat.checkpointMagic, number: number, salt: salt)
+        header.version = JournalFormat.checkpointVersion
+        var out = header.encoded()
+        var written = 0
+        var failure: (any Error)?
+        /// Writes what `out` holds once it passes 4 MiB (all of it when `force`).
+        func drain(_ out: inout [UInt8], force: Bool = false) {
+            guard failure == nil, force || out.count >= 4 << 20 else { return }
+            do { try handle.write(out, at: written) } catch { failure = error }
+            written += out.count
+            out.removeAll(keepingCapacity: true)
+        }
         var chunks = 0
         var length = 0
-        produce { piece in
-            precondition(piece.count <= chunkSize, "a checkpoint chunk longer than chunkSize")
-            Frame.append(type: .checkpointData, payload: piece, compress: true, salt: salt, to: &out)
-            chunks += 1
-            length += piece.count
+        var slots: [UInt8] = []
+        var slotFrames = 0
+        var leaves = 0
+        /// The gathered leaves as one frame, padded so that they start at a multiple of 512
+        /// bytes in the file.
+        func flushSlots(_ out: inout [UInt8], _ slots: inout [UInt8]) {
+            guard !slots.isEmpty else { return }
+            let leafSize = JournalFormat.wholeLeafSize
+            let payloadStart = written + out.count + JournalFormat.frameHeaderSize
+            let padding = (leafSize - (payloadStart + 2) % leafSize) % leafSize
+            Frame.append(
+                type: .checkpointSlots, codec: .raw, storedLength: 2 + padding + slots.count, salt: salt, to: &out
+            ) { payload in
+                payload.storeBytes(of: UInt16(padding).littleEndian, as: UInt16.self)
+                slots.withUnsafeBytes {
+                    payload.baseAddress!.advanced(by: 2 + padding).copyMemory(
+                        from: $0.baseAddress!, byteCount: $0.count)
+                }
+            }
+            slotFrames += 1
+            slots.removeAll(keepingCapacity: true)
+            drain(&out)
         }
+        produce(
+            { piece in
+                precondition(piece.count <= chunkSize, "a checkpoint chunk longer than chunkSize")
+                Frame.append(type: .checkpointData, payload: piece, compress: true, salt: salt, to: &out)
+                chunks += 1
+                length += piece.count
+                drain(&out)
+            },
+            { leaf in
+                if slots.isEmpty { slots.reserveCapacity(leavesPerSlotFrame * JournalFormat.wholeLeafSize) }
+                slots.append(
+                    contentsOf: UnsafeRawBufferPointer(start: leaf, count: JournalFormat.wholeLeafSize))
+                leaves += 1
+                if slots.count == leavesPerSlotFrame * JournalFormat.wholeLeafSize { flushSlots(&out, &slots) }
+            })
+        flushSlots(&out, &slots)
         var end = ByteWriter()
         end.appendLE(UInt32(chunks))
         end.appendLE(UInt64(length))
+        end.appendLE(UInt32(slotFrames))
+        end.appendLE(UInt64(leaves))
         Frame.append(type: .checkpointEnd, payload: end.bytes, compress: false, salt: salt, to: &out)
-        try handle.write(out, at: 0)
+        drain(&out, force: true)
+        if let failure { throw failure }
         try handle.sync()
-        handle.close()
         try fs.rename(tmp, to: final)
         try fs.syncDirectory(directory)
     }
 
     /// Reads and checks a checkpoint file.
     ///
-    /// The file's bytes (compressed: a small fraction of the indexes they hold) are kept for
-    /// the secondary indexes, which are built from them on first use.
+    /// The file is mapped (`FileImage`): the primary index's whole leaves are used where they
+    /// lie, and the compressed frames are kept for the secondary indexes, which are built from
+    /// them on first use.
     static func read(path: String, number: UInt64, fileSystem fs: any FileSystem) throws -> Loaded {
         let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
         defer { handle.close() }
-        let data = try handle.read(count: try handle.size(), at: 0)
-        // At open the whole stream is decompressed at once, into pages the kernel may make
-        // huge (70 MB for ten million objects), and let go once decoded.
-        let stream = try data.withUnsafeBytes { raw in
-            let layout = try Self.layout(raw, path: path, number: number)
-            let out = MappedBytes(count: layout.total)
-            try decompress(raw, layout, into: out.bytes, only: nil, path: path)
-            return out
-        }
+        let image = try FileImage(handle, size: try handle.size())
+        let layout = try Self.layout(image.raw, path: path, number: number)
+        // The stream is decompressed at once, into pages the kernel may make huge, and let go
+        // once decoded.
+        let stream = MappedBytes(count: layout.total)
+        try decompress(image.raw, layout, into: stream.bytes, only: nil, path: path)
         do {
-            return try decode(UnsafeRawBufferPointer(stream.bytes)) { range in
+            return try decode(
+                UnsafeRawBufferPointer(stream.bytes), form: PrimaryForm(version: layout.version),
+                leaves: LeafSource(image: image, frames: layout.slotFrames)
+            ) { range in
                 // Checked once already: the same bytes give the same stream. Only the chunks
                 // of the secondary-index section are decompressed again.
-                guard let again = try? Self.stream(data, path: path, number: number, only: range) else {
+                guard let again = try? Self.stream(image, path: path, number: number, only: range) else {
                     fatalError("a checkpoint read at open no longer decodes")
                 }
                 return again
@@ -734,15 +927,13 @@ enum Checkpoint {
     /// that hold those bytes of the stream are decompressed: the array has the stream's
     /// length, and its other bytes are left as they were allocated, never written (nor, in a
     /// large allocation, given memory).
-    private static func stream(_ data: [UInt8], path: String, number: UInt64, only: Range<Int>? = nil) throws
+    private static func stream(_ image: FileImage, path: String, number: UInt64, only: Range<Int>? = nil) throws
         -> [UInt8]
     {
-        try data.withUnsafeBytes { raw in
-            let layout = try Self.layout(raw, path: path, number: number)
-            return try [UInt8](unsafeUninitializedCapacity: layout.total) { buffer, initialized in
-                try decompress(raw, layout, into: UnsafeMutableRawBufferPointer(buffer), only: only, path: path)
-                initialized = layout.total
-            }
+        let layout = try Self.layout(image.raw, path: path, number: number, slots: false)
+        return try [UInt8](unsafeUninitializedCapacity: layout.total) { buffer, initialized in
+            try decompress(image.raw, layout, into: UnsafeMutableRawBufferPointer(buffer), only: only, path: path)
+            initialized = layout.total
         }
     }
 
@@ -752,11 +943,24 @@ enum Checkpoint {
         /// Where each chunk's bytes start in the stream.
         var starts: [Int]
         var total: Int
+        /// The file's version (its header's).
+        var version: UInt16
+        /// Where each `checkpointSlots` frame's leaves start in the file, and how many it holds.
+        var slotFrames: [(start: Int, count: Int)] = []
     }
 
-    private static func layout(_ raw: UnsafeRawBufferPointer, path: String, number: UInt64) throws -> Layout {
+    /// The frames of a checkpoint file, each checked. `slots` false leaves the checksums of
+    /// the slot frames unchecked: once an open has used their leaves in place, a write to one
+    /// of them changes the bytes (in the process's copy), and only the data frames are read
+    /// again. The slot frames' checksums (most of the file's bytes) are computed in parallel.
+    private static func layout(
+        _ raw: UnsafeRawBufferPointer, path: String, number: UInt64, slots verifySlots: Bool = true
+    ) throws -> Layout {
         let header: FileHeader
-        do { header = try FileHeader.decode(raw, magic: JournalFormat.checkpointMagic) } catch {
+        do {
+            header = try FileHeader.decode(
+                raw, magic: JournalFormat.checkpointMagic, versions: JournalFormat.readableCheckpointVersions)
+        } catch {
             throw EngineError.corruption("checkpoint header is damaged (\(error))", path: path, offset: 0)
         }
         guard header.number == number else {
@@ -764,28 +968,66 @@ enum Checkpoint {
         }
         // The frames, each checked, in order.
         var frames: [Frame.Parsed] = []
+        var slotFrames: [(start: Int, count: Int)] = []
         var position = JournalFormat.fileHeaderSize
         var end: (chunks: Int, length: Int, position: Int)?
+        let hasSlots = header.version >= 3
+        var slotPositions: [Int] = []
         while end == nil {
-            guard case .frame(let frame) = Frame.parse(raw, at: position, salt: header.salt) else {
+            // A slot frame's checksum is checked below, with the others'.
+            let isSlots =
+                hasSlots && position + 9 <= raw.count
+                && raw[position + 8] == JournalFormat.FrameType.checkpointSlots.rawValue
+            guard case .frame(let frame) = Frame.parse(raw, at: position, salt: header.salt, verify: !isSlots) else {
                 throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: position)
             }
+            if isSlots { slotPositions.append(position) }
             switch frame.type {
             case .checkpointEnd:
                 var r = ByteReader(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
-                guard let n = try? r.readLE(UInt32.self), let length = try? r.readLength(UInt64.self),
-                    frame.end == raw.count
-                else {
+                let n = try? r.readLE(UInt32.self)
+                let length = try? r.readLength(UInt64.self)
+                // Version 3 also counts the slot frames and their leaves.
+                let slotsMatch =
+                    !hasSlots
+                    || (try? r.readLE(UInt32.self)) == UInt32(slotFrames.count)
+                        && (try? r.readLE(UInt64.self)) == UInt64(slotFrames.reduce(0) { $0 + $1.count })
+                guard let n, let length, slotsMatch, frame.end == raw.count else {
                     throw EngineError.corruption(
                         "checkpoint end record does not match", path: path, offset: position)
                 }
                 end = (Int(n), length, position)
+            case .checkpointSlots where hasSlots && frame.codec == .raw:
+                // padding u16 · padding zero bytes · whole 512-byte leaves, 8-aligned in memory.
+                let payload = frame.payload
+                let padding = payload.count >= 2 ? Int(raw.loadLE(at: payload.lowerBound, as: UInt16.self)) : -1
+                let start = payload.lowerBound + 2 + padding
+                guard padding >= 0, start <= payload.upperBound,
+                    (payload.upperBound - start) % JournalFormat.wholeLeafSize == 0,
+                    Int(bitPattern: raw.baseAddress! + start) % 8 == 0
+                else {
+                    throw EngineError.corruption("checkpoint slot frame is malformed", path: path, offset: position)
+                }
+                slotFrames.append((start, (payload.upperBound - start) / JournalFormat.wholeLeafSize))
+                position = frame.end
             case .checkpointData:
                 frames.append(frame)
                 position = frame.end
             default:
                 throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
             }
+        }
+        if verifySlots && !slotPositions.isEmpty {
+            let bad = Atomic<Int>(-1)
+            let shared = UncheckedSendable(raw)
+            let positions = slotPositions
+            DispatchQueue.concurrentPerform(iterations: positions.count) { k in
+                if !Frame.verify(shared.value, at: positions[k], salt: header.salt) {
+                    bad.store(positions[k], ordering: .relaxed)
+                }
+            }
+            let at = bad.load(ordering: .relaxed)
+            guard at < 0 else { throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: at) }
         }
         // Each chunk's decoded length, from its header.
         var starts: [Int] = []
@@ -805,7 +1047,7 @@ enum Checkpoint {
             throw EngineError.corruption(
                 "checkpoint end record does not match", path: path, offset: end?.position ?? position)
         }
-        return Layout(frames: frames, starts: starts, total: total)
+        return Layout(frames: frames, starts: starts, total: total, version: header.version, slotFrames: slotFrames)
     }
 
     /// Decompresses every chunk of `layout` (those that hold bytes of `only`, when given) in
@@ -871,8 +1113,8 @@ extension Store {
             return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }
-        try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk in
-            Checkpoint.encode(state, segment: segment, offset: offset, chunk: chunk)
+        try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk, leaf in
+            Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
         }
         try writer.withLock { writerState in
             try writerState.checkWritable()

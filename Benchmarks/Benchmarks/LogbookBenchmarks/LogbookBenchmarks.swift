@@ -98,10 +98,19 @@ func configuration() -> Benchmark.Configuration {
 
 /// The store the read benchmarks share (benchmarks run one at a time).
 nonisolated(unsafe) var shared: PersistentContainer?
+/// Its directory, removed when the process exits: the tool runs each benchmark in a process of
+/// its own, and every read benchmark's process makes the store anew (four stores left in the
+/// temporary directory by every run, before).
+nonisolated(unsafe) var sharedDirectory: String?
 
 func container() throws -> PersistentContainer {
     if let shared { return shared }
-    let c = try PersistentContainer(name: "Items", model: model(), directory: try populatedStore())
+    let directory = try populatedStore()
+    sharedDirectory = directory
+    atexit {
+        if let directory = sharedDirectory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+    let c = try PersistentContainer(name: "Items", model: model(), directory: directory)
     shared = c
     return c
 }

@@ -807,13 +807,14 @@ enum Checkpoint {
         }
     }
 
-    /// Whole leaves in one `checkpointSlots` frame, at most (1 MiB of slots).
-    static let leavesPerSlotFrame = (1 << 20) / JournalFormat.wholeLeafSize
+    /// Whole leaves in one `checkpointSlots` frame, at most (256 KiB of slots: the writer's
+    /// buffers stay small beside the indexes it writes out, at the end of a large commit).
+    static let leavesPerSlotFrame = (256 << 10) / JournalFormat.wholeLeafSize
 
     /// Writes the checkpoint whose stream `produce` hands out in chunks of at most `chunkSize`
     /// bytes (each a compressed frame as it comes) and whose whole leaves it hands out one at
     /// a time (gathered into `checkpointSlots` frames). The file is written as it grows, a
-    /// few MiB at a time: neither it nor the stream is ever whole in memory.
+    /// few hundred KiB at a time: neither it nor the stream is ever whole in memory.
     static func write(
         number: UInt64, directory: String, fileSystem fs: any FileSystem,
         stream produce: (_ chunk: (UnsafeRawBufferPointer) -> Void, _ leaf: (UnsafePointer<UInt64>) -> Void) -> Void
@@ -829,9 +830,9 @@ enum Checkpoint {
         var out = header.encoded()
         var written = 0
         var failure: (any Error)?
-        /// Writes what `out` holds once it passes 4 MiB (all of it when `force`).
+        /// Writes what `out` holds once it passes 256 KiB (all of it when `force`).
         func drain(_ out: inout [UInt8], force: Bool = false) {
-            guard failure == nil, force || out.count >= 4 << 20 else { return }
+            guard failure == nil, force || out.count >= 256 << 10 else { return }
             do { try handle.write(out, at: written) } catch { failure = error }
             written += out.count
             out.removeAll(keepingCapacity: true)

@@ -207,8 +207,22 @@ import Testing
                 expected.append((key(UInt16(keyspace), id), 1_000 + 8 * i))
             }
         }
+        // Version 2's order: the secondary indexes (one index of one entry), then the sets
+        // (one set of two members).
+        w.appendVarint(1)
+        w.appendVarint(6)
+        w.appendVarint(1)
         w.appendVarint(0)
-        w.appendVarint(0)
+        w.appendVarint(3)
+        for byte: UInt8 in [1, 2, 3] { w.append(byte) }
+        w.appendVarint(zigzag(Int64(key(1, 4))))
+        w.appendVarint(1)
+        w.appendVarint(5)
+        w.appendVarint(1)
+        w.appendVarint(1)
+        w.appendVarint(2)
+        w.appendVarint(10)
+        w.appendVarint(5)
         let salt: UInt32 = 77
         var file = FileHeader(magic: JournalFormat.checkpointMagic, number: 3, salt: salt, version: 2).encoded()
         Frame.append(type: .checkpointData, payload: w.bytes, compress: true, salt: salt, to: &file)
@@ -221,6 +235,14 @@ import Testing
         let loaded = try Checkpoint.read(path: path, number: 3, fileSystem: PosixFileSystem())
         #expect(loaded.state.version == 9 && loaded.segment == 1 && loaded.offset == 32)
         #expect(entries(loaded.state.primary).elementsEqual(expected) { $0 == $1 })
+        #expect(loaded.state.indexes[6]?.count == 1)
+        var indexed: [UInt64] = []
+        loaded.state.indexes[6]?.forEach(from: nil, to: nil) { bytes, pk in
+            indexed.append(pk)
+            return Array(bytes) == [1, 2, 3]
+        }
+        #expect(indexed == [key(1, 4)])
+        #expect(loaded.state.sets[key(5, 1)]?.members == [10, 15])
         // The same stream read as version 3 is malformed (its counts are read as leaf lists).
         #expect(throws: Checkpoint.Malformed.self) { try Checkpoint.decode(w.bytes) }
     }

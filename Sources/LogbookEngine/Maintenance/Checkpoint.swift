@@ -125,31 +125,7 @@ enum Checkpoint {
                 flush(&w)
             }
         }
-        // Secondary indexes.
-        let indexIDs = state.indexes.keys.sorted()
-        w.appendVarint(indexIDs.count)
-        for id in indexIDs {
-            let index = state.indexes[id]!
-            w.appendVarint(UInt64(id))
-            w.appendVarint(index.count)
-            var previous: [UInt8] = []
-            var previousPK: UInt64 = 0
-            index.forEach(from: nil, to: nil) { key, pk in
-                var shared = 0
-                let limit = min(previous.count, key.count)
-                while shared < limit && previous[shared] == key[shared] { shared += 1 }
-                w.appendVarint(shared)
-                w.appendVarint(key.count - shared)
-                w.append(UnsafeRawBufferPointer(rebasing: key[shared...]))
-                w.appendVarint(zigzag(Int64(bitPattern: pk &- previousPK)))
-                previous.removeAll(keepingCapacity: true)
-                previous.append(contentsOf: key)
-                previousPK = pk
-                flush(&w)
-                return true
-            }
-        }
-        // Sets.
+        // Sets (before the secondary indexes: an open can stop where those begin).
         let setSpaces = state.sets.keyspaces.sorted()
         w.appendVarint(setSpaces.count)
         for ks in setSpaces {
@@ -170,6 +146,30 @@ enum Checkpoint {
                     previous = m
                     if i & 0xFFF == 0xFFF { flush(&w) }
                 }
+                flush(&w)
+                return true
+            }
+        }
+        // Secondary indexes.
+        let indexIDs = state.indexes.keys.sorted()
+        w.appendVarint(indexIDs.count)
+        for id in indexIDs {
+            let index = state.indexes[id]!
+            w.appendVarint(UInt64(id))
+            w.appendVarint(index.count)
+            var previous: [UInt8] = []
+            var previousPK: UInt64 = 0
+            index.forEach(from: nil, to: nil) { key, pk in
+                var shared = 0
+                let limit = min(previous.count, key.count)
+                while shared < limit && previous[shared] == key[shared] { shared += 1 }
+                w.appendVarint(shared)
+                w.appendVarint(key.count - shared)
+                w.append(UnsafeRawBufferPointer(rebasing: key[shared...]))
+                w.appendVarint(zigzag(Int64(bitPattern: pk &- previousPK)))
+                previous.removeAll(keepingCapacity: true)
+                previous.append(contentsOf: key)
+                previousPK = pk
                 flush(&w)
                 return true
             }
@@ -270,6 +270,8 @@ enum Checkpoint {
         // worker thread's arena a page at a time, one `mprotect` each (3,000 calls, a
         // third of the time, when the map was built on a worker), and the checks
         // allocate little.
+        // Version 3 puts the sets before the secondary indexes; versions 1 and 2 after them.
+        let setsFirst = form == .leaves
         if let stream, raw.count >= 1 << 17 {
             let reader = UncheckedSendable(r)
             let checked = UncheckedSendable(
@@ -279,6 +281,7 @@ enum Checkpoint {
                 var r = reader.value
                 checked.value.value = Result { () throws(Malformed) in
                     try section("primary index", &r) { r in try skipPrimary(&r, form) }
+                    if setsFirst { try section("sets", &r) { r in try skipSets(&r) } }
                     let start = r.offset
                     let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
                     return (start..<r.offset, sections, r)
@@ -286,15 +289,16 @@ enum Checkpoint {
             }
             // Joined on every path: the other thread reads the same bytes.
             defer { group.wait() }
-            var primaryReader = r
-            state.primary = try section("primary index", &primaryReader) { r in
+            var mainReader = r
+            state.primary = try section("primary index", &mainReader) { r in
                 try decodePrimary(&r, form, &source)
             }
+            if setsFirst { state.sets = try section("sets", &mainReader) { r in try decodeSets(&r) } }
             group.wait()
             let (range, sections, after) = try checked.value.value!.get()
-            guard range.lowerBound == primaryReader.offset else {
+            guard range.lowerBound == mainReader.offset else {
                 throw Malformed(
-                    section: "primary index", offset: primaryReader.offset,
+                    section: setsFirst ? "sets" : "primary index", offset: mainReader.offset,
                     reason: "its end is not where the decoder stopped")
             }
             r = after
@@ -302,6 +306,7 @@ enum Checkpoint {
                 deferred: DeferredIndexes(sections: sections) { stream(range) })
         } else {
             state.primary = try section("primary index", &r) { r in try decodePrimary(&r, form, &source) }
+            if setsFirst { state.sets = try section("sets", &r) { r in try decodeSets(&r) } }
             if let stream {
                 let start = r.offset
                 let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
@@ -312,7 +317,7 @@ enum Checkpoint {
                 state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
             }
         }
-        state.sets = try section("sets", &r) { r in try decodeSets(&r) }
+        if !setsFirst { state.sets = try section("sets", &r) { r in try decodeSets(&r) } }
         guard (source?.remaining ?? 0) == 0 else {
             throw Malformed(
                 section: "primary index", offset: r.offset,
@@ -783,6 +788,26 @@ enum Checkpoint {
             }
         }
         return sets
+    }
+
+    /// Moves past the sets section without building anything: every count bounded as
+    /// `decodeSets` bounds it, the members' varints counted eight bytes at a time (the
+    /// decoder reads the same bytes, each checked, and `decode` requires the two to end at
+    /// the same offset).
+    private static func skipSets(_ r: inout ByteReader) throws {
+        let setSpaces = try r.readLength(limit: 1 << 16)
+        for _ in 0..<setSpaces {
+            _ = try r.readLength(limit: 0xFFFF)
+            let count = try r.readLength(limit: r.remaining)
+            for _ in 0..<count {
+                _ = try r.readVarint()
+                let n = try r.readLength(limit: r.remaining)
+                let base = r.buffer.baseAddress!
+                var p = base + r.offset
+                defer { r.offset = p - base }
+                try skipVarints(n, &p, base + r.buffer.count)
+            }
+        }
     }
 
     /// A reason a section does not decode (wrapped into `Malformed` with its offset).

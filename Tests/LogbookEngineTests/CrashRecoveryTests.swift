@@ -67,7 +67,7 @@ import Testing
                 #expect(string(try s.value(forKey: key(1, 2 * UInt64(i)))) == "a\(i)")
                 #expect(string(try s.value(forKey: key(1, 2 * UInt64(i) + 1))) == "b\(i)")
             }
-            #expect(s.indexCount(index: 1) == committed)
+            #expect(try s.indexCount(index: 1) == committed)
             lastAcknowledged = committed - 1
         }
         #expect(totalAcknowledged > 0)

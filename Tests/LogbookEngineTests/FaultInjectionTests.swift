@@ -79,7 +79,7 @@ import Testing
         #expect(s.members(ofSet: key(2, 1)) == members, "sets after a fault at step \(step)")
         // Indexes agree with the values.
         #expect(
-            s.indexCount(index: 1) == model.keys.filter { $0 < 96 && model[$0]!.hasPrefix("v") }.count,
+            try s.indexCount(index: 1) == model.keys.filter { $0 < 96 && model[$0]!.hasPrefix("v") }.count,
             "index after a fault at step \(step)")
         // And the store takes writes again.
         var t = Transaction()

@@ -49,7 +49,7 @@ import Testing
             let committed = UInt64(pairs / 2)
             if committed > 0 {
                 #expect(string(try s.value(forKey: key(1, 2 * (committed - 1)))) == "a\(committed - 1)")
-                #expect(s.indexCount(index: 1) == Int(committed))
+                #expect(try s.indexCount(index: 1) == Int(committed))
             }
             usleep(2_000)
         }

@@ -25,7 +25,7 @@ import Testing
         var entries: [IndexID: [String]] = [:]
         for index in Self.indexes {
             var list: [String] = []
-            snapshot.forEachIndexEntry(index: index) { bytes, key in
+            try snapshot.forEachIndexEntry(index: index) { bytes, key in
                 list.append("\(String(decoding: bytes, as: UTF8.self))→\(EngineKey(rawValue: key).id)")
                 return true
             }

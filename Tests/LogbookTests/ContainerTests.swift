@@ -71,7 +71,7 @@ import Testing
         #expect { try notes[0].value(forKey: "body") } throws: { ($0 as? LogbookError)?.code == .unknownKey }
         // The new index holds every note.
         let stars = c.storeLayout.slotIndex[0][1]!
-        #expect(c.store.snapshot().indexCount(index: stars) == 20)
+        #expect(try c.store.snapshot().indexCount(index: stars) == 20)
         let tag = try context.insertNewObject(forEntityName: "Tag")
         try tag.setValue("new entity", forKey: "name")
         try context.save()

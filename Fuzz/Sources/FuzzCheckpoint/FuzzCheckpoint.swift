@@ -33,6 +33,22 @@ func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             precondition(eager.state.indexes.keys.sorted() == deferred.state.indexes.keys.sorted())
             for (id, index) in eager.state.indexes { precondition(deferred.state.indexes[id]!.count == index.count) }
         }
+        // A version-3 open checks the secondary-index section after it returns, and takes the
+        // indexes from the journal (here: none) when that check fails. What the eager decode
+        // rejects, it must reject at open or replace; what the eager decode accepts, it must
+        // accept as it is, with the same indexes.
+        guard form == .leaves else { continue }
+        let bytes = stream
+        let later = try? Checkpoint.decode(stream, stream: { _ in bytes }, fallback: { _, _ in [:] })
+        precondition(later != nil || eager == nil, "the later check rejects at open what the eager decode accepts")
+        if let later {
+            let problem = later.state.secondary.checkProblem()
+            precondition((problem != nil) == (eager == nil), "the later check disagrees with the eager decode")
+            if let eager, problem == nil {
+                precondition(eager.state.indexes.keys.sorted() == later.state.indexes.keys.sorted())
+                for (id, index) in eager.state.indexes { precondition(later.state.indexes[id]!.count == index.count) }
+            }
+        }
     }
     return 0
 }

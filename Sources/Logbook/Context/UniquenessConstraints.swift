@@ -60,7 +60,7 @@ extension ManagedObjectContext {
                     seen[entry] = o
                 }
                 let bound = IndexBound(entry.bytes, inclusive: true)
-                for k in snapshot.primaryKeys(index: c.index, from: bound, to: bound) where k != o.engineKey {
+                for k in try snapshot.primaryKeys(index: c.index, from: bound, to: bound) where k != o.engineKey {
                     // Objects this save deletes, or moves to other values, free theirs.
                     if deleted[k] != nil { continue }
                     if let moving = updated[k], moving.recordChanged { continue }

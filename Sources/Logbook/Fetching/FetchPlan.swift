@@ -510,23 +510,27 @@ extension ManagedObjectContext {
             if let b = best, b.cost < cost || (b.cost == cost && (b.ordered || !ordered)) { return }
             best = (access, cost, ordered)
         }
+        // An index that cannot be read (its checkpoint section and the journal both failed:
+        // `Snapshot.indexCount`) costs more than any scan, which then answers instead.
+        func entries(_ index: IndexID, _ lower: IndexBound?, _ upper: IndexBound?) -> Int {
+            (try? snapshot.indexCount(index: index, from: lower, to: upper)) ?? .max
+        }
         for slot in ranges.keys.sorted() {
             guard let index = indexed[slot] else { continue }
             let r = ranges[slot]!
             let cost: Int
             if let points = r.points {
                 cost = points.reduce(0) {
-                    $0
-                        + snapshot.indexCount(
-                            index: index, from: IndexBound($1, inclusive: true), to: IndexBound($1, inclusive: true))
+                    let n = entries(index, IndexBound($1, inclusive: true), IndexBound($1, inclusive: true))
+                    return $0 > .max - n ? .max : $0 + n
                 }
             } else {
-                cost = snapshot.indexCount(index: index, from: r.lower, to: r.upper)
+                cost = entries(index, r.lower, r.upper)
             }
             consider(.slot(slot), cost, ordered: firstSort?.slot == slot && r.points == nil, layout.slotNames[slot])
         }
         for (k, c) in compound.enumerated() {
-            let cost = snapshot.indexCount(index: c.index, from: c.lower, to: c.upper)
+            let cost = entries(c.index, c.lower, c.upper)
             consider(
                 .compound(k), cost, ordered: firstSort != nil && firstSort?.slot == c.nextSlot,
                 "(" + c.slots.map { layout.slotNames[$0] }.joined(separator: ", ") + ")")
@@ -537,7 +541,9 @@ extension ManagedObjectContext {
         }
         // No condition narrows: the first sort key's index gives the order (with a limit, it
         // stops the walk; without, it saves the sort).
-        if let first = firstSort, first.slot < indexed.count, indexed[first.slot] != nil {
+        if let first = firstSort, first.slot < indexed.count, let index = indexed[first.slot],
+            entries(index, nil, nil) != .max
+        {
             return (.slot(first.slot), nil)
         }
         return (.scan, seen.isEmpty ? nil : seen.joined(separator: ", ") + " of \(entityCount)")

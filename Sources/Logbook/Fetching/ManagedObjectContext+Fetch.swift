@@ -123,7 +123,7 @@ extension ManagedObjectContext {
                 // The index is shared with the rest of the tree: its keys are filtered.
                 n = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil).count
             } else if let index = plan.index {
-                n = snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)
+                n = try snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)
             } else {
                 n = snapshot.count(inKeyspace: storeLayout.keyspace[layout.index])
             }
@@ -217,7 +217,7 @@ extension ManagedObjectContext {
         if let index = plan.index, let points = plan.points {
             // Each value's entries, then key order (the points' order means nothing to a user).
             for p in points {
-                keys += snapshot.primaryKeys(
+                keys += try snapshot.primaryKeys(
                     index: index, from: IndexBound(p, inclusive: true), to: IndexBound(p, inclusive: true))
             }
             if layout.inTree {
@@ -229,12 +229,12 @@ extension ManagedObjectContext {
         } else if let index = plan.index, layout.inTree {
             // An index of an inheritance tree holds the keys of all its entities: keep this one's.
             let keyspace = storeLayout.keyspace[layout.index]
-            keys = snapshot.primaryKeys(
+            keys = try snapshot.primaryKeys(
                 index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: nil)
             keys.removeAll { EngineKey(rawValue: $0).keyspace != keyspace }
             if let stopAfter, keys.count > stopAfter { keys.removeLast(keys.count - stopAfter) }
         } else if let index = plan.index {
-            keys = snapshot.primaryKeys(
+            keys = try snapshot.primaryKeys(
                 index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse, limit: stopAfter)
         } else {
             keys = snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index], limit: stopAfter)

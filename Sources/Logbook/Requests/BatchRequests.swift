@@ -460,7 +460,7 @@ extension ManagedObjectContext {
                     var found = claimed[entry]
                     if found == nil {
                         let bound = IndexBound(entry.bytes, inclusive: true)
-                        for k in snapshot.primaryKeys(index: c.index, from: bound, to: bound) {
+                        for k in try snapshot.primaryKeys(index: c.index, from: bound, to: bound) {
                             guard let l = self.layout(forKey: k), l === layout,
                                 let s = try decode(snapshot, key: k, layout: l),
                                 c.slots.allSatisfy({ s[$0] == row[$0] })

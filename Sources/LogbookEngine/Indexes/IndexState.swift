@@ -425,7 +425,14 @@ struct IndexPass {
                         }
                     }
                 }
-                // Entries after everything in their index go in a leaf at a time.
+                // Entries after everything in their index go in a leaf at a time (deferred
+                // indexes built first: they throw when they could not be had).
+                if pending.contains(where: { $0.1.count > 0 }) {
+                    do throws(EngineError) { try secondary.check() } catch {
+                        self.error = error
+                        return
+                    }
+                }
                 for (id, entries) in pending where entries.count > 0 {
                     var index = secondary.all.removeValue(forKey: id) ?? OrderedIndex()
                     if !index.appendAscending(entries, raw) {

@@ -536,24 +536,40 @@ extension RadixMap where Value == UInt64 {
         try visit(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1))
     }
 
-    /// Puts a whole leaf into the map: leaf number `number` of `keyspace` (ids `number * 64`
-    /// up to `number * 64 + 63`), whose slots are in memory `owner` holds. The leaf must not
-    /// be in the map yet. How a checkpoint's leaves are used in place at open.
-    mutating func attachLeaf(
-        keyspace: UInt16, number: UInt64, slots: UnsafeMutablePointer<UInt64>, owner: AnyObject, occupied: Int
-    ) {
-        let id = number << UInt64(Self.bits)
+    /// Puts whole leaves into the map, for leaves that `next` gives in ascending order (nil
+    /// after the last): leaf number `number` of `keyspace` (ids `number * 64` up to
+    /// `number * 64 + 63`), whose slots are in memory `owner` holds. No leaf may be in the map
+    /// yet. How a checkpoint's leaves are used in place at open. The parent of a run of
+    /// leaves is found once, not once a leaf (an open of ten million keys attaches 156,000).
+    mutating func attachLeaves(
+        keyspace: UInt16, owner: AnyObject,
+        _ next: () throws -> (number: UInt64, slots: UnsafeMutablePointer<Value>, occupied: Int)?
+    ) rethrows {
         let si = spaceIndexCreating(keyspace)
-        let leaf = Node(slots: slots, owner: owner, occupied: occupied)
-        spaces.withUnsafeMutableBufferPointer { buffer in
-            let bits = Self.bits
-            // Grown (and its root made) as a key of the leaf's last id would: a new root of
-            // height 1 is itself the leaf, and is replaced.
-            Self.prepareRoot(&buffer[si], for: id | 63)
-            if buffer[si].height == 1 {
-                precondition(buffer[si].count == 0, "a checkpoint leaf attached twice")
-                buffer[si].root = leaf
-            } else {
+        // The node above the last leaf attached, and the leaf numbers it holds (number >> 6).
+        var parent: Node?
+        var parentPrefix = UInt64.max
+        var total = 0
+        defer { spaces[si].count += total }
+        while let (number, slots, occupied) = try next() {
+            let leaf = Node(slots: slots, owner: owner, occupied: occupied)
+            total += occupied
+            if let parent, number >> UInt64(Self.bits) == parentPrefix {
+                let i = Int(number & 63)
+                precondition(parent.children[i] == nil, "a checkpoint leaf attached twice")
+                parent.children[i] = leaf
+                parent.occupied += 1
+                continue
+            }
+            let id = number << UInt64(Self.bits)
+            parent = spaces.withUnsafeMutableBufferPointer { buffer -> Node? in
+                let bits = Self.bits
+                Self.prepareRoot(&buffer[si], for: id | 63)
+                if buffer[si].height == 1 {
+                    precondition(buffer[si].count + total == occupied, "a checkpoint leaf attached twice")
+                    buffer[si].root = leaf
+                    return nil
+                }
                 var node = buffer[si].root!
                 var shift = bits * (buffer[si].height - 1)
                 while shift > bits {
@@ -564,8 +580,9 @@ extension RadixMap where Value == UInt64 {
                 precondition(node.children[i] == nil, "a checkpoint leaf attached twice")
                 node.children[i] = leaf
                 node.occupied += 1
+                return node
             }
-            buffer[si].count += occupied
+            parentPrefix = number >> UInt64(Self.bits)
         }
     }
 

@@ -10,7 +10,8 @@ import Dispatch
 /// The secondary indexes of one `IndexState`: in memory, or still encoded in the checkpoint
 /// the store was opened from, until something needs them.
 ///
-/// An open reads the checkpoint's secondary-index section only to check it; the indexes are
+/// An open reads the checkpoint's secondary-index section only to check it (a version-3
+/// checkpoint's after the open has returned: `DeferredIndexes`); the indexes are
 /// built the first time a read asks an index (a fetch the planner answers from one, a count
 /// of a range, statistics) or a commit changes one. A store that is only scanned, or opened
 /// to read a few objects by key, never pays for indexes it does not use: neither the time
@@ -28,8 +29,16 @@ struct SecondaryIndexes: Sendable {
     init(deferred: DeferredIndexes) { self.deferred = deferred }
 
     /// The indexes, by index number; reading or changing them builds deferred ones first.
+    ///
+    /// Only after `check()` has not thrown: indexes that could not be had (`DeferredIndexes`)
+    /// stop the process here, where every path that reaches this has checked them first.
     var all: [UInt32: OrderedIndex] {
-        get { deferred?.load() ?? stored }
+        get {
+            guard let deferred else { return stored }
+            do { return try deferred.load() } catch {
+                preconditionFailure("secondary indexes read without check(): \(error)")
+            }
+        }
         _modify {
             materialize()
             yield &stored
@@ -43,22 +52,33 @@ struct SecondaryIndexes: Sendable {
     /// Whether the indexes are built (false while they are only in the checkpoint).
     var isBuilt: Bool { deferred?.isBuilt ?? true }
 
+    /// Waits for the check of deferred indexes, and throws when they could not be had: their
+    /// section failed its check and the journal could not give them either
+    /// (`DeferredIndexes`). What reads or changes `all` calls this first.
+    func check() throws(EngineError) { try deferred?.check() }
+
+    /// What the check of deferred indexes found wrong, waiting for it (`Store.verify`).
+    func checkProblem() -> String? { deferred?.problem() }
+
     /// One index for a read, without waiting for a deferred build (`DeferredIndexes.reader`).
-    func reader(_ id: UInt32) -> IndexReader? {
-        if let deferred { return deferred.reader(id) }
+    func reader(_ id: UInt32) throws(EngineError) -> IndexReader? {
+        if let deferred { return try deferred.reader(id) }
         return stored[id].map(IndexReader.built)
     }
 
     /// The ids of the indexes, without building deferred ones.
-    var ids: [UInt32] { deferred?.ids ?? Array(stored.keys) }
+    func ids() throws(EngineError) -> [UInt32] {
+        if let deferred { return try deferred.ids() }
+        return Array(stored.keys)
+    }
 
     /// Waits for a deferred build that reads started, or makes it (tests use it to see the
     /// built indexes).
-    func waitUntilBuilt() { _ = deferred?.load() }
+    func waitUntilBuilt() { _ = try? deferred?.load() }
 
     private mutating func materialize() {
-        guard let d = deferred else { return }
-        stored = d.load()
+        guard deferred != nil else { return }
+        stored = all
         deferred = nil
     }
 }
@@ -95,9 +115,9 @@ enum IndexReader {
 }
 
 /// Secondary indexes that are built from their encoded form on first use, once, for every
-/// state that holds them. `Sendable`: the encoded form and the built indexes are behind
-/// locks (`Locked`, which the thread sanitizer sees), and a built `OrderedIndex` is a
-/// persistent value.
+/// state that holds them. `Sendable`: the outcome of the check, the encoded form and the
+/// built indexes are behind locks (`Locked`, which the thread sanitizer sees), and a built
+/// `OrderedIndex` is a persistent value.
 ///
 /// A read of one index (`reader(_:)`) does not wait for a build: it decodes what it needs
 /// from the encoded bytes (`EncodedIndex`), so the first indexed queries of a process cost
@@ -106,11 +126,34 @@ enum IndexReader {
 /// pays for the build once its reads have cost a good part of it), the build starts on
 /// another thread, and later reads find the indexes built. What needs every index, or
 /// changes one (`load()`), waits for the build, or makes it.
+///
+/// The encoded section is checked before any of that (every entry decoded, restart points
+/// recorded: `Checkpoint.skipIndexes`): by the open itself, or — for a checkpoint of version
+/// 3, whose secondary indexes come last — on another thread that the open starts and does
+/// not wait for (`init(checking:fallback:stream:)`). Whatever needs the section then waits
+/// for that check. A section that fails it (its frames' checksums were right: a writer's
+/// bug or a crafted file) is replaced by the indexes that the journal gives up to the
+/// checkpoint's version (`fallback`), as an open replays the journal when a checkpoint
+/// fails; when the journal cannot give them either, every use of the indexes throws that
+/// error (`check()`), as the open would have thrown it, and the rest of the store (its
+/// records, keys and sets) stays readable.
 final class DeferredIndexes: Sendable {
-    /// The checked section: each index's entry count and restart points.
-    private let sections: [Checkpoint.IndexSection]
+    /// What the check of the encoded section found.
+    private enum Outcome: Sendable {
+        /// Each index's entry count and restart points, and where the section lies in the stream.
+        case checked([Checkpoint.IndexSection], Range<Int>)
+        /// The section failed its check (why); these indexes came from the journal instead.
+        case replaced([UInt32: OrderedIndex], Checkpoint.Malformed)
+        /// Neither the section nor the journal gave the indexes.
+        case failed(EngineError)
+    }
+
     /// Gives the checkpoint stream again (its secondary-index section at least).
-    private let stream: @Sendable () -> [UInt8]
+    private let stream: @Sendable (Range<Int>) -> [UInt8]
+    /// Set once, by the open or by the check on another thread.
+    private let outcome: Locked<Outcome?>
+    /// Left when the check on another thread has set `outcome`.
+    private let checking = DispatchGroup()
     /// The built indexes; the build runs under this lock, once.
     private let built: Locked<[UInt32: OrderedIndex]?>
     /// The stream, kept from the first in-place read until the build has finished.
@@ -118,26 +161,82 @@ final class DeferredIndexes: Sendable {
     /// Entries decoded by reads in place so far, and whether a build on another thread has
     /// been started.
     private let reads = Locked((decoded: 0, started: false))
-    /// Decoded entries after which a build starts (an eighth of all the entries).
-    private let buildAfter: Int
 
-    /// `stream` gives the encoded indexes whose checked `sections` it holds. It is read at
-    /// most twice (once if the build comes first), and the build must not fail: the caller
-    /// checks the encoded form before deferring it.
-    init(sections: [Checkpoint.IndexSection], stream: @escaping @Sendable () -> [UInt8]) {
-        self.sections = sections
+    /// `stream` gives the encoded indexes whose checked `sections` it holds at `range`. It is
+    /// read at most twice (once if the build comes first), and the build must not fail: the
+    /// caller checked the encoded form.
+    init(
+        sections: [Checkpoint.IndexSection], range: Range<Int>,
+        stream: @escaping @Sendable (Range<Int>) -> [UInt8]
+    ) {
         self.stream = stream
+        outcome = Locked(.checked(sections, range))
         built = Locked(nil)
         encoded = Locked(nil)
-        buildAfter = max(1, sections.reduce(0) { $0 + $1.count } / 8)
     }
 
-    /// Every index, built (waiting for a build in progress, or making it: on every core, or
-    /// on this thread alone when not `parallel`).
-    func load(parallel: Bool = true) -> [UInt32: OrderedIndex] {
-        built.withLock { built in
+    /// Starts `check` on another thread and returns: it checks the encoded section, and gives
+    /// its indexes' sections and where it lies in what `stream` gives. When it throws,
+    /// `fallback` gives the indexes instead (on that thread too), or the error that every
+    /// use of them will throw.
+    init(
+        checking check: @escaping @Sendable () throws(Checkpoint.Malformed) -> ([Checkpoint.IndexSection], Range<Int>),
+        fallback: @escaping @Sendable (Checkpoint.Malformed) throws(EngineError) -> [UInt32: OrderedIndex],
+        stream: @escaping @Sendable (Range<Int>) -> [UInt8]
+    ) {
+        self.stream = stream
+        outcome = Locked(nil)
+        built = Locked(nil)
+        encoded = Locked(nil)
+        checking.enter()
+        DispatchQueue.global().async { [outcome, checking] in
+            let found: Outcome
+            do throws(Checkpoint.Malformed) {
+                let (sections, range) = try check()
+                found = .checked(sections, range)
+            } catch {
+                do throws(EngineError) { found = .replaced(try fallback(error), error) } catch let failure {
+                    found = .failed(failure)
+                }
+            }
+            outcome.withLock { $0 = found }
+            checking.leave()
+        }
+    }
+
+    /// The check's outcome, waiting for it.
+    private func checked() -> Outcome {
+        if let known = outcome.withLock({ $0 }) { return known }
+        checking.wait()
+        return outcome.withLock { $0 }!
+    }
+
+    /// Waits for the check; throws when the indexes could not be had.
+    func check() throws(EngineError) {
+        if case .failed(let error) = checked() { throw error }
+    }
+
+    /// Waits for the check; what the section failed it for, if it did.
+    func problem() -> String? {
+        switch checked() {
+        case .checked: nil
+        case .replaced(_, let malformed): "secondary indexes replaced from the journal: \(malformed)"
+        case .failed(let error): "\(error)"
+        }
+    }
+
+    /// Every index, built (waiting for the check, and for a build in progress or making it:
+    /// on every core, or on this thread alone when not `parallel`).
+    func load(parallel: Bool = true) throws(EngineError) -> [UInt32: OrderedIndex] {
+        let (sections, range): ([Checkpoint.IndexSection], Range<Int>)
+        switch checked() {
+        case .failed(let error): throw error
+        case .replaced(let indexes, _): return indexes
+        case .checked(let s, let r): (sections, range) = (s, r)
+        }
+        return built.withLock { built in
             if let built { return built }
-            let bytes = encoded.withLock { $0 } ?? stream()
+            let bytes = encoded.withLock { $0 } ?? stream(range)
             let indexes = bytes.withUnsafeBytes { Checkpoint.buildIndexes($0, sections, parallel: parallel) }
             built = indexes
             encoded.withLock { $0 = nil }
@@ -148,22 +247,31 @@ final class DeferredIndexes: Sendable {
     /// One index for a read: built if the build has finished, else read in place (the reads
     /// start the build once they have decoded many entries: `noteDecoded`). Nil for an index
     /// the checkpoint does not name.
-    func reader(_ id: UInt32) -> IndexReader? {
+    func reader(_ id: UInt32) throws(EngineError) -> IndexReader? {
+        let (sections, range): ([Checkpoint.IndexSection], Range<Int>)
+        switch checked() {
+        case .failed(let error): throw error
+        case .replaced(let indexes, _): return indexes[id].map(IndexReader.built)
+        case .checked(let s, let r): (sections, range) = (s, r)
+        }
         if let indexes = built.tryWithLock({ $0 }) ?? nil {
             return indexes[id].map(IndexReader.built)
         }
         guard let section = sections.first(where: { $0.id == id }) else { return nil }
         let bytes = encoded.withLock { bytes in
             if let bytes { return bytes }
-            let fresh = stream()
+            let fresh = stream(range)
             bytes = fresh
             return fresh
         }
         return .encoded(EncodedIndex(bytes: bytes, section: section, owner: self))
     }
 
-    /// Counts the entries a read in place decoded, and starts the build once they are many.
+    /// Counts the entries a read in place decoded, and starts the build once they are many
+    /// (an eighth of all the entries).
     func noteDecoded(_ entries: Int) {
+        guard case .checked(let sections, _) = outcome.withLock({ $0 }) else { return }
+        let buildAfter = max(1, sections.reduce(0) { $0 + $1.count } / 8)
         let start = reads.withLock { reads in
             reads.decoded += entries
             guard !reads.started && reads.decoded >= buildAfter else { return false }
@@ -176,17 +284,27 @@ final class DeferredIndexes: Sendable {
             let context = Unmanaged.passRetained(self).toOpaque()
             let body: @convention(c) (UnsafeMutableRawPointer?) -> Void = { context in
                 let indexes = Unmanaged<DeferredIndexes>.fromOpaque(context!).takeRetainedValue()
-                _ = indexes.load(parallel: false)
+                _ = try? indexes.load(parallel: false)
             }
             if logbook_run_at_low_priority(body, context) != 0 {
                 Unmanaged<DeferredIndexes>.fromOpaque(context).release()
-                DispatchQueue.global(qos: .utility).async { _ = self.load(parallel: false) }
+                DispatchQueue.global(qos: .utility).async { _ = try? self.load(parallel: false) }
             }
         }
     }
 
-    /// The ids of the indexes, without building them.
-    var ids: [UInt32] { sections.map(\.id) }
+    /// The ids of the indexes, without building them (waiting for the check).
+    func ids() throws(EngineError) -> [UInt32] {
+        switch checked() {
+        case .failed(let error): throw error
+        case .replaced(let indexes, _): return Array(indexes.keys)
+        case .checked(let sections, _): return sections.map(\.id)
+        }
+    }
 
-    var isBuilt: Bool { built.tryWithLock { $0 != nil } ?? false }
+    /// Whether the indexes are built: by a build, or by the journal after a failed check.
+    var isBuilt: Bool {
+        if case .replaced = outcome.withLock({ $0 }) { return true }
+        return built.tryWithLock { $0 != nil } ?? false
+    }
 }

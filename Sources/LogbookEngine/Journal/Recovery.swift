@@ -125,7 +125,9 @@ struct Recovery {
         if manifest.checkpoint != 0 && !options.ignoresCheckpoint {
             let ckptPath = path(Checkpoint.fileName(manifest.checkpoint))
             do {
-                let loaded = try Checkpoint.read(path: ckptPath, number: manifest.checkpoint, fileSystem: fs)
+                let loaded = try Checkpoint.read(
+                    path: ckptPath, number: manifest.checkpoint, fileSystem: fs,
+                    fallback: indexFallback(manifest.segments, files: segments, checkpoint: ckptPath))
                 guard let index = manifest.segments.firstIndex(of: loaded.segment),
                     let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size
                 else {
@@ -178,6 +180,34 @@ struct Recovery {
         return Store(
             directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
             writer: writer, cache: cache)
+    }
+
+    /// What gives a checkpoint's secondary indexes when their section fails the check an open
+    /// left to another thread (`DeferredIndexes`): the journal replayed from its first segment
+    /// up to the checkpoint's version, as an open replays it when a checkpoint fails. `files`
+    /// keeps the segments readable until then, whatever a compaction removes meanwhile.
+    private func indexFallback(_ segments: [UInt64], files: SegmentSet, checkpoint: String) -> Checkpoint.IndexFallback
+    {
+        var readOnly = options
+        readOnly.readOnly = true
+        let (directory, fs, replayOptions) = (directory, fs, readOnly)
+        return { version, malformed throws(EngineError) in
+            var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fs)
+            let state: IndexState
+            do { state = try recovery.replay(segments, files: files, until: version) } catch {
+                let reason = (error as? EngineError)?.message ?? "\(error)"
+                throw EngineError.corruption(
+                    "the checkpoint's secondary indexes are malformed (\(malformed)), and the journal does not give "
+                        + "them either: \(reason)", path: checkpoint, offset: JournalFormat.fileHeaderSize)
+            }
+            guard state.version == version else {
+                throw EngineError.corruption(
+                    "the checkpoint's secondary indexes are malformed (\(malformed)), and the journal ends at version "
+                        + "\(state.version), before the checkpoint's \(version)", path: checkpoint,
+                    offset: JournalFormat.fileHeaderSize)
+            }
+            return state.indexes
+        }
     }
 
     /// The state as of `version`: every commit up to it replayed from the first segment of

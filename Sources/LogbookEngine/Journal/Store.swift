@@ -368,9 +368,12 @@ public final class Store: Sendable {
         var perKeyspace: [UInt16: Int] = [:]
         for ks in current.state.primary.keyspaces { perKeyspace[ks] = current.state.primary.count(inKeyspace: ks) }
         let (pinned, oldest) = registry.summary(excluding: ownPin)
+        // Indexes that could not be had (`DeferredIndexes`) count as none here; every read or
+        // change of them throws why.
+        let indexes = (try? current.state.secondary.check()) != nil ? current.state.indexes : [:]
         let memory =
             current.state.primary.estimatedBytes()
-            + current.state.indexes.values.reduce(0) { $0 + $1.estimatedBytes() }
+            + indexes.values.reduce(0) { $0 + $1.estimatedBytes() }
             + current.state.sets.estimatedBytes(valueSize: 8)
         let schedule = maintenanceSchedule.withLock { $0 }
         var statistics = StoreStatistics(
@@ -382,7 +385,7 @@ public final class Store: Sendable {
             keyCount: current.state.primary.count,
             keysPerKeyspace: perKeyspace,
             indexEntries: Dictionary(
-                uniqueKeysWithValues: current.state.indexes.map { (IndexID(rawValue: $0.key), $0.value.count) }),
+                uniqueKeysWithValues: indexes.map { (IndexID(rawValue: $0.key), $0.value.count) }),
             setCount: current.state.sets.count,
             indexMemoryBytes: memory,
             pinnedSnapshots: pinned,

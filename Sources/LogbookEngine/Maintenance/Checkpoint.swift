@@ -206,6 +206,23 @@ enum Checkpoint {
         return try decoded.get()
     }
 
+    /// Decodes a version-3 stream as an open does: the secondary-index section is checked on
+    /// another thread after this returns, and `fallback` gives the indexes when it fails
+    /// (`DeferredIndexes.init(checking:fallback:stream:)`). The stream is copied: the check
+    /// reads it after the caller's array may be gone.
+    static func decode(
+        _ bytes: [UInt8], stream: @escaping @Sendable (Range<Int>) -> [UInt8], fallback: @escaping IndexFallback
+    ) throws(Malformed) -> Loaded {
+        let copy = MappedBytes(count: bytes.count)
+        bytes.withUnsafeBytes { copy.bytes.copyMemory(from: $0) }
+        return try decode(UnsafeRawBufferPointer(copy.bytes), stream: stream, later: (copy, fallback))
+    }
+
+    /// Gives a checkpoint's secondary indexes from elsewhere (the journal, up to the
+    /// checkpoint's version, the first argument) when its section failed the check that an
+    /// open left to another thread (the failure, the second argument).
+    typealias IndexFallback = @Sendable (UInt64, Malformed) throws(EngineError) -> [UInt32: OrderedIndex]
+
     /// How a stream's primary section is laid out, by the version of the file that holds it.
     enum PrimaryForm {
         /// Versions 1 and 2: every key of a keyspace, with its location, in the stream.
@@ -254,14 +271,45 @@ enum Checkpoint {
 
     /// Decodes a checkpoint stream held in `bytes`; see `decode(_:stream:)`. `form` says how
     /// its primary section is laid out; whole leaves come from `leaves`.
+    ///
+    /// With `later` and `stream`, a version-3 stream's secondary-index section (the last) is
+    /// not even checked here: another thread checks it after this returns, reading `raw`
+    /// while `later.owner` keeps it alive, and `later.fallback` gives the indexes if it fails
+    /// (`DeferredIndexes.init(checking:fallback:stream:)`). An open then costs what the
+    /// primary index and the sets cost, and no more as the indexes grow.
     static func decode(
         _ raw: UnsafeRawBufferPointer, form: PrimaryForm = .leaves, leaves: LeafSource? = nil,
-        stream: (@Sendable (Range<Int>) -> [UInt8])? = nil
+        stream: (@Sendable (Range<Int>) -> [UInt8])? = nil,
+        later: (owner: any Sendable, fallback: IndexFallback)? = nil
     ) throws(Malformed) -> Loaded {
         var source = leaves
         var r = ByteReader(raw)
         var state = IndexState()
         let (segment, offset) = try section("header", &r) { r in try decodeHeader(&r, into: &state) }
+        if let stream, let later, form == .leaves {
+            state.primary = try section("primary index", &r) { r in try decodePrimary(&r, form, &source) }
+            state.sets = try section("sets", &r) { r in try decodeSets(&r) }
+            try requireEveryLeafNamed(source, at: r.offset)
+            let start = r.offset
+            let bytes = UncheckedSendable(raw)
+            let version = state.version
+            let (owner, fallback) = later
+            state.secondary = SecondaryIndexes(
+                deferred: DeferredIndexes(
+                    checking: { () throws(Malformed) -> ([IndexSection], Range<Int>) in
+                        // `owner` keeps `bytes` alive as long as this closure is.
+                        defer { withExtendedLifetime(owner) {} }
+                        var r = ByteReader(bytes.value, offset: start)
+                        let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
+                        guard r.isAtEnd else {
+                            throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
+                        }
+                        return (sections, start..<r.offset)
+                    },
+                    fallback: { malformed throws(EngineError) in try fallback(version, malformed) },
+                    stream: stream))
+            return Loaded(state: state, segment: segment, offset: offset)
+        }
         // The primary map is built as it is read, a leaf at a time (no copy of all its
         // keys and locations is held: the peak memory of an open). In a large stream
         // with the secondary indexes deferred, another thread finds where the primary
@@ -303,30 +351,33 @@ enum Checkpoint {
             }
             r = after
             state.secondary = SecondaryIndexes(
-                deferred: DeferredIndexes(sections: sections) { stream(range) })
+                deferred: DeferredIndexes(sections: sections, range: range, stream: stream))
         } else {
             state.primary = try section("primary index", &r) { r in try decodePrimary(&r, form, &source) }
             if setsFirst { state.sets = try section("sets", &r) { r in try decodeSets(&r) } }
             if let stream {
                 let start = r.offset
                 let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
-                let range = start..<r.offset
                 state.secondary = SecondaryIndexes(
-                    deferred: DeferredIndexes(sections: sections) { stream(range) })
+                    deferred: DeferredIndexes(sections: sections, range: start..<r.offset, stream: stream))
             } else {
                 state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
             }
         }
         if !setsFirst { state.sets = try section("sets", &r) { r in try decodeSets(&r) } }
-        guard (source?.remaining ?? 0) == 0 else {
-            throw Malformed(
-                section: "primary index", offset: r.offset,
-                reason: "\(source?.remaining ?? 0) whole leaves in the file that the stream does not name")
-        }
+        try requireEveryLeafNamed(source, at: r.offset)
         guard r.isAtEnd else {
             throw Malformed(section: "end", offset: r.offset, reason: "bytes after the last section")
         }
         return Loaded(state: state, segment: segment, offset: offset)
+    }
+
+    /// Throws unless the stream named every whole leaf the file holds.
+    private static func requireEveryLeafNamed(_ source: LeafSource?, at offset: Int) throws(Malformed) {
+        guard let remaining = source?.remaining, remaining > 0 else { return }
+        throw Malformed(
+            section: "primary index", offset: offset,
+            reason: "\(remaining) whole leaves in the file that the stream does not name")
     }
 
     /// Runs one section's decoder; any failure becomes a `Malformed` naming the section.
@@ -418,22 +469,28 @@ enum Checkpoint {
                 let whole = try r.readLength(limit: count)
                 wholeLeaves.reserveCapacity(whole)
                 var number: UInt64 = 0
-                for j in 0..<whole {
-                    let delta = try r.readVarint()
-                    guard j == 0 || delta > 0 else { throw DecodeFailure("whole leaves out of order") }
-                    number = number &+ delta
-                    guard number <= EngineKey.maxID >> 6 else { throw DecodeFailure("leaf \(number) exceeds 48 bits") }
-                    let occupied = try r.readLength(limit: RadixMap<UInt64>.fanout)
-                    guard occupied > 0, occupied <= count else {
-                        throw DecodeFailure("a whole leaf of \(occupied) keys")
+                if whole > 0 {
+                    guard var leaves = source else { throw DecodeFailure("a whole leaf that the file does not hold") }
+                    defer { source = leaves }
+                    try primary.attachLeaves(keyspace: keyspace, owner: leaves.image) {
+                        guard wholeLeaves.count < whole else { return nil }
+                        let delta = try r.readVarint()
+                        guard wholeLeaves.isEmpty || delta > 0 else { throw DecodeFailure("whole leaves out of order") }
+                        number = number &+ delta
+                        guard number <= EngineKey.maxID >> 6 else {
+                            throw DecodeFailure("leaf \(number) exceeds 48 bits")
+                        }
+                        let occupied = try r.readLength(limit: RadixMap<UInt64>.fanout)
+                        guard occupied > 0, occupied <= count else {
+                            throw DecodeFailure("a whole leaf of \(occupied) keys")
+                        }
+                        guard let slots = leaves.next() else {
+                            throw DecodeFailure("a whole leaf that the file does not hold")
+                        }
+                        wholeLeaves.append(number)
+                        count -= occupied
+                        return (number, slots, occupied)
                     }
-                    guard let image = source?.image, let slots = source?.next() else {
-                        throw DecodeFailure("a whole leaf that the file does not hold")
-                    }
-                    primary.attachLeaf(
-                        keyspace: keyspace, number: number, slots: slots, owner: image, occupied: occupied)
-                    wholeLeaves.append(number)
-                    count -= occupied
                 }
             }
             // Each entry takes at least two bytes: a count past that is malformed.
@@ -921,27 +978,32 @@ enum Checkpoint {
     /// The file is mapped (`FileImage`): the primary index's whole leaves are used where they
     /// lie, and the compressed frames are kept for the secondary indexes, which are built from
     /// them on first use.
-    static func read(path: String, number: UInt64, fileSystem fs: any FileSystem) throws -> Loaded {
+    /// Reads a checkpoint file. With `fallback`, a version-3 file's secondary-index section is
+    /// checked after this returns (`decode(_:form:leaves:stream:later:)`), and `fallback` gives
+    /// the indexes if it fails.
+    static func read(
+        path: String, number: UInt64, fileSystem fs: any FileSystem, fallback: IndexFallback? = nil
+    ) throws -> Loaded {
         let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
         defer { handle.close() }
         let image = try FileImage(handle, size: try handle.size())
         let layout = try Self.layout(image.raw, path: path, number: number)
         // The stream is decompressed at once, into pages the kernel may make huge, and let go
-        // once decoded.
+        // once decoded (with `fallback`, once its secondary-index section is checked).
         let stream = MappedBytes(count: layout.total)
         try decompress(image.raw, layout, into: stream.bytes, only: nil, path: path)
         do {
             return try decode(
                 UnsafeRawBufferPointer(stream.bytes), form: PrimaryForm(version: layout.version),
-                leaves: LeafSource(image: image, frames: layout.slotFrames)
-            ) { range in
-                // Checked once already: the same bytes give the same stream. Only the chunks
-                // of the secondary-index section are decompressed again.
-                guard let again = try? Self.stream(image, path: path, number: number, only: range) else {
-                    fatalError("a checkpoint read at open no longer decodes")
-                }
-                return again
-            }
+                leaves: LeafSource(image: image, frames: layout.slotFrames),
+                stream: { range in
+                    // Checked once already: the same bytes give the same stream. Only the
+                    // chunks of the secondary-index section are decompressed again.
+                    guard let again = try? Self.stream(image, path: path, number: number, only: range) else {
+                        fatalError("a checkpoint read at open no longer decodes")
+                    }
+                    return again
+                }, later: fallback.map { (stream, $0) })
         } catch {
             // The offset is in the decompressed stream (the file's frames are compressed).
             throw EngineError.corruption(
@@ -1139,6 +1201,8 @@ extension Store {
             return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }
+        // Indexes that could not be had are not written out (the journal still has them).
+        try state.secondary.check()
         try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk, leaf in
             Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
         }

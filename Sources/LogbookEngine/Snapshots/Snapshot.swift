@@ -394,13 +394,24 @@ public final class Snapshot: Sendable {
 
     // MARK: Secondary indexes
 
+    // The reads of an index throw only in one case: a store opened from a checkpoint whose
+    // secondary-index section failed the check made after the open, and whose journal could
+    // not give the indexes either (`.corruption`; the open would have thrown it before the
+    // check moved after it). Its records, keys and sets stay readable.
+
     /// The indexes that hold entries.
-    public var indexes: [IndexID] { state.secondary.ids.sorted().map(IndexID.init(rawValue:)) }
+    public var indexes: [IndexID] {
+        get throws { try state.secondary.ids().sorted().map(IndexID.init(rawValue:)) }
+    }
 
     /// Number of entries of `index` between the bounds, in O(log n) (before a deferred build
     /// has finished, a search of its restart points and one interval decoded in place).
-    public func indexCount(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil) -> Int {
-        state.secondary.reader(index.rawValue)?.count(from: lower, to: upper) ?? 0
+    ///
+    /// ```swift
+    /// let adults = try snapshot.indexCount(index: ageIndex, from: IndexBound(age18, inclusive: true))
+    /// ```
+    public func indexCount(index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil) throws -> Int {
+        try state.secondary.reader(index.rawValue)?.count(from: lower, to: upper) ?? 0
     }
 
     /// Visits the entries of `index` between the bounds in key order (or reverse), with the
@@ -408,7 +419,7 @@ public final class Snapshot: Sendable {
     public func forEachIndexEntry(
         index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
         _ body: (UnsafeRawBufferPointer, UInt64) throws -> Bool
-    ) rethrows {
+    ) throws {
         try state.secondary.reader(index.rawValue)?.forEach(from: lower, to: upper, reverse: reverse, body)
     }
 
@@ -417,9 +428,9 @@ public final class Snapshot: Sendable {
     public func primaryKeys(
         index: IndexID, from lower: IndexBound? = nil, to upper: IndexBound? = nil, reverse: Bool = false,
         limit: Int? = nil
-    ) -> [UInt64] {
-        state.secondary.reader(index.rawValue)?.primaryKeys(from: lower, to: upper, reverse: reverse, limit: limit)
-            ?? []
+    ) throws -> [UInt64] {
+        try state.secondary.reader(index.rawValue)?.primaryKeys(
+            from: lower, to: upper, reverse: reverse, limit: limit) ?? []
     }
 
     /// The values of many keys copied into one buffer, with each key's span in it (`offset` is

@@ -6,7 +6,7 @@
 
 /// The whole of a file in memory: a private mapping of it where the file system gives one, or
 /// its bytes read into memory of the process's own. A checkpoint is opened through one, and the
-/// primary index's leaves it keeps whole are used where they lie (`RadixMap.attachLeaf`), each
+/// primary index's leaves it keeps whole are used where they lie (`RadixMap.attachLeaves`), each
 /// leaf keeping the image alive.
 ///
 /// The mapping is private and writable: a leaf written after the open (only ever through a

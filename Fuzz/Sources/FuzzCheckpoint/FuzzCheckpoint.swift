@@ -39,7 +39,7 @@ func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         // accept as it is, with the same indexes.
         guard form == .leaves else { continue }
         let bytes = stream
-        let later = try? Checkpoint.decode(stream, stream: { _ in bytes }, fallback: { _, _ in [:] })
+        let later = try? Checkpoint.decode(stream, stream: { _ in bytes }, fallback: { _, _ in [:] }, atOnce: true)
         precondition(later != nil || eager == nil, "the later check rejects at open what the eager decode accepts")
         if let later {
             let problem = later.state.secondary.checkProblem()

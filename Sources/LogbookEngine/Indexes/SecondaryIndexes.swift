@@ -175,21 +175,21 @@ final class DeferredIndexes: Sendable {
         encoded = Locked(nil)
     }
 
-    /// Starts `check` on another thread and returns: it checks the encoded section, and gives
-    /// its indexes' sections and where it lies in what `stream` gives. When it throws,
-    /// `fallback` gives the indexes instead (on that thread too), or the error that every
-    /// use of them will throw.
+    /// Starts `check` on another thread and returns (runs it before returning when
+    /// `atOnce`): it checks the encoded section, and gives its indexes' sections and where it
+    /// lies in what `stream` gives. When it throws, `fallback` gives the indexes instead (on
+    /// that thread too), or the error that every use of them will throw.
     init(
         checking check: @escaping @Sendable () throws(Checkpoint.Malformed) -> ([Checkpoint.IndexSection], Range<Int>),
         fallback: @escaping @Sendable (Checkpoint.Malformed) throws(EngineError) -> [UInt32: OrderedIndex],
-        stream: @escaping @Sendable (Range<Int>) -> [UInt8]
+        stream: @escaping @Sendable (Range<Int>) -> [UInt8], atOnce: Bool = false
     ) {
         self.stream = stream
         outcome = Locked(nil)
         built = Locked(nil)
         encoded = Locked(nil)
         checking.enter()
-        DispatchQueue.global().async { [outcome, checking] in
+        let run: @Sendable () -> Void = { [outcome, checking] in
             let found: Outcome
             do throws(Checkpoint.Malformed) {
                 let (sections, range) = try check()
@@ -202,6 +202,7 @@ final class DeferredIndexes: Sendable {
             outcome.withLock { $0 = found }
             checking.leave()
         }
+        if atOnce { run() } else { DispatchQueue.global().async(execute: run) }
     }
 
     /// The check's outcome, waiting for it.

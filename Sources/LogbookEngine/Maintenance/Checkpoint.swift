@@ -207,15 +207,30 @@ enum Checkpoint {
     }
 
     /// Decodes a version-3 stream as an open does: the secondary-index section is checked on
-    /// another thread after this returns, and `fallback` gives the indexes when it fails
-    /// (`DeferredIndexes.init(checking:fallback:stream:)`). The stream is copied: the check
-    /// reads it after the caller's array may be gone.
+    /// another thread after this returns (on this one before, when `atOnce`: the fuzzer's
+    /// harness, which must see every allocation freed when a run ends), and `fallback` gives
+    /// the indexes when it fails (`DeferredIndexes.init(checking:fallback:stream:)`). The
+    /// stream is copied: the check reads it after the caller's array may be gone.
     static func decode(
-        _ bytes: [UInt8], stream: @escaping @Sendable (Range<Int>) -> [UInt8], fallback: @escaping IndexFallback
+        _ bytes: [UInt8], stream: @escaping @Sendable (Range<Int>) -> [UInt8], fallback: @escaping IndexFallback,
+        atOnce: Bool = false
     ) throws(Malformed) -> Loaded {
         let copy = MappedBytes(count: bytes.count)
         bytes.withUnsafeBytes { copy.bytes.copyMemory(from: $0) }
-        return try decode(UnsafeRawBufferPointer(copy.bytes), stream: stream, later: (copy, fallback))
+        return try decode(
+            UnsafeRawBufferPointer(copy.bytes), stream: stream,
+            later: LaterCheck(owner: copy, fallback: fallback, atOnce: atOnce))
+    }
+
+    /// What an open needs to leave the check of a version-3 stream's secondary-index section
+    /// until after it returns.
+    struct LaterCheck: Sendable {
+        /// Keeps the stream's bytes alive until the check has read them.
+        var owner: any Sendable
+        /// Gives the indexes when the section fails the check.
+        var fallback: IndexFallback
+        /// Checks on the calling thread, before the decode returns (for the fuzzer's harness).
+        var atOnce = false
     }
 
     /// Gives a checkpoint's secondary indexes from elsewhere (the journal, up to the
@@ -280,7 +295,7 @@ enum Checkpoint {
     static func decode(
         _ raw: UnsafeRawBufferPointer, form: PrimaryForm = .leaves, leaves: LeafSource? = nil,
         stream: (@Sendable (Range<Int>) -> [UInt8])? = nil,
-        later: (owner: any Sendable, fallback: IndexFallback)? = nil
+        later: LaterCheck? = nil
     ) throws(Malformed) -> Loaded {
         var source = leaves
         var r = ByteReader(raw)
@@ -293,7 +308,7 @@ enum Checkpoint {
             let start = r.offset
             let bytes = UncheckedSendable(raw)
             let version = state.version
-            let (owner, fallback) = later
+            let (owner, fallback) = (later.owner, later.fallback)
             state.secondary = SecondaryIndexes(
                 deferred: DeferredIndexes(
                     checking: { () throws(Malformed) -> ([IndexSection], Range<Int>) in
@@ -307,7 +322,7 @@ enum Checkpoint {
                         return (sections, start..<r.offset)
                     },
                     fallback: { malformed throws(EngineError) in try fallback(version, malformed) },
-                    stream: stream))
+                    stream: stream, atOnce: later.atOnce))
             return Loaded(state: state, segment: segment, offset: offset)
         }
         // The primary map is built as it is read, a leaf at a time (no copy of all its
@@ -1003,7 +1018,7 @@ enum Checkpoint {
                         fatalError("a checkpoint read at open no longer decodes")
                     }
                     return again
-                }, later: fallback.map { (stream, $0) })
+                }, later: fallback.map { LaterCheck(owner: stream, fallback: $0) })
         } catch {
             // The offset is in the decompressed stream (the file's frames are compressed).
             throw EngineError.corruption(

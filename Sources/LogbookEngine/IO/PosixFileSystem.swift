@@ -158,23 +158,15 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
     }
 
     func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? {
-        #if os(Linux)
-            // Populated at once (whoever maps a checkpoint reads all of it: every frame's
-            // checksum), one call mapping what the page cache holds instead of a fault for
-            // each few pages. Read-only while populating: a writable private mapping would be
-            // populated with a copy of every page.
-            guard let base = mmap(nil, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0), base != MAP_FAILED
-            else { return nil }
-            guard mprotect(base, length, PROT_READ | PROT_WRITE) == 0 else {
-                munmap(base, length)
-                return nil
-            }
-            return base
-        #else
-            guard let base = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0), base != MAP_FAILED
-            else { return nil }
-            return base
-        #endif
+        // Not populated here: whoever maps a checkpoint reads all of it at once (every
+        // frame's checksum, on every core), and those reads fault its pages in, a few at a
+        // time (the kernel maps the page cache's neighbours of each), in parallel. Populating
+        // here (`MAP_POPULATE`, read-only, then made writable) did the same work on the
+        // opening thread alone: at ten million objects an open took 57 ms instead of 47.
+        // A read fault of a private mapping maps the page cache's page; only a write copies it.
+        guard let base = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0), base != MAP_FAILED
+        else { return nil }
+        return base
     }
 
     func sync() throws {

@@ -194,6 +194,9 @@ struct StoredSchema: Codable, Equatable {
     }
 
     static func decode(_ bytes: [UInt8]) throws -> StoredSchema {
+        // What `encoded()` writes is read without `JSONDecoder` (`init(json:)`: a millisecond
+        // of every open); anything else, and every error, goes through it.
+        if let schema = StoredSchema(json: bytes) { return schema }
         do { return try JSONDecoder().decode(StoredSchema.self, from: Data(bytes)) } catch {
             throw LogbookError(.incompatibleModel, "the store's recorded schema cannot be read: \(error)")
         }

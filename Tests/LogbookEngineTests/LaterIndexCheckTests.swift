@@ -94,7 +94,7 @@ import Testing
         #expect(report.problems.contains { $0.contains("bytes after the last section") }, "\(report.problems)")
     }
 
-    @Test func whenTheJournalCannotGiveTheIndexesEitherTheirUsesThrowAndTheRecordsStayReadable() throws {
+    @Test func whenTheJournalCannotGiveTheIndexesEitherTheirUsesAndWritesThrowAndTheRecordsStayReadable() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
         try storeWithMalformedIndexSection(dir)
@@ -123,17 +123,31 @@ import Testing
         #expect(s.count(inKeyspace: 1) == Int(Self.count))
         #expect(string(try s.value(forKey: key(1, 7))) == "v7")
         #expect(s.members(ofSet: key(9, 1)) == [key(1, 1), key(1, 2)])
-        // A commit that changes no index is written; one that changes an index is refused.
+        // Every write is refused before anything reaches the journal; the store opens again
+        // as it was, its indexes still unreadable.
+        let journal = try #require(
+            try FileManager.default.contentsOfDirectory(atPath: dir.store()).first {
+                $0.hasPrefix(JournalFormat.segmentPrefix)
+            })
+        func journalSize() throws -> Int {
+            try FileManager.default.attributesOfItem(atPath: joinPath(dir.store(), journal))[.size] as! Int
+        }
+        let sizeBefore = try journalSize()
         var plain = Transaction()
         plain.put(key(1, 1_000), value: bytes("no index"))
-        try store.commit(plain)
-        #expect(string(try store.snapshot().value(forKey: key(1, 1_000))) == "no index")
+        let refused = try #require(throws: EngineError.self) { try store.commit(plain) }
+        #expect(refused.code == .corruption)
         var indexed = Transaction()
         indexed.put(key(1, 1_001), value: bytes("indexed"), indexKey: IndexKey(index: 1, orderedInt64: 1))
         #expect(throws: EngineError.self) { try store.commit(indexed) }
-        #expect(throws: EngineError.self) { try store.checkpoint() }
+        #expect(try journalSize() == sizeBefore)
         #expect(store.statistics().indexEntries.isEmpty)
         try? store.close()
+        let again = try Store.open(at: dir.store(), options: quietOptions())
+        #expect(again.snapshot().count(inKeyspace: 1) == Int(Self.count))
+        #expect(try again.snapshot().value(forKey: key(1, 1_000)) == nil)
+        #expect(throws: EngineError.self) { try again.snapshot().indexCount(index: 1) }
+        try? again.close()
     }
 
     @Test func aSoundSectionCheckedLaterGivesWhatTheEagerDecodeGives() throws {

@@ -49,6 +49,10 @@ struct IndexState: Sendable {
         segment: UInt64, reader: BlockReader
     ) throws {
         guard !blocks.isEmpty else { return }
+        // Deferred indexes whose check after the open is still running are waited for, and
+        // indexes that could not be had make this throw (`DeferredIndexes`): every phase
+        // below may change them.
+        try secondary.check()
         let path = reader.segments.files[segment]?.path
         let table = try given ?? Self.operationTable(blocks, path: path)
         let (replaced, unsettled) = try runPasses(
@@ -425,14 +429,8 @@ struct IndexPass {
                         }
                     }
                 }
-                // Entries after everything in their index go in a leaf at a time (deferred
-                // indexes built first: they throw when they could not be had).
-                if pending.contains(where: { $0.1.count > 0 }) {
-                    do throws(EngineError) { try secondary.check() } catch {
-                        self.error = error
-                        return
-                    }
-                }
+                // Entries after everything in their index go in a leaf at a time (`apply`
+                // checked deferred indexes first).
                 for (id, entries) in pending where entries.count > 0 {
                     var index = secondary.all.removeValue(forKey: id) ?? OrderedIndex()
                     if !index.appendAscending(entries, raw) {

@@ -135,8 +135,9 @@ enum IndexReader {
 /// bug or a crafted file) is replaced by the indexes that the journal gives up to the
 /// checkpoint's version (`fallback`), as an open replays the journal when a checkpoint
 /// fails; when the journal cannot give them either, every use of the indexes throws that
-/// error (`check()`), as the open would have thrown it, and the rest of the store (its
-/// records, keys and sets) stays readable.
+/// error (`check()`), as the open would have thrown it — a commit too, before it writes
+/// anything (`Store.commit`), and the application of a transaction (`IndexState.apply`) —
+/// and the rest of the store (its records, keys and sets) stays readable.
 final class DeferredIndexes: Sendable {
     /// What the check of the encoded section found.
     private enum Outcome: Sendable {

@@ -397,7 +397,7 @@ public final class Snapshot: Sendable {
     // The reads of an index throw only in one case: a store opened from a checkpoint whose
     // secondary-index section failed the check made after the open, and whose journal could
     // not give the indexes either (`.corruption`; the open would have thrown it before the
-    // check moved after it). Its records, keys and sets stay readable.
+    // check moved after it). Its records, keys and sets stay readable; its commits are refused.
 
     /// The indexes that hold entries.
     public var indexes: [IndexID] {

@@ -169,7 +169,7 @@ let benchmarks: @Sendable () -> Void = {
         let store = try engineStore(dir, indexed: true)
         let snapshot = store.snapshot()
         benchmark.startMeasurement()
-        let keys = snapshot.primaryKeys(index: 1)
+        let keys = try snapshot.primaryKeys(index: 1)
         benchmark.stopMeasurement()
         precondition(keys.count == itemCount)
         try store.close()

@@ -21,6 +21,13 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         var durable: [UInt8] = []
     }
 
+    /// Whether files can be extended with allocated zeros (`StorageFile.preallocate`), as
+    /// `posix_fallocate` extends them on Linux. Off by default: tests that measure a segment
+    /// by its file's length see it end with the last commit.
+    let preallocates: Bool
+
+    init(preallocates: Bool = false) { self.preallocates = preallocates }
+
     // Everything below is guarded by `mutex`.
     private let mutex = Locked(())
     private var files: [Int: FileData] = [:]
@@ -278,6 +285,18 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
+    /// Extends a file with zeros, as `posix_fallocate` does (a step that can fail: it then
+    /// changes nothing and answers false).
+    fileprivate func preallocate(_ id: Int, upTo size: Int, path: String) -> Bool {
+        mutex.withLock { _ in
+            guard preallocates, (try? stepLocked("preallocate", path)) != nil, files[id] != nil else { return false }
+            if files[id]!.current.count < size {
+                files[id]!.current.append(contentsOf: repeatElement(0, count: size - files[id]!.current.count))
+            }
+            return true
+        }
+    }
+
     /// The current bytes of a file (tests use this to damage files).
     func contents(_ path: String) -> [UInt8]? { mutex.withLock { _ in entries[path].flatMap { files[$0]?.current } } }
 
@@ -306,6 +325,7 @@ final class FaultStorageFile: StorageFile, @unchecked Sendable {
     func sync() throws { try fs.sync(id, path: path) }
     func size() throws -> Int { fs.size(id) }
     func truncate(to size: Int) throws { try fs.truncate(id, to: size, path: path) }
+    func preallocate(upTo size: Int) -> Bool { fs.preallocate(id, upTo: size, path: path) }
     func close() {}
 }
 

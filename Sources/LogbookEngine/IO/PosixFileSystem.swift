@@ -199,6 +199,20 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         }
     }
 
+    func preallocate(upTo size: Int) -> Bool {
+        #if os(Linux)
+            guard let current = try? self.size() else { return false }
+            guard size > current else { return true }
+            // posix_fallocate returns the error rather than setting errno; where the file
+            // system has no fallocate, glibc writes a zero into each block instead.
+            var result: Int32
+            repeat { result = posix_fallocate(fd, off_t(current), off_t(size - current)) } while result == EINTR
+            return result == 0
+        #else
+            return false
+        #endif
+    }
+
     func close() {}
 }
 

@@ -181,6 +181,8 @@ struct Recovery {
                 report.checkpoint != nil && startIndex == manifest.segments.count - 1 && appendOffset == startOffset
             if !onlyTheCheckpoint { try active.handle.sync() }
             writer.syncedOffset = appendOffset
+            // Zeros after the last commit (space allocated ahead of commits) are overwritten.
+            writer.allocatedEnd = max(appendOffset, (try? active.handle.size()) ?? appendOffset)
         }
         if readOnly { writer.failure = nil }
         return Store(
@@ -467,6 +469,15 @@ struct Recovery {
         }
         guard let (at, reason) = damage else { return lastCommitEnd }
         if following && isLast { return lastCommitEnd }
+        // Zeros from the end of the last commit to the end of the last segment are space the
+        // writer allocated ahead of its commits (`Store.preallocate`), left by a process that
+        // did not close the store: its end, not damage. (Zeros after frames of a transaction
+        // without its commit record are its torn tail, cut below.)
+        if isLast && at == lastCommitEnd && at >= base && at - base <= data.count
+            && data.withUnsafeBytes({ Self.isZero(UnsafeRawBufferPointer(rebasing: $0[(at - base)...])) })
+        {
+            return lastCommitEnd
+        }
         // Damage. In a sealed segment (synced whole when it was sealed) it is corruption. In
         // the last one it is corruption when a later commit record proves that the damaged
         // bytes had been synced (its synced offset lies past them, or it is a version-1
@@ -492,6 +503,20 @@ struct Recovery {
             noteCut(file: file.path, at: lastCommitEnd, bytes: size - lastCommitEnd, reason: reason)
         }
         return lastCommitEnd
+    }
+
+    /// Whether every byte of `bytes` is zero.
+    static func isZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        while i + 8 <= bytes.count {
+            if bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < bytes.count {
+            if bytes[i] != 0 { return false }
+            i += 1
+        }
+        return true
     }
 
     /// The commit records of valid commit frames after `offset` (found byte by byte: the

@@ -66,6 +66,10 @@ public final class Store: Sendable {
         var active: SegmentFile?
         /// Where the next frame goes in the active segment (the end of the last commit).
         var appendOffset: Int
+        /// How long the active segment's file is known to be: past `appendOffset` when space
+        /// was allocated ahead of small commits (`Store.preallocate(_:through:state:)`), zeros
+        /// that a sealing or a close cuts off.
+        var allocatedEnd = 0
         var manifest: Manifest
         /// Set by a failed write or sync: no more writes until reopened.
         var failure: EngineError?
@@ -95,6 +99,13 @@ public final class Store: Sendable {
         mutating func fail(_ error: any Error, truncating file: SegmentFile, to offset: Int) {
             recordFailure(error)
             try? file.handle.truncate(to: offset)
+        }
+
+        /// Cuts the zeros allocated after the last commit of `file`, the active segment (best
+        /// effort: left there, they are read as the end).
+        mutating func trimAllocation(of file: SegmentFile) {
+            guard let size = try? file.handle.size(), size > appendOffset else { return }
+            if (try? file.handle.truncate(to: appendOffset)) != nil { allocatedEnd = appendOffset }
         }
 
         func checkWritable() throws {
@@ -343,6 +354,12 @@ public final class Store: Sendable {
                         if firstError == nil { firstError = error }
                     }
                 }
+                // Space allocated ahead of commits is given back: a closed store's files end
+                // where their journal does. Not synced: should the length fall back after a
+                // power loss, the zeros are read as the end all the same.
+                if writerState.failure == nil, let active = writerState.active {
+                    writerState.trimAllocation(of: active)
+                }
             }
             if let firstError { throw firstError }
         }
@@ -361,8 +378,11 @@ public final class Store: Sendable {
         }
         let current = published.withLock { $0 }
         var segments: [StoreStatistics.Segment] = []
+        let (activeNumber, activeEnd) = writer.withLock { ($0.active?.number, $0.appendOffset) }
         for number in manifest.segments {
-            let bytes = (try? current.segments.files[number]?.handle.size()) ?? nil
+            // The active segment counts to its last commit, not the space allocated after it.
+            let bytes =
+                number == activeNumber ? activeEnd : (try? current.segments.files[number]?.handle.size()) ?? nil
             segments.append(.init(number: number, bytes: bytes ?? 0))
         }
         var perKeyspace: [UInt16: Int] = [:]
@@ -442,6 +462,14 @@ public final class Store: Sendable {
     /// Seals the active segment (synced) and starts a new one, listed in a new manifest.
     func rollover(_ writerState: inout WriterState) throws {
         if let sealed = writerState.active {
+            // A sealed segment ends with its last commit (zeros allocated after it would be
+            // read as damage once it is no longer the last).
+            if let size = try? sealed.handle.size(), size > writerState.appendOffset {
+                do { try sealed.handle.truncate(to: writerState.appendOffset) } catch {
+                    writerState.recordFailure(error)
+                    throw error
+                }
+            }
             do { try sealed.handle.sync() } catch {
                 writerState.fail(error, truncating: sealed, to: writerState.syncedOffset)
                 throw error
@@ -458,6 +486,7 @@ public final class Store: Sendable {
             writerState.segments = writerState.segments.adding(file)
             writerState.active = file
             writerState.appendOffset = JournalFormat.fileHeaderSize
+            writerState.allocatedEnd = JournalFormat.fileHeaderSize
             writerState.syncedOffset = JournalFormat.fileHeaderSize  // the header was synced
         } catch {
             writerState.recordFailure(error)

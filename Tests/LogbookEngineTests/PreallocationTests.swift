@@ -183,3 +183,30 @@ import Testing
         #expect(reopened.recoveryReport.truncatedBytes == 0)
     }
 }
+
+extension PreallocationTests {
+    /// An allocation that fails (a full disk, a file system without `fallocate`) is not a
+    /// failed commit: the commit appends as before and the store goes on.
+    @Test func aFailedAllocationIsNotAFailedCommit() throws {
+        let fs = FaultFileSystem(preallocates: true)
+        let store = try Store.open(at: Self.directory, options: quietOptions(.full), fileSystem: fs)
+        // The first commit's steps: allocate (fails), write, sync.
+        fs.inject(.error(ENOSPC), atStep: fs.steps + 1)
+        try commitValues(store, 0..<1)
+        #expect(
+            fs.stepNames.suffix(3).map { $0.split(separator: " ").first.map(String.init) } == [
+                "preallocate", "write", "sync"
+            ])
+        let end = try #require(store.statistics().segments.last).bytes
+        #expect(fs.contents(Self.segment(1))!.count == end, "nothing was allocated: the commit appended")
+        // The next commit allocates.
+        try commitValues(store, 1..<5)
+        #expect(fs.contents(Self.segment(1))!.count == Store.preallocationBytes + end)
+        let finalEnd = try #require(store.statistics().segments.last).bytes
+        try store.close()
+        #expect(fs.contents(Self.segment(1))!.count == finalEnd, "the close gave the space back")
+        let reopened = try Store.open(at: Self.directory, options: quietOptions(.full), fileSystem: fs)
+        #expect(try contents(reopened.snapshot()) == expected(0..<5))
+        #expect(reopened.recoveryReport.truncatedBytes == 0)
+    }
+}

@@ -155,6 +155,10 @@ final class DeferredIndexes: Sendable {
     private let outcome: Locked<Outcome?>
     /// Left when the check on another thread has set `outcome`.
     private let checking = DispatchGroup()
+    /// The check until it begins: run once, by its thread or by the first thread that needs
+    /// it before then (`runCheckOnce()`), and let go then (it holds the open's segments and
+    /// the checkpoint's stream).
+    private let pendingCheck: Locked<(@Sendable () -> Void)?>
     /// The built indexes; the build runs under this lock, once.
     private let built: Locked<[UInt32: OrderedIndex]?>
     /// The stream, kept from the first in-place read until the build has finished.
@@ -174,6 +178,7 @@ final class DeferredIndexes: Sendable {
         outcome = Locked(.checked(sections, range))
         built = Locked(nil)
         encoded = Locked(nil)
+        pendingCheck = Locked(nil)
     }
 
     /// Starts `check` on another thread and returns (runs it before returning when
@@ -190,7 +195,7 @@ final class DeferredIndexes: Sendable {
         built = Locked(nil)
         encoded = Locked(nil)
         checking.enter()
-        let run: @Sendable () -> Void = { [outcome, checking] in
+        let work: @Sendable () -> Void = { [outcome, checking] in
             let found: Outcome
             do throws(Checkpoint.Malformed) {
                 let (sections, range) = try check()
@@ -203,12 +208,36 @@ final class DeferredIndexes: Sendable {
             outcome.withLock { $0 = found }
             checking.leave()
         }
-        if atOnce { run() } else { DispatchQueue.global().async(execute: run) }
+        pendingCheck = Locked(work)
+        // Begun a little after the open, so that it does not take the opening thread's core
+        // while the open and the container's set-up finish (begun at once on a global queue,
+        // it made half the opens of a 1M store twice as long on two cores). A thread that
+        // needs the check before then runs it itself (`checked()`), where it would have
+        // waited for it. (At the lowest priority instead, a thread waiting for the check
+        // waited for a thread that a busy machine gave no core: minutes under the tests.)
+        if atOnce {
+            runCheckOnce()
+        } else {
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.checkDelay) { self.runCheckOnce() }
+        }
     }
 
-    /// The check's outcome, waiting for it.
+    /// How long after an open its check begins unless something needs it sooner.
+    static let checkDelay = DispatchTimeInterval.milliseconds(20)
+
+    /// Runs the check unless another thread has begun it.
+    private func runCheckOnce() {
+        let check = pendingCheck.withLock { pending in
+            defer { pending = nil }
+            return pending
+        }
+        check?()
+    }
+
+    /// The check's outcome, waiting for it (running it here when it has not begun).
     private func checked() -> Outcome {
         if let known = outcome.withLock({ $0 }) { return known }
+        runCheckOnce()
         checking.wait()
         return outcome.withLock { $0 }!
     }
@@ -283,15 +312,7 @@ final class DeferredIndexes: Sendable {
         if start {
             // One thread at the lowest priority: the reads in the foreground keep the cores
             // they are using, and the build takes what they leave.
-            let context = Unmanaged.passRetained(self).toOpaque()
-            let body: @convention(c) (UnsafeMutableRawPointer?) -> Void = { context in
-                let indexes = Unmanaged<DeferredIndexes>.fromOpaque(context!).takeRetainedValue()
-                _ = try? indexes.load(parallel: false)
-            }
-            if logbook_run_at_low_priority(body, context) != 0 {
-                Unmanaged<DeferredIndexes>.fromOpaque(context).release()
-                DispatchQueue.global(qos: .utility).async { _ = try? self.load(parallel: false) }
-            }
+            runAtLowPriority { _ = try? self.load(parallel: false) }
         }
     }
 
@@ -308,5 +329,23 @@ final class DeferredIndexes: Sendable {
     var isBuilt: Bool {
         if case .replaced = outcome.withLock({ $0 }) { return true }
         return built.tryWithLock { $0 != nil } ?? false
+    }
+}
+
+/// Runs `body` on a new thread at the lowest priority (nice 19: it runs whenever a core is
+/// free, and never takes one from the threads in the foreground), or on a global queue when
+/// no thread can be made.
+func runAtLowPriority(_ body: @escaping @Sendable () -> Void) {
+    final class Work: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+    let context = Unmanaged.passRetained(Work(body)).toOpaque()
+    let entry: @convention(c) (UnsafeMutableRawPointer?) -> Void = { context in
+        Unmanaged<Work>.fromOpaque(context!).takeRetainedValue().body()
+    }
+    if logbook_run_at_low_priority(entry, context) != 0 {
+        Unmanaged<Work>.fromOpaque(context).release()
+        DispatchQueue.global(qos: .utility).async(execute: body)
     }
 }

@@ -328,6 +328,11 @@ public final class Store: Sendable {
         background.sync {}
         try maintenance.withLock { _ in
             defer { lock?.unlock() }
+            // The check of a checkpoint's indexes that the open left to begin later holds the
+            // open's segments (`DeferredIndexes`): had, it lets go of them, so that the files
+            // a compaction replaced are removed now and not left to the next open. (An error
+            // it finds is every use's error, not the close's.)
+            _ = try? writer.withLock { $0.working }.secondary.check()
             var firstError: (any Error)?
             if !isReadOnly && options.checkpointOnClose {
                 let needed = writer.withLock { writerState in

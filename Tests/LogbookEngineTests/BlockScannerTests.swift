@@ -77,6 +77,45 @@ import Testing
         }
     }
 
+    /// A batch read hands a block's keys over in one visit of the block: keys in storage
+    /// order with missing keys and a repeated key among them (in the middle of a block's run)
+    /// each get their own value at their own position, in both the ordered and the sorted path.
+    @Test func keysOfOneBlockWithMissingAndRepeatedKeysAmongThemEachGetTheirValue() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: Self.directory, options: quietOptions(.none), fileSystem: fs)
+        defer { try? store.close() }
+        var expected: [UInt64: [UInt8]] = [:]
+        for commit in 0..<3 {
+            var t = Transaction()
+            for j in 1...500 {
+                let id = UInt64(commit * 1_000 + j)
+                let value = Array("value \(id)".utf8)
+                t.put(key(1, id), value: value)
+                expected[id] = value
+            }
+            try store.commit(t)
+        }
+        let snapshot = store.snapshot()
+        var ids: [UInt64] = []
+        for (n, id) in expected.keys.sorted().enumerated() {
+            ids.append(id)
+            if n % 7 == 3 { ids.append(900_000 + id) }  // missing, between keys of one block
+            if n == 250 { ids.append(id) }  // the same key twice in a row
+        }
+        var generator = SeededGenerator(seed: 11)
+        for keys in [ids, ids.shuffled(using: &generator)].map({ $0.map { key(1, $0) } }) {
+            var read = [[UInt8]?](repeating: nil, count: keys.count)
+            var visits = 0
+            try snapshot.forEachValue(forKeys: keys) { i, k, value in
+                #expect(k == keys[i])
+                read[i] = Array(value)
+                visits += 1
+            }
+            #expect(visits == keys.filter { expected[EngineKey(rawValue: $0).id] != nil }.count)
+            for (i, k) in keys.enumerated() { #expect(read[i] == expected[EngineKey(rawValue: k).id]) }
+        }
+    }
+
     /// A block already in the shared cache is read from it, and a caching read puts what it
     /// reads there; a scan that does not cache leaves the cache as it was.
     @Test func aCachingReadFillsTheCacheAndAScanLeavesItAlone() throws {

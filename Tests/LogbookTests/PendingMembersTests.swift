@@ -36,6 +36,7 @@ import Testing
         }
         #expect(Set(members) == expected)
         #expect(members.ascending == expected.sorted())
+        #expect(members.withAscending { Array($0) } == expected.sorted())
         #expect(PendingMembers(expected).ascending == expected.sorted())
     }
 
@@ -54,6 +55,7 @@ import Testing
                 let same =
                     insert ? members.insert(m) == expected.insert(m).inserted : members.remove(m) == expected.remove(m)
                 if !same || members.count != expected.count || Array(members) != expected.sorted()
+                    || members.withAscending({ Array($0) }) != expected.sorted()
                     || (1...6).contains(where: { members.contains($0) != expected.contains($0) })
                 {
                     mismatches += 1

@@ -114,6 +114,14 @@ extension ManagedObjectContext {
         if let o = ownerObject ?? registered(owner) { touch(o) }
     }
 
+    /// `addMember` for a set whose key the caller has, and whose owner is `owner`.
+    private func addMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject) {
+        if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+        setAdds[k, default: []].insert(member)
+        if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
+        touch(owner)
+    }
+
     /// `addMember` for a member that may be there already: false (and nothing done) when it
     /// is; the set's changes are looked up once.
     private func addNewMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject) -> Bool {
@@ -198,7 +206,33 @@ extension ManagedObjectContext {
         if owner.flags.contains(.inserted) {
             // A new object has nothing stored: its members are the ones added since, looked
             // up as they grow (a copy held here would make each addition copy them).
-            let k = setKey(owner.engineKey, owner.layout, r)
+            let layout = storeLayout
+            let k = layout.setKey(entity: owner.layout.index, relationship: r, owner: owner.engineKey)
+            if let inv = owner.layout.relationshipInverse[r] {
+                let declared = model.layouts[owner.layout.relationshipDestination[r]]
+                if !declared.inTree, declared.entity.relationships[inv].isToMany,
+                    let inverseKeyspace = layout.setKeyspace[declared.index][inv]
+                {
+                    // The usual graph: a to-many inverse on an entity without sub-entities. What
+                    // `linkInverse` looks up for each member is looked up once here, and the
+                    // owner's set once for all of them (up to 64).
+                    if objects.count <= 64 && setRemoves.isEmpty && orderOverrides.isEmpty {
+                        let added = setAdds[k, default: []].insert(keysOf: objects)
+                        guard added != 0 else { return }
+                        touch(owner)
+                        for (i, o) in objects.enumerated() where added & (1 << UInt64(i)) != 0 {
+                            let inverseKey = EngineKey(rawValue: o.engineKey).inKeyspace(inverseKeyspace).rawValue
+                            addMember(owner.engineKey, toSet: inverseKey, owner: o)
+                        }
+                        return
+                    }
+                    for o in objects where addNewMember(o.engineKey, toSet: k, owner: owner) {
+                        let inverseKey = EngineKey(rawValue: o.engineKey).inKeyspace(inverseKeyspace).rawValue
+                        addMember(owner.engineKey, toSet: inverseKey, owner: o)
+                    }
+                    return
+                }
+            }
             for o in objects where addNewMember(o.engineKey, toSet: k, owner: owner) {
                 try linkInverse(owner, r, o.engineKey, adding: true, otherObject: o)
             }

@@ -148,6 +148,15 @@ struct PendingMembers: Sequence, ExpressibleByArrayLiteral {
         }
     }
 
+    /// Adds the keys of up to 64 objects; bit `i` of the result is set when `objects[i]`'s key
+    /// was not there before (a set's changes are looked up once for all of them).
+    mutating func insert(keysOf objects: [ManagedObject]) -> UInt64 {
+        precondition(objects.count <= 64, "at most 64 objects at a time")
+        var added: UInt64 = 0
+        for (i, o) in objects.enumerated() where insert(o.engineKey) { added |= 1 << UInt64(i) }
+        return added
+    }
+
     /// Removes `member`; returns it when it was there.
     @discardableResult
     mutating func remove(_ member: UInt64) -> UInt64? {
@@ -187,6 +196,22 @@ struct PendingMembers: Sequence, ExpressibleByArrayLiteral {
         case .inline(let few): few.array
         case .sorted(let list): list
         case .hashed(let set): set.sorted()
+        }
+    }
+
+    /// Calls `body` with the members in ascending order, in memory: a save hands them to the
+    /// transaction as one copy rather than a member at a time through the iterator.
+    func withAscending<R>(_ body: (UnsafeBufferPointer<UInt64>) throws -> R) rethrows -> R {
+        switch storage {
+        case .inline(let few):
+            var members = few.members
+            return try withUnsafeBytes(of: &members) { raw in
+                try body(
+                    UnsafeBufferPointer(
+                        start: raw.assumingMemoryBound(to: UInt64.self).baseAddress, count: Int(few.count)))
+            }
+        case .sorted(let list): return try list.withUnsafeBufferPointer(body)
+        case .hashed(let set): return try set.sorted().withUnsafeBufferPointer(body)
         }
     }
 

@@ -129,7 +129,7 @@ extension ManagedObjectContext {
                 transaction.removeMembers(members, fromSet: k)
             }
             for (k, members) in setAdds where deletedSets.isEmpty || !deletedSets.contains(k) {
-                transaction.addMembers(members, toSet: k)
+                members.withAscending { transaction.addMembers($0, toSet: k) }
             }
             try writeOrders(into: &transaction, skipping: deletedSets)
             // The orders of deleted owners go with their sets.

@@ -83,8 +83,18 @@ extension ManagedObjectContext {
     }
 
     /// Runs a change as one undo step (unless inside a larger step).
+    ///
+    /// Inlined, so that a context without an undo history runs `body` where it is written: a
+    /// closure passed to a call retained the context around it, and every retain of a context
+    /// takes the runtime's slow path (contexts are referenced weakly elsewhere).
+    @inline(__always)
     func undoable<T>(_ body: () throws -> T) throws -> T {
         guard let history = undoHistory else { return try body() }
+        return try recordingUndo(history, body)
+    }
+
+    /// `undoable` with an undo history: the step opened and closed around `body`.
+    private func recordingUndo<T>(_ history: UndoHistory, _ body: () throws -> T) throws -> T {
         if history.open == nil { history.open = UndoHistory.Step(context: contextState) }
         groupDepth += 1
         defer {

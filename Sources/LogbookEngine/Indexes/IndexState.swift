@@ -321,6 +321,7 @@ struct PrimaryPass {
             locations.removeAll(keepingCapacity: true)
         }
         let n = m.count
+        var setOperations: [Int] = []
         for i in 0..<n {
             let ref = m.ref(i)
             let b = OperationTable.block(ref)
@@ -348,26 +349,50 @@ struct PrimaryPass {
                 flush()
                 if let previous = primary.remove(m.key(i)) { replaced.append((m.key(i), previous)) }
             default:
-                flush()
-                let decoded = blocks[b].block.withUnsafeBytes { try? JournalOperation.decode($0, at: offset) }
-                guard case (.set(let code, let set, let members), _)? = decoded else {
-                    error = EngineError(
-                        .corruption, "malformed operation at block offset \(offset)", path: path,
-                        offset: blocks[b].frameOffset)
-                    return
-                }
-                sets.modify(set) { s in
-                    let before = s.count
-                    switch code {
-                    case .setAdd: s.add(sorted: members)
-                    case .setRemove: s.remove(sorted: members)
-                    default: s.replace(sorted: members)
-                    }
-                    liveBytes += (s.count - before) * 8
-                }
+                // The sets' own map: applied after the puts, in key order (below).
+                setOperations.append(i)
             }
         }
         flush()
+        applySetOperations(setOperations, blocks, m, path: path)
+    }
+
+    /// The transaction's set operations, `operations` (positions in `m`, in transaction order),
+    /// applied in key order (a stable sort: one set's operations keep their order). The sets of
+    /// neighbouring keys share a leaf of the map, and a run of additions to them is made with
+    /// one descent a leaf (`RadixMap.modifyAdding`). Only the sets' map and the byte counts
+    /// change here: the puts and deletes need no particular order with them.
+    private mutating func applySetOperations(
+        _ operations: [Int], _ blocks: [(frameOffset: Int, block: [UInt8])], _ m: OperationTable, path: String?
+    ) {
+        guard !operations.isEmpty else { return }
+        var cursor = RadixMap<MemberSet>.LeafCursor()
+        for i in KeySort.stable(operations, key: { m.key($0) }) {
+            let ref = m.ref(i)
+            let b = OperationTable.block(ref)
+            let offset = OperationTable.offset(ref)
+            let decoded = blocks[b].block.withUnsafeBytes { try? JournalOperation.decode($0, at: offset) }
+            guard case (.set(let code, let set, let members), _)? = decoded else {
+                error = EngineError(
+                    .corruption, "malformed operation at block offset \(offset)", path: path,
+                    offset: blocks[b].frameOffset)
+                return
+            }
+            if code == .setAdd && !members.isEmpty {
+                sets.modifyAdding(set, cursor: &cursor) { s in liveBytes += s.add(sorted: members) * 8 }
+                continue
+            }
+            cursor = RadixMap<MemberSet>.LeafCursor()  // a removal can take a leaf away
+            sets.modify(set) { s in
+                let before = s.count
+                switch code {
+                case .setAdd: s.add(sorted: members)
+                case .setRemove: s.remove(sorted: members)
+                default: s.replace(sorted: members)
+                }
+                liveBytes += (s.count - before) * 8
+            }
+        }
     }
 }
 

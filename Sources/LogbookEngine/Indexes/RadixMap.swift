@@ -301,6 +301,45 @@ struct RadixMap<Value: RadixSlot> {
         if let si = spaceIndex(keyspace) { spaces[si].count += delta }
     }
 
+    /// The leaf a run of `modifyAdding` calls last changed: the next key of the same leaf is
+    /// changed without a descent from the root.
+    ///
+    /// Valid only while nothing else changes or copies the map; a caller that changes it any
+    /// other way starts a new cursor (`LeafCursor()`).
+    struct LeafCursor {
+        fileprivate var keyspace: UInt16 = 0
+        fileprivate var prefix: UInt64 = .max
+        fileprivate var leaf: Node?
+
+        init() {}
+    }
+
+    /// `modify` for a change that leaves the key's value present (a set that gains members):
+    /// keys that share a leaf with the key before them, through the same `cursor`, are changed
+    /// in that leaf directly. Keys in ascending order make one descent a leaf.
+    mutating func modifyAdding(_ key: UInt64, cursor: inout LeafCursor, _ body: (inout Value) -> Void) {
+        let (ks, id) = Self.split(key)
+        let prefix = id >> UInt64(Self.bits)
+        let leaf: Node
+        if let known = cursor.leaf, cursor.prefix == prefix, cursor.keyspace == ks {
+            leaf = known
+        } else {
+            leaf = uniqueLeaf(for: key)
+            cursor = LeafCursor()
+            cursor.keyspace = ks
+            cursor.prefix = prefix
+            cursor.leaf = leaf
+        }
+        let i = Int(id & UInt64(Self.fanout - 1))
+        let wasAbsent = leaf.slots[i].isAbsent
+        body(&leaf.slots[i])
+        precondition(!leaf.slots[i].isAbsent, "modifyAdding leaves the value present")
+        if wasAbsent {
+            leaf.occupied += 1
+            addCount(keyspace: ks, 1)
+        }
+    }
+
     /// Puts the values of `count` keys of one keyspace, which `next` gives (called with 0, 1, …)
     /// in strictly ascending order of id, a leaf at a time: one descent for each run of
     /// neighbours, and no check of the leaf's uniqueness per key. A key already present has its

@@ -296,13 +296,22 @@ public struct Transaction: Sendable {
     /// Writes the set operation `code` of `set` with the members in `scratch`.
     @usableFromInline
     mutating func writeSetOperation(_ code: JournalFormat.OperationCode, _ set: UInt64) {
-        scratch.sort()
-        var w = 0
-        for i in scratch.indices where i == 0 || scratch[i] != scratch[i - 1] {
-            scratch[w] = scratch[i]
-            w += 1
+        // Members mostly come ascending and distinct already (a context keeps them so): then
+        // neither the sort nor the pass that drops repeats is needed.
+        var ascending = true
+        for i in scratch.indices.dropFirst() where scratch[i] <= scratch[i - 1] {
+            ascending = false
+            break
         }
-        scratch.removeSubrange(w...)
+        if !ascending {
+            scratch.sort()
+            var w = 0
+            for i in scratch.indices where i == 0 || scratch[i] != scratch[i - 1] {
+                scratch[w] = scratch[i]
+                w += 1
+            }
+            scratch.removeSubrange(w...)
+        }
         if scratch.isEmpty && code != .setReplace { return }
         // Very large sets are split so that an operation stays well inside a frame.
         let chunk = 1 << 20

@@ -198,18 +198,34 @@ public final class Snapshot: Sendable {
             previous = packed
         }
         let scanner = BlockScanner(reader: reader, caching: caching)
-        func visit(_ i: Int) throws {
+        let order: [Int]? = ordered ? nil : locations.indices.sorted(by: { locations[$0] < locations[$1] })
+        // The keys of one block are handed over in one visit of it: the block is looked up
+        // (and its buffer retained) once per block, not once per key.
+        let start = positions.lowerBound
+        let n = locations.count
+        var j = 0
+        while j < n {
+            let i = order?[j] ?? j
             let packed = locations[i]
-            guard packed != .max else { return }
+            j += 1
+            guard packed != .max else { continue }
             let location = Location(packed: packed)
+            let frame = location.frameKey
             try scanner.withBlock(segment: location.segment, frameOffset: location.frameOffset) { raw in
-                try body(positions.lowerBound + i, keys[positions.lowerBound + i], raw, location)
+                try body(start + i, keys[start + i], raw, location)
+                while j < n {
+                    let next = order?[j] ?? j
+                    let p = locations[next]
+                    if p == .max {
+                        j += 1
+                        continue
+                    }
+                    let l = Location(packed: p)
+                    guard l.frameKey == frame else { return }
+                    j += 1
+                    try body(start + next, keys[start + next], raw, l)
+                }
             }
-        }
-        if ordered {
-            for i in locations.indices { try visit(i) }
-        } else {
-            for i in locations.indices.sorted(by: { locations[$0] < locations[$1] }) { try visit(i) }
         }
     }
 

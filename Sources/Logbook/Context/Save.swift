@@ -99,7 +99,13 @@ extension ManagedObjectContext {
             var buffer: [UInt8] = []
             buffer.reserveCapacity(256)
             let layout = storeLayout
-            for object in inserted.values { encode(object, into: &transaction, buffer: &buffer, layout: layout) }
+            // Inserted objects come in runs of one entity: what its records need is looked up
+            // once a run.
+            var plan = RecordPlan(entity: nil, layout: layout)
+            for object in inserted.values {
+                if plan.entity !== object.layout { plan = RecordPlan(entity: object.layout, layout: layout) }
+                plan.encode(object.slots, key: object.engineKey, into: &transaction, buffer: &buffer, layout: layout)
+            }
             var written: [UInt64] = []
             // Changed objects in key order: records read together later (by key) then sit together.
             // Sorted with their objects, unretained (`updated` holds them until the save ends): no
@@ -213,6 +219,47 @@ extension ManagedObjectContext {
         }
         RecordCodec.encode(slots, layout: entity, into: &buffer)
         t.put(key, value: buffer, indexKeys: layout.indexKeys(slots, entity: entity))
+    }
+
+    /// What writing one entity's records needs, looked up once for a run of them: the store
+    /// layout's per-entity tables and the index's attribute type were looked up (and their
+    /// arrays and the type's payload retained and released) for every record.
+    struct RecordPlan {
+        let entity: EntityLayout?
+        /// No transient attribute, at most one index, on one attribute, and no constraint or
+        /// compound index: the record is written straight into the transaction.
+        let direct: Bool
+        let index: (slot: Int, id: IndexID, type: AttributeType)?
+
+        init(entity: EntityLayout?, layout: StoreLayout) {
+            self.entity = entity
+            guard let entity else {
+                direct = false
+                index = nil
+                return
+            }
+            let indexed = layout.indexedSlots[entity.index]
+            direct =
+                entity.transientSlots.isEmpty && indexed.count <= 1 && layout.constraintIndexes[entity.index].isEmpty
+                && layout.compoundIndexes[entity.index].isEmpty
+            index = indexed.first.map {
+                ($0.slot, $0.index, $0.slot < entity.attributeCount ? entity.entity.attributes[$0.slot].type : .int64)
+            }
+        }
+
+        /// `ManagedObjectContext.encode(_:key:entity:into:buffer:layout:)`, with what this plan
+        /// looked up.
+        func encode(_ slots: [Slot], key: UInt64, into t: inout Transaction, buffer: inout [UInt8], layout: StoreLayout)
+        {
+            guard direct, let entity, let size = RecordCodec.encodedSize(slots, layout: entity) else {
+                ManagedObjectContext.encode(slots, key: key, entity: entity!, into: &t, buffer: &buffer, layout: layout)
+                return
+            }
+            let indexKey = index.map { RecordCodec.indexKey(slots[$0.slot], type: $0.type, index: $0.id) }
+            t.put(key, valueCount: size, indexKey: indexKey) { out in
+                RecordCodec.write(slots, layout: entity, to: out)
+            }
+        }
     }
 
     /// After a save (to the store or into a parent): changed objects hold their values as

@@ -64,7 +64,7 @@ enum RecordCodec {
             }
         case .int(let v): appendVarint(UInt64(bitPattern: (v << 1) ^ (v >> 63)), &out)
         case .double(let d):
-            if i < layout.attributeCount, layout.entity.attributes[i].type == .float {
+            if layout.slotKinds[i] == .float {
                 appendLE(Float(d).bitPattern, &out)
             } else {
                 appendLE(d.bitPattern, &out)
@@ -100,6 +100,9 @@ enum RecordCodec {
     /// The size `write` needs, or nil when a slot has a form `write` does not handle (boxed values).
     static func encodedSize(_ slots: [Slot], layout: EntityLayout) -> Int? {
         var size = 1 + (slots.count + 7) / 8
+        // The slot kinds, not the attributes' types: a type is an enum with a payload, and
+        // comparing one retained and released it for every value.
+        let kinds = layout.slotKinds
         for i in slots.indices {
             switch slots[i] {
             case .null: break
@@ -107,11 +110,11 @@ enum RecordCodec {
                 let n = s.utf8.count
                 size += varintSize(UInt64(n)) + n
             case .int(let v): size += varintSize(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
-            case .double: size += (i < layout.attributeCount && layout.entity.attributes[i].type == .float) ? 4 : 8
+            case .double: size += kinds[i] == .float ? 4 : 8
             case .bool: size += 1
             case .data(let d): size += varintSize(UInt64(d.count)) + d.count
             case .boxed: return nil
-            case .object(let k): size += varintSize(objectCode(k, layout.slotKinds[i]))
+            case .object(let k): size += varintSize(objectCode(k, kinds[i]))
             }
         }
         return size
@@ -124,6 +127,7 @@ enum RecordCodec {
         let bitmapBytes = (slots.count + 7) / 8
         for b in 0..<bitmapBytes { p.storeBytes(of: 0, toByteOffset: 1 + b, as: UInt8.self) }
         var o = 1 + bitmapBytes
+        let kinds = layout.slotKinds
         func varint(_ value: UInt64) {
             var v = value
             while v >= 0x80 {
@@ -149,7 +153,7 @@ enum RecordCodec {
                 }
             case .int(let v): varint(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
             case .double(let d):
-                if i < layout.attributeCount && layout.entity.attributes[i].type == .float {
+                if kinds[i] == .float {
                     p.storeBytes(of: Float(d).bitPattern.littleEndian, toByteOffset: o, as: UInt32.self)
                     o += 4
                 } else {
@@ -163,7 +167,7 @@ enum RecordCodec {
                 varint(UInt64(d.count))
                 d.withUnsafeBytes { if $0.count > 0 { (p + o).copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
                 o += d.count
-            case .object(let k): varint(objectCode(k, layout.slotKinds[i]))
+            case .object(let k): varint(objectCode(k, kinds[i]))
             }
         }
     }

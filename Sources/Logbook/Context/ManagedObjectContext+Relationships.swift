@@ -107,19 +107,15 @@ extension ManagedObjectContext {
     func addMember(
         _ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int, ownerObject: ManagedObject? = nil
     ) {
-        let k = setKey(owner, layout, r)
-        if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
-        setAdds[k, default: []].insert(member)
-        if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
-        if let o = ownerObject ?? registered(owner) { touch(o) }
+        addMember(member, toSet: setKey(owner, layout, r), owner: ownerObject ?? registered(owner))
     }
 
-    /// `addMember` for a set whose key the caller has, and whose owner is `owner`.
-    private func addMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject) {
+    /// `addMember` for a set whose key the caller has; `owner` is its owner when registered.
+    private func addMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject?) {
         if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
         setAdds[k, default: []].insert(member)
         if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
-        touch(owner)
+        if let owner { touch(owner) }
     }
 
     /// `addMember` for a member that may be there already: false (and nothing done) when it

@@ -45,6 +45,25 @@ enum LZ4 {
         return Int(decoded) == length
     }
 
+    /// Decodes the first `count` bytes (or fewer, when it declares fewer) of an
+    /// `uncompressedLength u32 · block` payload into the start of `output` (the declared
+    /// length, as for `decompress(_:into:)`); how many, or nil when the payload is malformed
+    /// before then. The rest of the block is not read.
+    static func decompressPrefix(
+        _ payload: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, count: Int
+    ) -> Int? {
+        guard let length = declaredLength(payload), length == output.count, length > 0, payload.count > 4 else {
+            return nil
+        }
+        let compressed = UnsafeRawBufferPointer(rebasing: payload[4...])
+        let target = min(count, length)
+        let decoded = LZ4_decompress_safe_partial(
+            compressed.baseAddress!.assumingMemoryBound(to: CChar.self),
+            output.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(compressed.count), Int32(target),
+            Int32(length))
+        return decoded >= 0 ? Int(decoded) : nil
+    }
+
     /// Decodes an `uncompressedLength u32 · block` payload with the safe decompressor.
     /// Returns nil when the payload is malformed or declares more than `limit` bytes.
     static func decompress(_ payload: UnsafeRawBufferPointer, limit: Int) -> [UInt8]? {

@@ -1,6 +1,12 @@
 import Dispatch
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Checkpoints: the indexes written out so that an open replays only the journal after them.
 ///
 /// A checkpoint file is a 32-byte header (magic "LBKCKPT\0") followed by `checkpointData`
@@ -231,6 +237,11 @@ enum Checkpoint {
         var fallback: IndexFallback
         /// Checks on the calling thread, before the decode returns (for the fuzzer's harness).
         var atOnce = false
+        /// Set when the stream's bytes from the secondary-index section on are not written yet
+        /// (an open decompresses only the chunks before it): where the section begins, as a
+        /// skip of the sections before it found (the decoder must stop there), and what writes
+        /// the rest of the stream, called by the check before it reads the section.
+        var pending: (start: Int, complete: @Sendable () throws(Malformed) -> Void)? = nil
     }
 
     /// Gives a checkpoint's secondary indexes from elsewhere (the journal, up to the
@@ -306,14 +317,20 @@ enum Checkpoint {
             state.sets = try section("sets", &r) { r in try decodeSets(&r) }
             try requireEveryLeafNamed(source, at: r.offset)
             let start = r.offset
+            if let pending = later.pending, pending.start != start {
+                // The decoder read past where the section was found to begin: bytes not written yet.
+                throw Malformed(section: "sets", offset: start, reason: "its end is not where the decoder stopped")
+            }
             let bytes = UncheckedSendable(raw)
             let version = state.version
-            let (owner, fallback) = (later.owner, later.fallback)
+            let (owner, fallback, complete) = (later.owner, later.fallback, later.pending?.complete)
             state.secondary = SecondaryIndexes(
                 deferred: DeferredIndexes(
                     checking: { () throws(Malformed) -> ([IndexSection], Range<Int>) in
                         // `owner` keeps `bytes` alive as long as this closure is.
                         defer { withExtendedLifetime(owner) {} }
+                        // The section's chunks, decompressed here rather than in the open.
+                        try complete?()
                         var r = ByteReader(bytes.value, offset: start)
                         let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
                         guard r.isAtEnd else {
@@ -414,6 +431,24 @@ enum Checkpoint {
         state.liveBytes = try r.readLength(UInt64.self)
         state.totalBytes = try r.readLength(UInt64.self)
         return (segment, offset)
+    }
+
+    /// How much of a checkpoint's stream an open decodes first, hoping that the sections
+    /// before the secondary indexes end within it.
+    static let openPrefix = 64 << 10
+
+    /// Where a version-3 stream's secondary-index section begins: the header, the primary
+    /// section and the sets skipped over (nothing built). Throws `ByteReader.OutOfBounds`
+    /// when they run past `raw`'s end, as they do in a prefix of the stream too short to hold
+    /// them; over a prefix that holds them, gives what it gives over the whole stream (what it
+    /// returns depends on no byte after that point).
+    private static func secondarySectionStart(_ raw: UnsafeRawBufferPointer) throws -> Int {
+        var r = ByteReader(raw)
+        var header = IndexState()
+        _ = try decodeHeader(&r, into: &header)
+        try skipPrimary(&r, .leaves)
+        try skipSets(&r)
+        return r.offset
     }
 
     /// Moves past the primary section without building anything.
@@ -1003,12 +1038,75 @@ enum Checkpoint {
         defer { handle.close() }
         let image = try FileImage(handle, size: try handle.size())
         let layout = try Self.layout(image.raw, path: path, number: number)
-        // The stream is decompressed at once, into pages the kernel may make huge, and let go
-        // once decoded (with `fallback`, once its secondary-index section is checked).
-        let stream = MappedBytes(count: layout.total)
-        try decompress(image.raw, layout, into: stream.bytes, only: nil, path: path)
+        let slotCheck = SlotCheck(image, layout)
+        // Nothing the open gives is used before the slot frames are found sound.
+        var slotsChecked = false
+        defer { if !slotsChecked { try? slotCheck.finish(path: path) } }
+        // The stream is decompressed into memory let go once decoded (with `fallback`, once
+        // its secondary-index section is checked). With `fallback`, in a file of version 3,
+        // the open decompresses only what holds the sections before the secondary indexes
+        // (the header, the primary index, the sets: the first 64 KiB, else the first chunks):
+        // the thread that checks the secondary indexes decompresses the rest. In a store of a
+        // million objects with one index, the whole stream was 5 MB, a quarter of an open's
+        // time, a third of that the kernel's zeroing of new pages. Not in huge pages: a
+        // first write to one may wait for the kernel to compact memory (10 ms seen here).
+        let stream = MappedBytes(count: layout.total, huge: false)
+        var pending: (start: Int, complete: @Sendable () throws(Malformed) -> Void)?
+        if fallback != nil && layout.version >= 3 {
+            let chunks = layout.frames.count
+            // Where the secondary indexes begin, and the first chunk the check decompresses.
+            var found: (start: Int, from: Int)?
+            // First the beginning of the first chunk alone: the sections before the secondary
+            // indexes take a few kilobytes in most stores (a million keys in whole leaves, 31 KB).
+            if chunks > 0 && layout.frames[0].codec == .lz4 {
+                let first = UnsafeMutableRawBufferPointer(
+                    rebasing: stream.bytes[0..<(chunks > 1 ? layout.starts[1] : layout.total)])
+                if let n = LZ4.decompressPrefix(
+                    UnsafeRawBufferPointer(rebasing: image.raw[layout.frames[0].payload]), into: first,
+                    count: Self.openPrefix),
+                    let start = try? secondarySectionStart(UnsafeRawBufferPointer(rebasing: stream.bytes[..<n]))
+                {
+                    found = (start, 0)
+                }
+            }
+            var ready = 0
+            while found == nil && ready < chunks {
+                // One chunk, then twice as many each time the sections run past them.
+                let upTo = min(chunks, max(1, 2 * ready))
+                try decompress(image.raw, layout, into: stream.bytes, chunks: ready..<upTo, path: path)
+                ready = upTo
+                let end = ready < chunks ? layout.starts[ready] : layout.total
+                if ready < chunks,
+                    let start = try? secondarySectionStart(UnsafeRawBufferPointer(rebasing: stream.bytes[..<end]))
+                {
+                    found = (start, ready)
+                }
+            }
+            if let found {
+                let rest = UncheckedSendable((image, stream.bytes, layout, found.from))
+                pending = (
+                    found.start,
+                    { () throws(Malformed) in
+                        // `image` is kept alive by this closure; the stream by the check's owner.
+                        // (A first chunk decoded in part is decoded again whole: the same bytes.)
+                        let (image, bytes, layout, from) = rest.value
+                        do {
+                            try decompress(
+                                image.raw, layout, into: bytes, chunks: from..<layout.frames.count, path: path)
+                        } catch {
+                            throw Malformed(
+                                section: "secondary indexes", offset: layout.starts[from],
+                                reason: "a chunk does not decompress")
+                        }
+                    }
+                )
+            }
+        } else {
+            try decompress(image.raw, layout, into: stream.bytes, chunks: 0..<layout.frames.count, path: path)
+        }
+        let loaded: Loaded
         do {
-            return try decode(
+            loaded = try decode(
                 UnsafeRawBufferPointer(stream.bytes), form: PrimaryForm(version: layout.version),
                 leaves: LeafSource(image: image, frames: layout.slotFrames),
                 stream: { range in
@@ -1018,12 +1116,15 @@ enum Checkpoint {
                         fatalError("a checkpoint read at open no longer decodes")
                     }
                     return again
-                }, later: fallback.map { LaterCheck(owner: stream, fallback: $0) })
+                }, later: fallback.map { LaterCheck(owner: stream, fallback: $0, pending: pending) })
         } catch {
             // The offset is in the decompressed stream (the file's frames are compressed).
             throw EngineError.corruption(
                 "checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
         }
+        slotsChecked = true
+        try slotCheck.finish(path: path)
+        return loaded
     }
 
     /// The stream a checkpoint file holds, every frame checked. With `only`, only the chunks
@@ -1033,9 +1134,11 @@ enum Checkpoint {
     private static func stream(_ image: FileImage, path: String, number: UInt64, only: Range<Int>? = nil) throws
         -> [UInt8]
     {
-        let layout = try Self.layout(image.raw, path: path, number: number, slots: false)
+        let layout = try Self.layout(image.raw, path: path, number: number)
         return try [UInt8](unsafeUninitializedCapacity: layout.total) { buffer, initialized in
-            try decompress(image.raw, layout, into: UnsafeMutableRawBufferPointer(buffer), only: only, path: path)
+            try decompress(
+                image.raw, layout, into: UnsafeMutableRawBufferPointer(buffer), chunks: 0..<layout.frames.count,
+                only: only, path: path)
             initialized = layout.total
         }
     }
@@ -1050,15 +1153,18 @@ enum Checkpoint {
         var version: UInt16
         /// Where each `checkpointSlots` frame's leaves start in the file, and how many it holds.
         var slotFrames: [(start: Int, count: Int)] = []
+        /// Where each `checkpointSlots` frame begins, and the file's salt: their checksums are
+        /// left to `SlotCheck`.
+        var slotFramePositions: [Int] = []
+        var salt: UInt32 = 0
     }
 
-    /// The frames of a checkpoint file, each checked. `slots` false leaves the checksums of
-    /// the slot frames unchecked: once an open has used their leaves in place, a write to one
-    /// of them changes the bytes (in the process's copy), and only the data frames are read
-    /// again. The slot frames' checksums (most of the file's bytes) are computed in parallel.
-    private static func layout(
-        _ raw: UnsafeRawBufferPointer, path: String, number: UInt64, slots verifySlots: Bool = true
-    ) throws -> Layout {
+    /// The frames of a checkpoint file, each checked but the slot frames (most of the file's
+    /// bytes), whose checksums `SlotCheck` computes: an open while it decodes the stream, which
+    /// uses the leaves' addresses but not their bytes. (Once an open has used the leaves in
+    /// place, a write to one of them changes the bytes in the process's copy, and only the
+    /// data frames are read again.)
+    private static func layout(_ raw: UnsafeRawBufferPointer, path: String, number: UInt64) throws -> Layout {
         let header: FileHeader
         do {
             header = try FileHeader.decode(
@@ -1120,18 +1226,6 @@ enum Checkpoint {
                 throw EngineError.corruption("unexpected frame in a checkpoint", path: path, offset: position)
             }
         }
-        if verifySlots && !slotPositions.isEmpty {
-            let bad = Atomic<Int>(-1)
-            let shared = UncheckedSendable(raw)
-            let positions = slotPositions
-            DispatchQueue.concurrentPerform(iterations: positions.count) { k in
-                if !Frame.verify(shared.value, at: positions[k], salt: header.salt) {
-                    bad.store(positions[k], ordering: .relaxed)
-                }
-            }
-            let at = bad.load(ordering: .relaxed)
-            guard at < 0 else { throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: at) }
-        }
         // Each chunk's decoded length, from its header.
         var starts: [Int] = []
         var total = 0
@@ -1150,23 +1244,68 @@ enum Checkpoint {
             throw EngineError.corruption(
                 "checkpoint end record does not match", path: path, offset: end?.position ?? position)
         }
-        return Layout(frames: frames, starts: starts, total: total, version: header.version, slotFrames: slotFrames)
+        return Layout(
+            frames: frames, starts: starts, total: total, version: header.version, slotFrames: slotFrames,
+            slotFramePositions: slotPositions, salt: header.salt)
     }
 
-    /// Decompresses every chunk of `layout` (those that hold bytes of `only`, when given) in
-    /// place, in parallel, into `out` (`layout.total` bytes: no chunk copied twice). Not
-    /// zeroed first: every byte is written by its chunk's decoder, and a chunk that fails
-    /// makes the whole stream an error.
+    /// The checksums of a checkpoint file's slot frames, computed on another thread from
+    /// `init` on, and by the caller of `finish`, which takes the frames that thread has not
+    /// begun (so that a busy global queue never keeps an open waiting), waits for the rest, and
+    /// throws for a damaged frame. `finish` must be called on every path: the thread reads
+    /// the image.
+    final class SlotCheck: Sendable {
+        private let image: FileImage
+        private let positions: [Int]
+        private let salt: UInt32
+        /// The next frame to check, and how many have been checked.
+        private let next = Atomic<Int>(0)
+        private let checked = Atomic<Int>(0)
+        private let bad = Atomic<Int>(-1)
+
+        init(_ image: FileImage, _ layout: Layout) {
+            self.image = image
+            positions = layout.slotFramePositions
+            salt = layout.salt
+            guard !positions.isEmpty else { return }
+            DispatchQueue.global().async { [self] in work() }
+        }
+
+        private func work() {
+            while true {
+                let k = next.wrappingAdd(1, ordering: .relaxed).oldValue
+                guard k < positions.count else { return }
+                if !Frame.verify(image.raw, at: positions[k], salt: salt) {
+                    bad.store(positions[k], ordering: .relaxed)
+                }
+                checked.wrappingAdd(1, ordering: .releasing)
+            }
+        }
+
+        func finish(path: String) throws {
+            work()
+            // A frame the other thread took is 256 KiB at most: tens of microseconds.
+            while checked.load(ordering: .acquiring) < positions.count { sched_yield() }
+            let at = bad.load(ordering: .relaxed)
+            guard at < 0 else { throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: at) }
+        }
+    }
+
+    /// Decompresses the chunks `chunks` of `layout` (those of them that hold bytes of `only`,
+    /// when given) in place, in parallel, into `out` (`layout.total` bytes: no chunk copied
+    /// twice). Not zeroed first: every byte is written by its chunk's decoder, and a chunk
+    /// that fails makes the whole stream an error.
     private static func decompress(
         _ raw: UnsafeRawBufferPointer, _ layout: Layout, into out: UnsafeMutableRawBufferPointer,
-        only: Range<Int>?, path: String
+        chunks: Range<Int>, only: Range<Int>? = nil, path: String
     ) throws {
         let failed = Atomic<Int>(-1)
         let shared = UncheckedSendable((raw, out))
         let parsed = layout.frames
         let offsets = layout.starts
         // Each worker writes only its own chunk's range of the stream.
-        DispatchQueue.concurrentPerform(iterations: parsed.count) { k in
+        DispatchQueue.concurrentPerform(iterations: chunks.count) { n in
+            let k = chunks.lowerBound + n
             let (raw, out) = shared.value
             let payload = UnsafeRawBufferPointer(rebasing: raw[parsed[k].payload])
             let end = k + 1 < offsets.count ? offsets[k + 1] : out.count

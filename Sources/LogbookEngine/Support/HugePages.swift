@@ -43,14 +43,16 @@ enum HugePages {
     }
 }
 
-/// Bytes in one `HugePages` mapping (or on the heap where there is none), freed with this
-/// object: a large buffer filled once and read (a checkpoint's decompressed stream at open).
+/// Bytes in one `HugePages` mapping (or on the heap where there is none, or when not asked
+/// for), freed with this object: a large buffer filled once and read (a checkpoint's
+/// decompressed stream; an open's is on the heap, `huge: false`: see `Checkpoint.read`).
 final class MappedBytes: @unchecked Sendable {
     let bytes: UnsafeMutableRawBufferPointer
     private let mapped: Bool
 
-    init(count: Int) {
-        if count >= HugePages.size, let base = HugePages.map(count) {
+    /// `count` bytes, in a `HugePages` mapping when `huge` and there are 2 MiB or more.
+    init(count: Int, huge: Bool = true) {
+        if huge && count >= HugePages.size, let base = HugePages.map(count) {
             bytes = UnsafeMutableRawBufferPointer(start: base, count: count)
             mapped = true
         } else {

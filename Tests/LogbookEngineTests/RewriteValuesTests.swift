@@ -135,6 +135,33 @@ import Testing
         }
     }
 
+    /// The workers' parts joined after operations the transaction already holds (the first
+    /// part is then appended, not taken whole): every put lands, the rewritten keys keep
+    /// their entries, the earlier put of a rewritten key is replaced by the rewrite, and the
+    /// store is what a replay gives.
+    @Test func twoWorkersAfterOperationsAlreadyInTheTransaction() throws {
+        try withPopulatedStore(count: 2_000) { store, dir in
+            let before = try state(store)
+            let snapshot = store.snapshot()
+            var t = Transaction()
+            put(5_000, value: "new", group: "g9", into: &t)
+            put(3, value: "overwritten", group: "g3", into: &t)
+            let written = try snapshot.rewriteValues(
+                forKeys: allKeys(2_000), growth: 1, into: &t, parallelFrom: 100, Self.exclaim)
+            #expect(written == 2_000 && t.operationCount == 2_002)
+            try store.commit(t)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.values.count == 2_001)
+            #expect(after.values[5_000] == "new")
+            for id in UInt64(1)...2_000 { #expect(after.values[id] == before.values[id]! + "!") }
+            #expect(after.entries[1]!.contains("g9→5000"))
+            #expect(after.entries[1]!.count == before.entries[1]!.count + 1)
+            // Key 5,000 is even: index 2 gains its entry, and only that.
+            #expect(after.entries[2]!.filter { $0 != "even 0→5000" } == before.entries[2]!)
+            #expect(after.entries[2]!.count == before.entries[2]!.count + 1)
+        }
+    }
+
     /// Another commit between the snapshot and the rewrite's commit: a key given another
     /// entry, a key deleted, a key added. The rewrite's puts are applied as puts with the
     /// entries they copied.

@@ -20,15 +20,11 @@ enum Frame {
 
     /// The stored form of a payload: LZ4 when that saves space, else raw (nil: store as is).
     static func encodePayload(_ payload: UnsafeRawBufferPointer) -> (Codec, [UInt8]?) {
+        // A large transaction keeps its payloads until the commit: each is held at its size
+        // (`LZ4.compress` appends exactly what the block takes), not at the compression bound.
         var out: [UInt8] = []
         guard LZ4.compress(payload, appendingTo: &out) else { return (.raw, nil) }
-        // A large transaction keeps its payloads until the commit: each is held at its size,
-        // not at the compression bound the buffer was made with (three times as much here).
-        let exact = [UInt8](unsafeUninitializedCapacity: out.count) { buffer, count in
-            out.withUnsafeBufferPointer { buffer.baseAddress!.initialize(from: $0.baseAddress!, count: $0.count) }
-            count = out.count
-        }
-        return (.lz4, exact)
+        return (.lz4, out)
     }
 
     /// Appends a frame whose stored payload was prepared by `encodePayload`.

@@ -4,27 +4,23 @@ import CLZ4
 enum LZ4 {
     /// Compresses `source`, appending `uncompressedLength u32 · block` to `output`.
     /// Returns false (and leaves `output` unchanged) when compression does not save space.
+    ///
+    /// The block is compressed into scratch memory (the compression bound, never zeroed) and
+    /// appended at its size: `output` grows by exactly what it holds.
     static func compress(_ source: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]) -> Bool {
         guard source.count > 64, source.count <= Int(LZ4_MAX_INPUT_SIZE) else { return false }
         let bound = Int(LZ4_compressBound(Int32(source.count)))
-        let start = output.count
-        output.reserveCapacity(start + 4 + bound)
-        var written = 0
-        withUnsafeBytes(of: UInt32(source.count).littleEndian) { output.append(contentsOf: $0) }
-        output.append(contentsOf: repeatElement(0, count: bound))
-        output.withUnsafeMutableBytes { out in
-            written = Int(
+        return withUnsafeTemporaryAllocation(byteCount: bound, alignment: 16) { scratch in
+            let written = Int(
                 LZ4_compress_default(
                     source.baseAddress!.assumingMemoryBound(to: CChar.self),
-                    out.baseAddress!.advanced(by: start + 4).assumingMemoryBound(to: CChar.self),
-                    Int32(source.count), Int32(bound)))
+                    scratch.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(source.count), Int32(bound)))
+            guard written > 0, written + 4 < source.count else { return false }
+            output.reserveCapacity(output.count + 4 + written)
+            withUnsafeBytes(of: UInt32(source.count).littleEndian) { output.append(contentsOf: $0) }
+            output.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<written]))
+            return true
         }
-        if written <= 0 || written + 4 >= source.count {
-            output.removeSubrange(start...)
-            return false
-        }
-        output.removeSubrange((start + 4 + written)...)
-        return true
     }
 
     /// The length an `uncompressedLength u32 · block` payload declares (nil when too short).

@@ -176,6 +176,15 @@ public struct Transaction: Sendable {
     mutating func append(_ other: Transaction) {
         precondition(!isSpent && !other.isSpent, "a spent transaction cannot be joined")
         guard !other.isEmpty else { return }
+        if isEmpty && limitViolation == nil && blocks.isEmpty && current.count == 0 && storedBlocks.isEmpty
+            && releasedBytes == 0
+        {
+            // Nothing to put `other` after: it becomes this transaction, its arrays shared
+            // rather than copied (a rewrite's first part held 8 MB of retained puts for
+            // half a million keys). A shared compressor is left to `other` at the next put.
+            self = other
+            return
+        }
         if limitViolation == nil { limitViolation = other.limitViolation }
         if current.count > 0 {
             blocks.append(current.take())

@@ -128,6 +128,9 @@ public final class Snapshot: Sendable {
                 let out = UncheckedSendable((partsBuffer, errorsBuffer))
                 DispatchQueue.concurrentPerform(iterations: 2) { worker in
                     var part = Transaction()
+                    // The first part has room for every key's retained put: the second is
+                    // appended to it in place.
+                    part.reserveRetained(worker == 0 ? keys.count : 0)
                     do {
                         let n = try self.rewriteValues(keys, halves[worker], growth: growth, into: &part, transform)
                         out.value.0[worker] = (part, n)
@@ -138,9 +141,14 @@ public final class Snapshot: Sendable {
             }
         }
         if let error = errors[0] ?? errors[1] { throw error }
-        transaction.append(parts[0]!.0)
-        transaction.append(parts[1]!.0)
-        return parts[0]!.1 + parts[1]!.1
+        let (first, firstCount) = parts[0]!
+        let (second, secondCount) = parts[1]!
+        parts = []
+        // Let go of the parts as they are joined: the transaction's arrays are then its own,
+        // and grow in place.
+        transaction.append(consume first)
+        transaction.append(consume second)
+        return firstCount + secondCount
     }
 
     /// Keys from which `rewriteValues` works on two threads.

@@ -107,6 +107,16 @@ import Testing
         try expectCheckpointGivesTheJournalsStore(dir, sets: 20)
     }
 
+    /// Few keys, an index section of two chunks: the open decompresses the first 64 KiB and
+    /// the check decompresses the rest on its thread (the thread sanitizer runs this one).
+    @Test func theCheckDecompressesTheIndexChunksOnItsThread() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let number = try makeStore(dir, keys: 50_000, sets: 3, members: 4)
+        #expect(try dataFrames(joinPath(dir.store(), Checkpoint.fileName(number))).frames.count >= 2)
+        try expectCheckpointGivesTheJournalsStore(dir, sets: 3)
+    }
+
     @Test func setsThatRunPastTheFirstChunkGiveTheJournalsStore() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }

@@ -135,6 +135,27 @@ import Testing
         }
     }
 
+    /// A rewrite on two workers whose transaction is more than one part of the commit's apply
+    /// (which then prepares each next part on another thread while it applies one; the
+    /// thread sanitizer runs this one): the values are rewritten, the entries kept, the store
+    /// what a replay gives.
+    @Test func aRewriteOfMoreThanOnePartOfTheApply() throws {
+        try withPopulatedStore(count: 25_000, padding: 40) { store, dir in
+            let before = try state(store)
+            var t = Transaction()
+            let written = try store.snapshot().rewriteValues(
+                forKeys: allKeys(25_000), growth: 1, into: &t, parallelFrom: 100, Self.exclaim)
+            #expect(written == 25_000)
+            #expect(t.commitBlocks().count > Store.applyPartBlocks)
+            try store.commit(t)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.entries == before.entries)
+            for (id, value) in after.values { #expect(value == before.values[id]! + "!") }
+            #expect(after.liveBytes == before.liveBytes + 25_000)
+            try store.close()
+        }
+    }
+
     /// The workers' parts joined after operations the transaction already holds (the first
     /// part is then appended, not taken whole): every put lands, the rewritten keys keep
     /// their entries, the earlier put of a rewritten key is replaced by the rewrite, and the

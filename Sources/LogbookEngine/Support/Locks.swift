@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -47,5 +48,44 @@ final class ConditionLock: @unchecked Sendable {
         lock()
         defer { unlock() }
         return try body()
+    }
+}
+
+/// Work begun on a global queue whose result one thread takes later (`result()`); when no
+/// worker has begun it by then, that thread runs it itself, so that a busy global queue never
+/// keeps the taker waiting.
+///
+/// ```swift
+/// let next = StealableWork { try decode(part) }
+/// apply(current)
+/// let decoded = try next.result()
+/// ```
+///
+/// Thread safety: `outcome` is written once, by the thread that claimed the work (`claimed`),
+/// before `done` is signalled; `result()` reads it after that signal, or on the thread that
+/// ran the work itself. `result()` is called once, by one thread.
+final class StealableWork<Value: Sendable>: @unchecked Sendable {
+    private let claimed = Atomic<Bool>(false)
+    private let done = DispatchSemaphore(value: 0)
+    private let body: @Sendable () throws -> Value
+    private var outcome: Result<Value, any Error>?
+
+    init(_ body: @escaping @Sendable () throws -> Value) {
+        self.body = body
+        DispatchQueue.global().async { [self] in
+            guard claim() else { return }
+            outcome = Result { try body() }
+            done.signal()
+        }
+    }
+
+    private func claim() -> Bool {
+        claimed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+    }
+
+    /// The work's value (or its error); runs the work here when no worker has begun it.
+    func result() throws -> Value {
+        if claim() { outcome = Result { try body() } } else { done.wait() }
+        return try outcome!.get()
     }
 }

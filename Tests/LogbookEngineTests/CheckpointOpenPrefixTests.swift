@@ -98,32 +98,30 @@ import Testing
         return (file, header.salt, frames)
     }
 
-    @Test func sectionsThatEndInTheFirst64KiBGiveTheJournalsStore() throws {
+    /// A store made by `makeStore`, whose checkpoint holds at least `frames` data frames,
+    /// opened from its checkpoint and from its journal alone: the same store.
+    func expectTheJournalsStore(keys: UInt64, sets: UInt64, members: UInt64, frames: Int) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        let number = try makeStore(dir, keys: 150_000, sets: 20, members: 5)
-        // The index section spans several chunks; the sections before it end early in the first.
-        #expect(try dataFrames(joinPath(dir.store(), Checkpoint.fileName(number))).frames.count >= 3)
-        try expectCheckpointGivesTheJournalsStore(dir, sets: 20)
+        let number = try makeStore(dir, keys: keys, sets: sets, members: members)
+        #expect(try dataFrames(joinPath(dir.store(), Checkpoint.fileName(number))).frames.count >= frames)
+        try expectCheckpointGivesTheJournalsStore(dir, sets: sets)
+    }
+
+    /// The index section spans several chunks; the sections before it end early in the first.
+    @Test func sectionsThatEndInTheFirst64KiBGiveTheJournalsStore() throws {
+        try expectTheJournalsStore(keys: 150_000, sets: 20, members: 5, frames: 3)
     }
 
     /// Few keys, an index section of two chunks: the open decompresses the first 64 KiB and
     /// the check decompresses the rest on its thread (the thread sanitizer runs this one).
     @Test func theCheckDecompressesTheIndexChunksOnItsThread() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        let number = try makeStore(dir, keys: 50_000, sets: 3, members: 4)
-        #expect(try dataFrames(joinPath(dir.store(), Checkpoint.fileName(number))).frames.count >= 2)
-        try expectCheckpointGivesTheJournalsStore(dir, sets: 3)
+        try expectTheJournalsStore(keys: 50_000, sets: 3, members: 4, frames: 2)
     }
 
+    /// 60,000 sets of 12 members: some 1.2 MB of set section, past the first 1 MiB chunk.
     @Test func setsThatRunPastTheFirstChunkGiveTheJournalsStore() throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanUp() }
-        // 60,000 sets of 12 members: some 1.2 MB of set section, past the first 1 MiB chunk.
-        let number = try makeStore(dir, keys: 150_000, sets: 60_000, members: 12)
-        #expect(try dataFrames(joinPath(dir.store(), Checkpoint.fileName(number))).frames.count >= 4)
-        try expectCheckpointGivesTheJournalsStore(dir, sets: 60_000)
+        try expectTheJournalsStore(keys: 150_000, sets: 60_000, members: 12, frames: 4)
     }
 
     @Test func anIndexChunkThatDoesNotDecompressIsReplacedFromTheJournal() throws {

@@ -1252,41 +1252,55 @@ enum Checkpoint {
     /// The checksums of a checkpoint file's slot frames, computed on another thread from
     /// `init` on, and by the caller of `finish`, which takes the frames that thread has not
     /// begun (so that a busy global queue never keeps an open waiting), waits for the rest, and
-    /// throws for a damaged frame. `finish` must be called on every path: the thread reads
-    /// the image.
+    /// throws for a damaged frame. `finish` must be called on every path.
     final class SlotCheck: Sendable {
-        private let image: FileImage
-        private let positions: [Int]
-        private let salt: UInt32
-        /// The next frame to check, and how many have been checked.
-        private let next = Atomic<Int>(0)
-        private let checked = Atomic<Int>(0)
-        private let bad = Atomic<Int>(-1)
+        /// What the other thread holds: the frames' places and the counters, not the image,
+        /// which goes with its last leaf whenever that thread runs. It reads the image's bytes
+        /// only for a frame it claimed before `finish` returned, and `finish` waits for those.
+        private final class Work: @unchecked Sendable {
+            // `raw` is read only for claimed frames, all claimed and checked before `finish`
+            // returns, while the caller holds the image; the counters are atomic.
+            let raw: UnsafeRawBufferPointer
+            let positions: [Int]
+            let salt: UInt32
+            /// The next frame to check, how many have been checked, and the first bad one.
+            let next = Atomic<Int>(0)
+            let checked = Atomic<Int>(0)
+            let bad = Atomic<Int>(-1)
 
-        init(_ image: FileImage, _ layout: Layout) {
-            self.image = image
-            positions = layout.slotFramePositions
-            salt = layout.salt
-            guard !positions.isEmpty else { return }
-            DispatchQueue.global().async { [self] in work() }
-        }
+            init(raw: UnsafeRawBufferPointer, positions: [Int], salt: UInt32) {
+                self.raw = raw
+                self.positions = positions
+                self.salt = salt
+            }
 
-        private func work() {
-            while true {
-                let k = next.wrappingAdd(1, ordering: .relaxed).oldValue
-                guard k < positions.count else { return }
-                if !Frame.verify(image.raw, at: positions[k], salt: salt) {
-                    bad.store(positions[k], ordering: .relaxed)
+            func run() {
+                while true {
+                    let k = next.wrappingAdd(1, ordering: .relaxed).oldValue
+                    guard k < positions.count else { return }
+                    if !Frame.verify(raw, at: positions[k], salt: salt) { bad.store(positions[k], ordering: .relaxed) }
+                    checked.wrappingAdd(1, ordering: .releasing)
                 }
-                checked.wrappingAdd(1, ordering: .releasing)
             }
         }
 
+        private let image: FileImage
+        private let work: Work
+
+        init(_ image: FileImage, _ layout: Layout) {
+            self.image = image
+            work = Work(raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt)
+            guard !layout.slotFramePositions.isEmpty else { return }
+            DispatchQueue.global().async { [work] in work.run() }
+        }
+
         func finish(path: String) throws {
-            work()
-            // A frame the other thread took is 256 KiB at most: tens of microseconds.
-            while checked.load(ordering: .acquiring) < positions.count { sched_yield() }
-            let at = bad.load(ordering: .relaxed)
+            withExtendedLifetime(image) {
+                work.run()
+                // A frame the other thread took is 256 KiB at most: tens of microseconds.
+                while work.checked.load(ordering: .acquiring) < work.positions.count { sched_yield() }
+            }
+            let at = work.bad.load(ordering: .relaxed)
             guard at < 0 else { throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: at) }
         }
     }

@@ -498,3 +498,36 @@ extension DeferredIndexTests {
         #expect(deferred.indexes[7]!.primaryKeys(from: nil, to: nil) == source.primaryKeys(from: nil, to: nil))
     }
 }
+
+/// `Snapshot.keys(inKeyspace:from:limit:)`, which collects a few thousand keys a walk: every
+/// key of the keyspace in order, from where it is asked to start, up to its limit, none of
+/// the keyspaces beside it.
+@Suite struct SnapshotKeysTests {
+    @Test func keysOfAKeyspaceAcrossManyWalks() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let store = try Store.open(at: dir.store(), options: quietOptions(.none))
+        // Sparse ids (gaps inside and between leaves) in keyspace 2, neighbours in 1 and 3,
+        // and the last id a keyspace can hold.
+        let ids = (UInt64(0)..<12_000).filter { $0 % 7 != 3 }.map { $0 * 3 } + [EngineKey.maxID]
+        var t = Transaction()
+        for id in ids { t.put(key(2, id), value: [1]) }
+        for id in UInt64(0)..<100 {
+            t.put(key(1, id), value: [1])
+            t.put(key(3, id), value: [1])
+        }
+        try store.commit(t)
+        let s = store.snapshot()
+        let all = ids.map { key(2, $0) }
+        #expect(s.keys(inKeyspace: 2) == all)
+        #expect(s.keys(inKeyspace: 2, limit: 5_000) == Array(all.prefix(5_000)))
+        #expect(s.keys(inKeyspace: 2, limit: 0).isEmpty)
+        let from = key(2, 9_001)
+        #expect(s.keys(inKeyspace: 2, from: from) == all.filter { $0 >= from })
+        #expect(s.keys(inKeyspace: 2, from: from, limit: 4_097) == Array(all.filter { $0 >= from }.prefix(4_097)))
+        #expect(s.keys(inKeyspace: 2, from: key(2, EngineKey.maxID)) == [key(2, EngineKey.maxID)])
+        #expect(s.keys(inKeyspace: 4).isEmpty)
+        #expect(s.keys(inKeyspace: 1).count == 100)
+        try store.close()
+    }
+}

@@ -262,7 +262,6 @@ extension ManagedObjectContext {
                 let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: nil)
                 let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
                 let attributeCount = layout.attributeCount
-                updatedKeys.reserveCapacity(updatedKeys.count + keys.count)
                 if plan.residual == nil && computed.isEmpty {
                     // Constant values on records the plan selects whole: the stored bytes are
                     // changed in place, the other values never decoded.
@@ -271,6 +270,7 @@ extension ManagedObjectContext {
                         updated: &updatedKeys)
                     continue
                 }
+                updatedKeys.reserveCapacity(updatedKeys.count + keys.count)
                 try RecordCodec.readingRecords(of: layout) {
                     try snapshot.forEachValue(forKeys: keys) { _, key, raw in
                         var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
@@ -386,7 +386,8 @@ extension ManagedObjectContext {
                     .store, "\(keys.count - written) records of \(layout.name) are missing from the store's snapshot",
                     entity: layout.name)
             }
-            updated.append(contentsOf: keys)
+            // The first entity's keys become the list as they are (8 MB not copied for a million).
+            if updated.isEmpty { updated = keys } else { updated.append(contentsOf: keys) }
             return
         }
         // One index on an attribute: its key comes from that value alone; else from the record.

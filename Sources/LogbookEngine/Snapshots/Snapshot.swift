@@ -403,14 +403,26 @@ public final class Snapshot: Sendable {
 
     /// The keys of a keyspace in ascending order from `start`, at most `limit` of them.
     public func keys(inKeyspace keyspace: UInt16, from start: UInt64 = 0, limit: Int? = nil) -> [UInt64] {
-        var out: [UInt64] = []
-        let limit = limit ?? .max
-        out.reserveCapacity(min(limit, state.primary.count(inKeyspace: keyspace)))
-        _ = state.primary.forEach(inKeyspace: keyspace, from: start) { key, _ in
-            out.append(key)
-            return out.count < limit
+        let capacity = min(limit ?? .max, state.primary.count(inKeyspace: keyspace))
+        guard capacity > 0 else { return [] }
+        // Walks of a few thousand keys that store into the array (the locations into scratch
+        // memory), without a closure call and an append per key.
+        return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: min(capacity, 4096)) { scratch in
+            [UInt64](unsafeUninitializedCapacity: capacity) { out, made in
+                let through = EngineKey(keyspace: keyspace, id: EngineKey.maxID).rawValue
+                var from = start
+                while made < capacity {
+                    let room = min(capacity - made, scratch.count)
+                    let n = state.primary.collect(
+                        inKeyspace: keyspace, from: from, through: through,
+                        keys: UnsafeMutableBufferPointer(rebasing: out[made..<(made + room)]),
+                        values: UnsafeMutableBufferPointer(rebasing: scratch[0..<room]))
+                    made += n
+                    guard n == room, out[made - 1] < through else { break }
+                    from = out[made - 1] + 1
+                }
+            }
         }
-        return out
     }
 
     /// The keyspaces that hold keys.

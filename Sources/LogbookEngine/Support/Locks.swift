@@ -61,20 +61,21 @@ final class ConditionLock: @unchecked Sendable {
 /// let decoded = try next.result()
 /// ```
 ///
-/// Thread safety: `outcome` is written once, by the thread that claimed the work (`claimed`),
-/// before `done` is signalled; `result()` reads it after that signal, or on the thread that
-/// ran the work itself. `result()` is called once, by one thread.
+/// Thread safety: `body` and `outcome` are touched only by the thread that claimed the work
+/// (`claimed`), which lets go of `body` once it has run; `outcome` is written before `done` is
+/// signalled, and `result()` reads it after that signal, or on the thread that ran the work
+/// itself. `result()` is called once, by one thread.
 final class StealableWork<Value: Sendable>: @unchecked Sendable {
     private let claimed = Atomic<Bool>(false)
     private let done = DispatchSemaphore(value: 0)
-    private let body: @Sendable () throws -> Value
+    private var body: (@Sendable () throws -> Value)?
     private var outcome: Result<Value, any Error>?
 
     init(_ body: @escaping @Sendable () throws -> Value) {
         self.body = body
         DispatchQueue.global().async { [self] in
             guard claim() else { return }
-            outcome = Result { try body() }
+            run()
             done.signal()
         }
     }
@@ -83,9 +84,18 @@ final class StealableWork<Value: Sendable>: @unchecked Sendable {
         claimed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
     }
 
+    /// Runs the work and drops it: a block still queued when the taker ran the work itself
+    /// keeps this object until it runs, but no longer the work's inputs (a part of a commit,
+    /// about 1 MB).
+    private func run() {
+        let work = body!
+        body = nil
+        outcome = Result { try work() }
+    }
+
     /// The work's value (or its error); runs the work here when no worker has begun it.
     func result() throws -> Value {
-        if claim() { outcome = Result { try body() } } else { done.wait() }
+        if claim() { run() } else { done.wait() }
         return try outcome!.get()
     }
 }

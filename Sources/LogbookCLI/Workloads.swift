@@ -277,10 +277,10 @@ func relationsWorkload(store path: String, count: Int, durability: Durability) t
             "peak_rss_mb": peakRSSMegabytes(), "file_bytes": directoryBytes(path)
         ])
     context.reset()
-    // The save hands the objects it inserted to another thread to free (about 20 ms for a
-    // hundred thousand); a traverse run meanwhile took 1.6 ms against 0.55 ms after it, the two
-    // threads contending for the allocator. The traverse is timed on a quiet store (as
-    // PeerRunner times both libraries').
+    // The save hands the objects it inserted to another thread to free; traverses run while
+    // it did took about 1.6 ms against 0.50–0.65 ms after it, the two threads contending for
+    // the allocator. The traverse is timed on a quiet store (as PeerRunner times both
+    // libraries').
     usleep(200_000)
     let t0 = now()
     let fresh = container.newContext(concurrencyType: .confinement)

@@ -46,10 +46,9 @@ func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
 /// reported as the median: one takes about as long as the timer's grain.
 let traverseRounds = 11
 /// The pause between W6's save and its traverse, for both libraries: Logbook's save hands the
-/// objects it inserted to another thread to free (a hundred thousand took about 20 ms there),
-/// and traverse rounds run meanwhile took 1.6 ms against 0.55 ms after it, the two threads
-/// contending for the allocator. The traverse is measured on a quiet store; the populate's
-/// time is what its caller waits for.
+/// objects it inserted to another thread to free, and traverse rounds run while it did took
+/// about 1.6 ms against 0.50–0.65 ms after it, the two threads contending for the allocator.
+/// The traverse is measured on a quiet store; the populate's time is what its caller waits for.
 let traversePause: UInt32 = 200_000
 
 // MARK: Logbook

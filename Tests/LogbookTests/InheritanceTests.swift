@@ -181,6 +181,26 @@ import Testing
         try generic.close()
     }
 
+    /// A batch update of the whole tree without a predicate: each entity's records are
+    /// spliced in turn, and the result names every object of every entity once.
+    @Test func batchUpdateOfEveryEntityInTheTree() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: Self.model())
+        let c = container.newContext(concurrencyType: .confinement)
+        let (_, objects) = try fill(c)
+        try c.save()
+        var update = BatchUpdateRequest(entityName: "Vehicle")
+        update.propertiesToUpdate = ["name": "renamed"]
+        update.resultType = .objectIDs
+        let result = try c.execute(update)
+        #expect(result.count == 5)
+        #expect(Set(result.objectIDs) == Set(objects.values.map(\.objectID)))
+        #expect(result.objectIDs.count == 5)
+        let check = container.newContext(concurrencyType: .confinement)
+        let all = try check.fetch(FetchRequest<ManagedObject>(entityName: "Vehicle"))
+        #expect(try names(all) == Array(repeating: "renamed", count: 5))
+    }
+
     @Test func batchUpdateAndDeleteRulesAcrossTheTree() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: Self.model())

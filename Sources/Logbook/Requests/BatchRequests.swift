@@ -397,6 +397,7 @@ extension ManagedObjectContext {
             && indexed.allSatisfy { $0.slot < layout.attributeCount }
         let destinations = layout.toOne.map { store.keyspace[layout.relationshipDestination[$0]] }
         var buffer: [UInt8] = []
+        updated.reserveCapacity(updated.count + keys.count)
         try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
                 try snapshot.forEachValue(forKeys: keys) { _, key, raw in

@@ -4,7 +4,7 @@
 //
 //   swift run -c release --package-path Benchmarks PeerRunner [--count N] [--repeat R]
 //   … PeerRunner --only-queries            W11 and W12 alone
-//   … PeerRunner --scale --count 10000000  W1 batch, W2, W4, W8, W9, W11: the scale table
+//   … PeerRunner --scale --count 10000000 --repeat 3  W1 batch, W2, W4, W8, W9, W11: the scale table
 import Foundation
 import GRDB
 import Logbook
@@ -773,16 +773,21 @@ let grdbStore = try keptGRDBStore()
 // reads are timed, so that W2 (the first reader) does not run against that writeback (its
 // figure moved by half between runs of the same code when it did).
 sync()
-/// Each phase in `repeats` new processes, Logbook and GRDB in turn; the median of each figure.
+/// Each phase in `repeats` new processes, Logbook's first, then GRDB's; the median of each figure.
 func medians(
     _ logbookPhase: String, _ grdbPhase: String, logbookStore: String, grdbStore: String
 ) throws -> ([String: Double], [String: Double]) {
+    // Each library's processes run back to back, so that each but the first runs after one of
+    // its own that freed as much memory. This VM gives freed memory back to the host (free page
+    // reporting), and a process that touches more than was freed just before waits for the
+    // host at each new page: alternated, every Logbook W2 process at 10M (2.2 GB) ran after a
+    // GRDB one (0.5 GB) and took 3.4–8.6 s against 3.1–3.6 s back to back (GRDB 9.2–9.4 s
+    // either way; docs/benchmarks.md, "Runs P69–P74"). The median of three leaves out the
+    // first, cold, process of each.
     var l: [[String: Double]] = []
     var g: [[String: Double]] = []
-    for _ in 0..<repeats {
-        l.append(try inNewProcess(logbookPhase, logbookStore))
-        g.append(try inNewProcess(grdbPhase, grdbStore))
-    }
+    for _ in 0..<repeats { l.append(try inNewProcess(logbookPhase, logbookStore)) }
+    for _ in 0..<repeats { g.append(try inNewProcess(grdbPhase, grdbStore)) }
     func combine(_ runs: [[String: Double]]) -> [String: Double] {
         var out: [String: Double] = [:]
         for key in Set(runs.flatMap(\.keys)) { out[key] = median(runs.compactMap { $0[key] }) }

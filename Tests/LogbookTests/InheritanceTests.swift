@@ -52,6 +52,18 @@ import Testing
         return (garage, objects)
     }
 
+    /// A container on `store` whose context has `fill`'s objects saved.
+    func savedTree(_ store: TemporaryStore) throws -> (
+        container: PersistentContainer, context: ManagedObjectContext, garage: ManagedObject,
+        objects: [String: ManagedObject]
+    ) {
+        let container = try makeContainer(store, model: Self.model())
+        let context = container.newContext(concurrencyType: .confinement)
+        let (garage, objects) = try fill(context)
+        try context.save()
+        return (container, context, garage, objects)
+    }
+
     func names(_ objects: [ManagedObject]) throws -> [String] {
         try objects.map { try $0.value(forKey: "name") as! String }
     }
@@ -159,10 +171,7 @@ import Testing
 
     @Test func theModelRecordedInTheStoreKeepsTheTree() throws {
         let store = TemporaryStore()
-        let container = try makeContainer(store, model: Self.model())
-        let c = container.newContext(concurrencyType: .confinement)
-        let (garage, _) = try fill(c)
-        try c.save()
+        let (container, _, garage, _) = try savedTree(store)
         let id = garage.objectID
         try container.close()
         // A tool without the app's model reads the store through the schema it records.
@@ -185,10 +194,7 @@ import Testing
     /// spliced in turn, and the result names every object of every entity once.
     @Test func batchUpdateOfEveryEntityInTheTree() throws {
         let store = TemporaryStore()
-        let container = try makeContainer(store, model: Self.model())
-        let c = container.newContext(concurrencyType: .confinement)
-        let (_, objects) = try fill(c)
-        try c.save()
+        let (container, c, _, objects) = try savedTree(store)
         var update = BatchUpdateRequest(entityName: "Vehicle")
         update.propertiesToUpdate = ["name": "renamed"]
         update.resultType = .objectIDs
@@ -203,10 +209,7 @@ import Testing
 
     @Test func batchUpdateAndDeleteRulesAcrossTheTree() throws {
         let store = TemporaryStore()
-        let container = try makeContainer(store, model: Self.model())
-        let c = container.newContext(concurrencyType: .confinement)
-        let (garage, objects) = try fill(c)
-        try c.save()
+        let (container, c, garage, objects) = try savedTree(store)
         var update = BatchUpdateRequest(entityName: "Car")
         update.predicate = try FetchPredicate(format: "wheels == 4")
         update.propertiesToUpdate = ["plate": "NL"]

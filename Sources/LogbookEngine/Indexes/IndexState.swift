@@ -26,6 +26,16 @@ struct IndexState: Sendable {
     var liveBytes = 0
     /// Uncompressed bytes of all operations in the store's segments.
     var totalBytes = 0
+    /// The check of the checkpoint's whole leaves that the open left running, if any
+    /// (`Checkpoint.SlotCheck`): whatever writes waits for it.
+    var slotCheck: Checkpoint.SlotCheck?
+
+    /// Waits for the checks an open left running (the whole leaves' checksums, the secondary
+    /// index section's); throws what they found and could not mend.
+    func checkLoaded() throws(EngineError) {
+        try slotCheck?.check()
+        try secondary.check()
+    }
 
     /// Applies a committed transaction: its blocks, in order, at their frame offsets.
     ///
@@ -51,8 +61,8 @@ struct IndexState: Sendable {
         guard !blocks.isEmpty else { return }
         // Deferred indexes whose check after the open is still running are waited for, and
         // indexes that could not be had make this throw (`DeferredIndexes`): every phase
-        // below may change them.
-        try secondary.check()
+        // below may change them. So are whole leaves that could not be mended (`SlotCheck`).
+        try checkLoaded()
         let path = reader.segments.files[segment]?.path
         let table = try given ?? Self.operationTable(blocks, path: path)
         let (replaced, unsettled) = try runPasses(

@@ -37,6 +37,11 @@ struct RadixMap<Value: RadixSlot> {
         /// kept alive by this leaf; nil when they are on the heap.
         let owner: AnyObject?
         @exclusivity(unchecked) var occupied: Int
+        /// A parent of leaves that a checkpoint's mapping holds, not yet made nodes (its
+        /// `children` are empty until then): how an open of ten million keys attaches 2,441
+        /// parents rather than 156,000 leaves. Never shared by two parents (a copy of the parent
+        /// makes nodes of them), and made nodes before the parent's first write.
+        @exclusivity(unchecked) var mapped: MappedLeaves?
 
         init(leaf: Bool, arena: SlotArena? = nil) {
             if leaf {
@@ -66,9 +71,19 @@ struct RadixMap<Value: RadixSlot> {
             self.occupied = occupied
         }
 
+        /// A parent of leaves in a checkpoint's mapping, `occupied` of them present in `mapped`.
+        init(mapped: MappedLeaves, occupied: Int) {
+            children = []
+            slots = noSlots.assumingMemoryBound(to: Value.self)
+            owner = nil
+            self.occupied = occupied
+            self.mapped = mapped
+        }
+
         init(copying other: Node) {
-            children = other.children
+            children = other.mapped.map { $0.nodes() } ?? other.children
             if other.isLeaf {
+                other.awaitSlots()
                 slots = .allocate(capacity: RadixMap.fanout)
                 slots.initialize(from: other.slots, count: RadixMap.fanout)
             } else {
@@ -85,7 +100,82 @@ struct RadixMap<Value: RadixSlot> {
             if owner == nil { slots.deallocate() }
         }
 
-        var isLeaf: Bool { children.isEmpty }
+        /// By the slots' address, not `children.isEmpty`: a mapped parent has no children
+        /// yet, and a generic array's emptiness asked in `deinit` looked up its metadata each
+        /// time (a quarter of the time to free ten million keys' index).
+        @inline(__always)
+        var isLeaf: Bool { UnsafeMutableRawPointer(slots) != noSlots }
+
+        /// Whether the slots are in memory that `attachLeaves` was given (a checkpoint's
+        /// mapping), not the heap or a `SlotChunk`: such a leaf is copied to the heap before its
+        /// first write, uniquely referenced or not (the mapped parent it came from, which a
+        /// snapshot may still read, points at the same slots).
+        @inline(__always)
+        var slotsAreMapped: Bool { owner.map { type(of: $0) != SlotChunk.self } ?? false }
+
+        /// Returns once a leaf's slots may be read: at once, unless they are in a checkpoint
+        /// whose slot frames are still being checked (`FileImage.awaitSlots(_:)`).
+        @inline(__always)
+        func awaitSlots() {
+            if let owner, type(of: owner) == FileImage.self {
+                unsafeDowncast(owner, to: FileImage.self).awaitSlots(slots)
+            }
+        }
+
+        /// Leaf `i` of a parent of leaves: its slots (which may be read) and how many are
+        /// present.
+        @inline(__always)
+        func leaf(_ i: Int) -> (slots: UnsafeMutablePointer<Value>, occupied: Int)? {
+            if let mapped {
+                guard let slots = mapped.slots[i] else { return nil }
+                mapped.file?.awaitSlots(slots)
+                return (slots, Int(mapped.counts[i]))
+            }
+            guard let child = children[i] else { return nil }
+            child.awaitSlots()
+            return (child.slots, child.occupied)
+        }
+
+        /// Makes nodes of a mapped parent's leaves; the parent is uniquely referenced.
+        @inline(__always)
+        func materialize() {
+            guard let mapped else { return }
+            children = mapped.nodes()
+            self.mapped = nil
+        }
+    }
+
+    /// The leaves of one parent that a checkpoint's mapping holds, used in place: the slots of
+    /// each of its 64 leaves (nil where there is none) and how many keys each holds. Written
+    /// only while built (`attachLeaves`), then read by any thread.
+    final class MappedLeaves {
+        let slots: UnsafeMutablePointer<UnsafeMutablePointer<Value>?>
+        let counts: UnsafeMutablePointer<UInt8>
+        /// The mapping's owner, which each leaf made a node keeps alive in its turn.
+        let image: AnyObject
+        /// The same, when it is a checkpoint's image: reads wait for its slot check.
+        let file: FileImage?
+
+        init(image: AnyObject) {
+            self.image = image
+            file = image as? FileImage
+            slots = .allocate(capacity: RadixMap.fanout)
+            slots.initialize(repeating: nil, count: RadixMap.fanout)
+            counts = .allocate(capacity: RadixMap.fanout)
+            counts.initialize(repeating: 0, count: RadixMap.fanout)
+        }
+
+        deinit {
+            slots.deallocate()
+            counts.deallocate()
+        }
+
+        /// The leaves as nodes (over the same slots), for a parent's children.
+        func nodes() -> [Node?] {
+            (0..<RadixMap.fanout).map { i in
+                slots[i].map { Node(slots: $0, owner: image, occupied: Int(counts[i])) }
+            }
+        }
     }
 
     struct Space {
@@ -123,36 +213,52 @@ struct RadixMap<Value: RadixSlot> {
     }
 
     subscript(key: UInt64) -> Value? {
-        let (ks, id) = Self.split(key)
-        guard let si = spaceIndex(ks) else { return nil }
-        let space = spaces[si]
-        guard var node = space.root, id >> UInt64(Self.bits * space.height) == 0 || space.height >= 8 else {
-            return nil
-        }
-        var shift = Self.bits * (space.height - 1)
-        while shift > 0 {
-            guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
-            node = child
-            shift -= Self.bits
-        }
-        let value = node.slots[Int(id & 63)]
+        guard let slots = leafSlots(for: key) else { return nil }
+        let value = slots[Int(key & 63)]
         return value.isAbsent ? nil : value
     }
 
-    /// The leaf that holds `key`'s slot, or nil when there is none.
+    /// The slots of the leaf that holds `key`'s slot, or nil when there is none.
     @inline(__always)
-    func leaf(for key: UInt64) -> Node? {
+    func leafSlots(for key: UInt64) -> UnsafeMutablePointer<Value>? {
         let (ks, id) = Self.split(key)
         guard let si = spaceIndex(ks) else { return nil }
         let height = spaces[si].height
         guard var node = spaces[si].root, id >> UInt64(Self.bits * height) == 0 || height >= 8 else { return nil }
         var shift = Self.bits * (height - 1)
-        while shift > 0 {
+        if shift == 0 {
+            node.awaitSlots()
+            return node.slots
+        }
+        while shift > Self.bits {
             guard let child = node.children[Int((id >> UInt64(shift)) & 63)] else { return nil }
             node = child
             shift -= Self.bits
         }
-        return node
+        return node.leaf(Int((id >> UInt64(Self.bits)) & 63))?.slots
+    }
+
+    /// The leaf that holds `key`'s slot: its slots, what holds them (nil for the heap, a
+    /// `SlotChunk`, or the checkpoint's `FileImage` for a leaf used in place) and how many are
+    /// present. For tests and checks.
+    func leafInfo(for key: UInt64) -> (slots: UnsafeMutablePointer<Value>, owner: AnyObject?, occupied: Int)? {
+        let (ks, id) = Self.split(key)
+        guard let si = spaceIndex(ks), var node = spaces[si].root else { return nil }
+        guard id >> UInt64(Self.bits * spaces[si].height) == 0 || spaces[si].height >= 8 else { return nil }
+        var shift = Self.bits * (spaces[si].height - 1)
+        while shift > 0 {
+            let i = Int((id >> UInt64(shift)) & 63)
+            if shift == Self.bits, let mapped = node.mapped {
+                guard let slots = mapped.slots[i] else { return nil }
+                mapped.file?.awaitSlots(slots)
+                return (slots, mapped.image, Int(mapped.counts[i]))
+            }
+            guard let child = node.children[i] else { return nil }
+            node = child
+            shift -= Self.bits
+        }
+        node.awaitSlots()
+        return (node.slots, node.owner, node.occupied)
     }
 
     /// The values of many keys (absent ones as `.absent`), in the keys' order. Keys that share a
@@ -160,13 +266,13 @@ struct RadixMap<Value: RadixSlot> {
     func values(forKeys keys: ArraySlice<UInt64>) -> [Value] {
         [Value](unsafeUninitializedCapacity: keys.count) { out, made in
             var prefix = UInt64.max
-            var leaf: Node?
+            var leaf: UnsafeMutablePointer<Value>?
             for (i, key) in keys.enumerated() {
                 if key >> Self.bits != prefix {
                     prefix = key >> Self.bits
-                    leaf = self.leaf(for: key)
+                    leaf = leafSlots(for: key)
                 }
-                (out.baseAddress! + i).initialize(to: leaf?.slots[Int(key & 63)] ?? .absent)
+                (out.baseAddress! + i).initialize(to: leaf?[Int(key & 63)] ?? .absent)
                 made = i + 1
             }
         }
@@ -224,7 +330,9 @@ struct RadixMap<Value: RadixSlot> {
             space.height += 1
         }
         if space.root == nil { space.root = Node(leaf: space.height == 1, arena: arena) }
-        if !isKnownUniquelyReferenced(&space.root!) { space.root = Node(copying: space.root!) }
+        if !isKnownUniquelyReferenced(&space.root!) || space.root!.slotsAreMapped {
+            space.root = Node(copying: space.root!)
+        }
     }
 
     private static func modify<R>(_ space: inout Space, id: UInt64, _ body: (inout Value) -> R) -> R {
@@ -267,10 +375,11 @@ struct RadixMap<Value: RadixSlot> {
     /// Child `i` of a uniquely referenced node, created if missing, copied if shared.
     @inline(__always)
     private static func uniqueChild(of node: Node, at i: Int, leaf: Bool, arena: SlotArena? = nil) -> Node {
+        node.materialize()
         if node.children[i] == nil {
             node.children[i] = Node(leaf: leaf, arena: arena)
             node.occupied += 1
-        } else if !isKnownUniquelyReferenced(&node.children[i]!) {
+        } else if !isKnownUniquelyReferenced(&node.children[i]!) || (leaf && node.children[i]!.slotsAreMapped) {
             node.children[i] = Node(copying: node.children[i]!)
         }
         return node.children[i]!
@@ -431,21 +540,29 @@ struct RadixMap<Value: RadixSlot> {
     private static func visit(
         _ node: Node, prefix: UInt64, shift: Int, start: UInt64, base: UInt64, _ body: (UInt64, Value) throws -> Bool
     ) rethrows -> Bool {
-        if shift == 0 {
-            let first = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
-            var i = first
+        func visitLeaf(_ slots: UnsafeMutablePointer<Value>, prefix: UInt64) throws -> Bool {
+            var i = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
             while i < 64 {
-                let v = node.slots[i]
+                let v = slots[i]
                 if !v.isAbsent, try !body(base | (prefix + UInt64(i)), v) { return false }
                 i += 1
             }
             return true
         }
+        if shift == 0 {
+            node.awaitSlots()
+            return try visitLeaf(node.slots, prefix: prefix)
+        }
         let span = UInt64(1) << UInt64(shift)
         for i in 0..<64 {
-            guard let child = node.children[i] else { continue }
             let childPrefix = prefix + UInt64(i) * span
             if childPrefix + span <= start { continue }
+            if shift == bits {
+                guard let leaf = node.leaf(i) else { continue }
+                if try !visitLeaf(leaf.slots, prefix: childPrefix) { return false }
+                continue
+            }
+            guard let child = node.children[i] else { continue }
             if try !visit(child, prefix: childPrefix, shift: shift - bits, start: start, base: base, body) {
                 return false
             }
@@ -469,30 +586,38 @@ struct RadixMap<Value: RadixSlot> {
         let end = throughKey.keyspace == keyspace ? throughKey.id : (throughKey.keyspace > keyspace ? UInt64.max : 0)
         guard start != .max, start <= end, throughKey.keyspace >= keyspace else { return 0 }
         var added = 0
+        func walkLeaf(_ slots: UnsafeMutablePointer<Value>, prefix: UInt64) -> Bool {
+            var i = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
+            while i < 64 {
+                let id = prefix + UInt64(i)
+                if id > end { return false }
+                let v = slots[i]
+                if !v.isAbsent {
+                    keys[added] = base | id
+                    values[added] = v
+                    added += 1
+                    if added == limit { return false }
+                }
+                i += 1
+            }
+            return true
+        }
         func walk(_ node: Node, prefix: UInt64, shift: Int) -> Bool {
             if shift == 0 {
-                var i = prefix + 64 <= start ? 64 : (start > prefix ? Int(start - prefix) : 0)
-                let slots = node.slots
-                while i < 64 {
-                    let id = prefix + UInt64(i)
-                    if id > end { return false }
-                    let v = slots[i]
-                    if !v.isAbsent {
-                        keys[added] = base | id
-                        values[added] = v
-                        added += 1
-                        if added == limit { return false }
-                    }
-                    i += 1
-                }
-                return true
+                node.awaitSlots()
+                return walkLeaf(node.slots, prefix: prefix)
             }
             let span = UInt64(1) << UInt64(shift)
             for i in 0..<64 {
-                guard let child = node.children[i] else { continue }
                 let childPrefix = prefix + UInt64(i) * span
                 if childPrefix + span <= start { continue }
                 if childPrefix > end { return false }
+                if shift == Self.bits {
+                    guard let leaf = node.leaf(i) else { continue }
+                    if !walkLeaf(leaf.slots, prefix: childPrefix) { return false }
+                    continue
+                }
+                guard let child = node.children[i] else { continue }
                 if !walk(child, prefix: childPrefix, shift: shift - Self.bits) { return false }
             }
             return true
@@ -506,15 +631,24 @@ struct RadixMap<Value: RadixSlot> {
     func lastKey(inKeyspace keyspace: UInt16) -> UInt64? {
         guard let si = spaceIndex(keyspace), let root = spaces[si].root, spaces[si].count > 0 else { return nil }
         let base = EngineKey.first(inKeyspace: keyspace).rawValue
+        func lastOf(_ slots: UnsafeMutablePointer<Value>, prefix: UInt64) -> UInt64? {
+            for i in stride(from: 63, through: 0, by: -1) where !slots[i].isAbsent {
+                return base | (prefix + UInt64(i))
+            }
+            return nil
+        }
         func last(_ node: Node, prefix: UInt64, shift: Int) -> UInt64? {
             if shift == 0 {
-                for i in stride(from: 63, through: 0, by: -1) where !node.slots[i].isAbsent {
-                    return base | (prefix + UInt64(i))
-                }
-                return nil
+                node.awaitSlots()
+                return lastOf(node.slots, prefix: prefix)
             }
             let span = UInt64(1) << UInt64(shift)
             for i in stride(from: 63, through: 0, by: -1) {
+                if shift == Self.bits {
+                    guard let leaf = node.leaf(i) else { continue }
+                    if let found = lastOf(leaf.slots, prefix: prefix + UInt64(i) * span) { return found }
+                    continue
+                }
                 guard let child = node.children[i] else { continue }
                 if let found = last(child, prefix: prefix + UInt64(i) * span, shift: shift - Self.bits) { return found }
             }
@@ -539,6 +673,10 @@ struct RadixMap<Value: RadixSlot> {
             if node.isLeaf {
                 // The node, and its slots (with the heap's 16 bytes when not in a chunk).
                 total += 48 + (node.owner == nil ? 16 : 0) + 64 * valueSize
+            } else if let mapped = node.mapped {
+                // The parent and its table; each leaf's slots, in the checkpoint's mapping.
+                total += 48 + 48 + 64 * 9
+                for i in 0..<64 where mapped.slots[i] != nil { total += 64 * valueSize }
             } else {
                 total += 48 + 32 + 64 * 8
                 for case let child? in node.children { walk(child) }
@@ -563,11 +701,17 @@ extension RadixMap where Value == UInt64 {
         guard let si = spaceIndex(keyspace), let root = spaces[si].root else { return }
         func visit(_ node: Node, prefix: UInt64, shift: Int) throws {
             if shift == 0 {
+                node.awaitSlots()
                 try body(prefix >> UInt64(Self.bits), node.slots, node.occupied)
                 return
             }
             let span = UInt64(1) << UInt64(shift)
             for i in 0..<64 {
+                if shift == Self.bits {
+                    guard let leaf = node.leaf(i) else { continue }
+                    try body((prefix + UInt64(i) * span) >> UInt64(Self.bits), leaf.slots, leaf.occupied)
+                    continue
+                }
                 guard let child = node.children[i] else { continue }
                 try visit(child, prefix: prefix + UInt64(i) * span, shift: shift - Self.bits)
             }
@@ -575,59 +719,102 @@ extension RadixMap where Value == UInt64 {
         try visit(root, prefix: 0, shift: Self.bits * (spaces[si].height - 1))
     }
 
-    /// Puts whole leaves into the map, for leaves that `next` gives in ascending order (nil
-    /// after the last): leaf number `number` of `keyspace` (ids `number * 64` up to
-    /// `number * 64 + 63`), whose slots are in memory `owner` holds. No leaf may be in the map
+    /// Puts whole leaves into the map: leaf `numbers[k]` of `keyspace` (ids `number * 64` up
+    /// to `number * 64 + 63`, ascending), `counts[k]` of its slots present, whose slots `next`
+    /// gives (called once a leaf, in order) in memory `owner` holds. No leaf may be in the map
     /// yet. How a checkpoint's leaves are used in place at open. The parent of a run of
-    /// leaves is found once, not once a leaf (an open of ten million keys attaches 156,000).
+    /// leaves is found once, not once a leaf, and in a trie of three levels or more it is a
+    /// mapped parent (`MappedLeaves`): the leaves become nodes only when the parent is first
+    /// written (an open of ten million keys attaches 2,441 parents, not 156,000 leaf nodes).
     mutating func attachLeaves(
-        keyspace: UInt16, owner: AnyObject,
-        _ next: () throws -> (number: UInt64, slots: UnsafeMutablePointer<Value>, occupied: Int)?
-    ) rethrows {
+        keyspace: UInt16, owner: AnyObject, numbers: [UInt64], counts: [UInt8],
+        slots next: () -> UnsafeMutablePointer<Value>
+    ) {
+        precondition(numbers.count == counts.count)
         let si = spaceIndexCreating(keyspace)
-        // The node above the last leaf attached, and the leaf numbers it holds (number >> 6).
-        // Unretained: the map holds it, and no descent replaces it while it is used (a descent
-        // happens only to find the next parent, which replaces this one here). A retain and a
-        // release of it for each leaf were a fifth of an open of a million keys.
+        // The node above the last leaf attached, its table when it is a mapped parent, and the
+        // leaf numbers it holds (number >> 6). Unretained: the map holds it, and no descent
+        // replaces it while it is used (a descent happens only to find the next parent, which
+        // replaces this one here). A retain and a release of it for each leaf were a fifth of
+        // an open of a million keys.
         var parent: Unmanaged<Node>?
+        var table: Unmanaged<MappedLeaves>?
         var parentPrefix = UInt64.max
         var total = 0
         defer { spaces[si].count += total }
-        while let (number, slots, occupied) = try next() {
-            let leaf = Node(slots: slots, owner: owner, occupied: occupied)
-            total += occupied
-            if let parent, number >> UInt64(Self.bits) == parentPrefix {
-                let i = Int(number & 63)
-                parent._withUnsafeGuaranteedRef { parent in
-                    precondition(parent.children[i] == nil, "a checkpoint leaf attached twice")
-                    parent.children[i] = consume leaf
-                    parent.occupied += 1
-                }
-                continue
-            }
-            let id = number << UInt64(Self.bits)
-            let above = spaces.withUnsafeMutableBufferPointer { buffer -> Node? in
-                let bits = Self.bits
-                Self.prepareRoot(&buffer[si], for: id | 63)
-                if buffer[si].height == 1 {
-                    precondition(buffer[si].count + total == occupied, "a checkpoint leaf attached twice")
-                    buffer[si].root = leaf
-                    return nil
-                }
-                var node = buffer[si].root!
-                var shift = bits * (buffer[si].height - 1)
-                while shift > bits {
-                    node = Self.uniqueChild(of: node, at: Int((id >> UInt64(shift)) & 63), leaf: false)
-                    shift -= bits
-                }
-                let i = Int((id >> UInt64(bits)) & 63)
+        func place(_ slots: UnsafeMutablePointer<Value>, _ occupied: Int, at i: Int, in node: Node) {
+            if let mapped = node.mapped {
+                precondition(mapped.slots[i] == nil, "a checkpoint leaf attached twice")
+                mapped.slots[i] = slots
+                mapped.counts[i] = UInt8(occupied)
+            } else {
                 precondition(node.children[i] == nil, "a checkpoint leaf attached twice")
-                node.children[i] = leaf
-                node.occupied += 1
-                return node
+                node.children[i] = Node(slots: slots, owner: owner, occupied: occupied)
             }
-            parent = above.map { Unmanaged.passUnretained($0) }
-            parentPrefix = number >> UInt64(Self.bits)
+            node.occupied += 1
+        }
+        // The trie as high as the last leaf needs from the start: the first leaves' parent is
+        // then a mapped parent too, not a node made before the trie grew above it.
+        if let last = numbers.last {
+            spaces.withUnsafeMutableBufferPointer { Self.prepareRoot(&$0[si], for: last << UInt64(Self.bits) | 63) }
+        }
+        numbers.withUnsafeBufferPointer { numbers in
+            counts.withUnsafeBufferPointer { counts in
+                for k in 0..<numbers.count {
+                    let number = numbers[k]
+                    let occupied = Int(counts[k])
+                    let slots = next()
+                    total += occupied
+                    if let parent, number >> UInt64(Self.bits) == parentPrefix {
+                        let i = Int(number & 63)
+                        if let table {
+                            table._withUnsafeGuaranteedRef { table in
+                                precondition(table.slots[i] == nil, "a checkpoint leaf attached twice")
+                                table.slots[i] = slots
+                                table.counts[i] = UInt8(occupied)
+                            }
+                            parent._withUnsafeGuaranteedRef { $0.occupied += 1 }
+                        } else {
+                            parent._withUnsafeGuaranteedRef { place(slots, occupied, at: i, in: $0) }
+                        }
+                        continue
+                    }
+                    let id = number << UInt64(Self.bits)
+                    let above = spaces.withUnsafeMutableBufferPointer { buffer -> Node? in
+                        let bits = Self.bits
+                        Self.prepareRoot(&buffer[si], for: id | 63)
+                        if buffer[si].height == 1 {
+                            precondition(buffer[si].count + total == occupied, "a checkpoint leaf attached twice")
+                            buffer[si].root = Node(slots: slots, owner: owner, occupied: occupied)
+                            return nil
+                        }
+                        var node = buffer[si].root!
+                        var shift = bits * (buffer[si].height - 1)
+                        // Down to the node above the leaves' parent (in a trie of two levels, the
+                        // root is that parent, a node as any other).
+                        while shift > 2 * bits {
+                            node = Self.uniqueChild(of: node, at: Int((id >> UInt64(shift)) & 63), leaf: false)
+                            shift -= bits
+                        }
+                        let i = Int((id >> UInt64(bits)) & 63)
+                        if shift == 2 * bits {
+                            let j = Int((id >> UInt64(shift)) & 63)
+                            if node.children[j] == nil {
+                                node.children[j] = Node(mapped: MappedLeaves(image: owner), occupied: 0)
+                                node.occupied += 1
+                                node = node.children[j]!
+                            } else {
+                                node = Self.uniqueChild(of: node, at: j, leaf: false)
+                            }
+                        }
+                        place(slots, occupied, at: i, in: node)
+                        return node
+                    }
+                    parent = above.map { Unmanaged.passUnretained($0) }
+                    table = above?.mapped.map { Unmanaged.passUnretained($0) }
+                    parentPrefix = number >> UInt64(Self.bits)
+                }
+            }
         }
     }
 
@@ -641,7 +828,7 @@ extension RadixMap where Value == UInt64 {
             var end = n + 1
             while end < entries.count && entries[end].key >> Self.bits == prefix { end += 1 }
             // Only existing leaves are made unique (a missing one means the keys are gone).
-            if self.leaf(for: entries[n].key) != nil {
+            if leafSlots(for: entries[n].key) != nil {
                 let leaf = uniqueLeaf(for: entries[n].key)
                 // In place (the leaf is unique here): no uniqueness check of its array per key.
                 let slots = leaf.slots

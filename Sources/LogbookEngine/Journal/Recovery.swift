@@ -125,9 +125,13 @@ struct Recovery {
         if manifest.checkpoint != 0 && !options.ignoresCheckpoint {
             let ckptPath = path(Checkpoint.fileName(manifest.checkpoint))
             do {
+                let replay = journalState(manifest.segments, files: segments, checkpoint: ckptPath)
                 let loaded = try Checkpoint.read(
                     path: ckptPath, number: manifest.checkpoint, fileSystem: fs,
-                    fallback: indexFallback(manifest.segments, files: segments, checkpoint: ckptPath))
+                    fallback: { version, malformed throws(EngineError) in
+                        try replay(version, "the checkpoint's secondary indexes are malformed (\(malformed))").indexes
+                    }, primaryFallback: { version throws(EngineError) in try replay(version, nil).primary },
+                    log: options.log)
                 guard let index = manifest.segments.firstIndex(of: loaded.segment),
                     let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size
                 else {
@@ -190,31 +194,32 @@ struct Recovery {
             writer: writer, cache: cache)
     }
 
-    /// What gives a checkpoint's secondary indexes when their section fails the check an open
-    /// left to another thread (`DeferredIndexes`): the journal replayed from its first segment
-    /// up to the checkpoint's version, as an open replays it when a checkpoint fails. `files`
-    /// keeps the segments readable until then, whatever a compaction removes meanwhile.
-    private func indexFallback(_ segments: [UInt64], files: SegmentSet, checkpoint: String) -> Checkpoint.IndexFallback
+    /// What gives a checkpoint's state from elsewhere when a check that an open left to
+    /// another thread fails (the secondary-index section's, `DeferredIndexes`; the whole
+    /// leaves', `Checkpoint.SlotCheck`): the journal replayed from its first segment up to the
+    /// checkpoint's version (the first argument), as an open replays it when a checkpoint
+    /// fails. The second argument, when given, begins the error's message. `files` keeps the
+    /// segments readable until then, whatever a compaction removes meanwhile.
+    private func journalState(_ segments: [UInt64], files: SegmentSet, checkpoint: String)
+        -> @Sendable (UInt64, String?) throws(EngineError) -> IndexState
     {
         var readOnly = options
         readOnly.readOnly = true
         let (directory, fs, replayOptions) = (directory, fs, readOnly)
-        return { version, malformed throws(EngineError) in
+        return { version, why throws(EngineError) in
+            let prefix = why.map { "\($0), and the journal does not give them either: " } ?? ""
             var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fs)
             let state: IndexState
             do { state = try recovery.replay(segments, files: files, until: version) } catch {
                 let reason = (error as? EngineError)?.message ?? "\(error)"
-                throw EngineError.corruption(
-                    "the checkpoint's secondary indexes are malformed (\(malformed)), and the journal does not give "
-                        + "them either: \(reason)", path: checkpoint, offset: JournalFormat.fileHeaderSize)
+                throw EngineError.corruption(prefix + reason, path: checkpoint, offset: JournalFormat.fileHeaderSize)
             }
             guard state.version == version else {
                 throw EngineError.corruption(
-                    "the checkpoint's secondary indexes are malformed (\(malformed)), and the journal ends at version "
-                        + "\(state.version), before the checkpoint's \(version)", path: checkpoint,
-                    offset: JournalFormat.fileHeaderSize)
+                    prefix + "the journal ends at version \(state.version), before the checkpoint's \(version)",
+                    path: checkpoint, offset: JournalFormat.fileHeaderSize)
             }
-            return state.indexes
+            return state
         }
     }
 

@@ -54,9 +54,10 @@ extension Store {
         let version: UInt64 = try writer.withLock { state in
             try state.checkWritable()
             // Deferred indexes are checked before anything is written: a transaction whose
-            // indexes could not be had (`DeferredIndexes`) never reaches the journal. (The
-            // first commit after an open waits here for the check the open left running.)
-            try state.working.secondary.check()
+            // indexes (or whole leaves) could not be had (`DeferredIndexes`, `SlotCheck`) never
+            // reaches the journal. (The first commit after an open waits here for the checks
+            // the open left running.)
+            try state.working.checkLoaded()
             // A full segment is sealed; so is one of an older format version (a store of
             // version 1 opened by this build), so that no segment mixes versions.
             if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version {

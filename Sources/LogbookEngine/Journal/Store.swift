@@ -328,11 +328,12 @@ public final class Store: Sendable {
         background.sync {}
         try maintenance.withLock { _ in
             defer { lock?.unlock() }
-            // The check of a checkpoint's indexes that the open left to begin later holds the
-            // open's segments (`DeferredIndexes`): had, it lets go of them, so that the files
-            // a compaction replaced are removed now and not left to the next open. (An error
-            // it finds is every use's error, not the close's.)
-            _ = try? writer.withLock { $0.working }.secondary.check()
+            // The checks of a checkpoint's indexes and whole leaves that the open left to
+            // finish later hold the open's segments (`DeferredIndexes`, `SlotCheck`): done,
+            // they let go of them, so that the files a compaction replaced are removed now and
+            // not left to the next open. (An error they find is every use's error, not the
+            // close's.)
+            _ = try? writer.withLock { $0.working }.checkLoaded()
             var firstError: (any Error)?
             if !isReadOnly && options.checkpointOnClose {
                 let needed = writer.withLock { writerState in

@@ -271,13 +271,16 @@ enum Checkpoint {
         /// Where each slot frame's leaves start in the image, and how many it holds.
         var frames: [(start: Int, count: Int)]
         let image: FileImage
+        /// Where the decoder notes each keyspace's leaves, for a later mending (`SlotCheck`).
+        let log: LeafLog?
         private var frame = 0
         private var leaf = 0
         private(set) var remaining: Int
 
-        init(image: FileImage, frames: [(start: Int, count: Int)]) {
+        init(image: FileImage, frames: [(start: Int, count: Int)], log: LeafLog? = nil) {
             self.image = image
             self.frames = frames
+            self.log = log
             remaining = frames.reduce(0) { $0 + $1.count }
         }
 
@@ -517,30 +520,38 @@ enum Checkpoint {
             var wholeLeaves: [UInt64] = []
             if form == .leaves {
                 let whole = try r.readLength(limit: count)
-                wholeLeaves.reserveCapacity(whole)
-                var number: UInt64 = 0
                 if whole > 0 {
-                    guard var leaves = source else { throw DecodeFailure("a whole leaf that the file does not hold") }
-                    defer { source = leaves }
-                    try primary.attachLeaves(keyspace: keyspace, owner: leaves.image) {
-                        guard wholeLeaves.count < whole else { return nil }
-                        let delta = try r.readVarint()
-                        guard wholeLeaves.isEmpty || delta > 0 else { throw DecodeFailure("whole leaves out of order") }
-                        number = number &+ delta
-                        guard number <= EngineKey.maxID >> 6 else {
-                            throw DecodeFailure("leaf \(number) exceeds 48 bits")
-                        }
-                        let occupied = try r.readLength(limit: RadixMap<UInt64>.fanout)
-                        guard occupied > 0, occupied <= count else {
-                            throw DecodeFailure("a whole leaf of \(occupied) keys")
-                        }
-                        guard let slots = leaves.next() else {
-                            throw DecodeFailure("a whole leaf that the file does not hold")
-                        }
-                        wholeLeaves.append(number)
-                        count -= occupied
-                        return (number, slots, occupied)
+                    guard var leaves = source, leaves.remaining >= whole else {
+                        throw DecodeFailure("a whole leaf that the file does not hold")
                     }
+                    defer { source = leaves }
+                    // The leaves' numbers and key counts first, in a loop of their own; then
+                    // the leaves are attached in one call (no closure call a leaf, no append).
+                    var counts = [UInt8](repeating: 0, count: whole)
+                    wholeLeaves = try [UInt64](unsafeUninitializedCapacity: whole) { numbers, made in
+                        var number: UInt64 = 0
+                        for k in 0..<whole {
+                            let delta = try r.readVarint()
+                            guard k == 0 || delta > 0 else { throw DecodeFailure("whole leaves out of order") }
+                            number = number &+ delta
+                            guard number <= EngineKey.maxID >> 6 else {
+                                throw DecodeFailure("leaf \(number) exceeds 48 bits")
+                            }
+                            let occupied = try r.readLength(limit: RadixMap<UInt64>.fanout)
+                            guard occupied > 0, occupied <= count else {
+                                throw DecodeFailure("a whole leaf of \(occupied) keys")
+                            }
+                            count -= occupied
+                            numbers[k] = number
+                            counts[k] = UInt8(occupied)
+                            made = k + 1
+                        }
+                    }
+                    primary.attachLeaves(keyspace: keyspace, owner: leaves.image, numbers: wholeLeaves, counts: counts)
+                    {
+                        leaves.next()!
+                    }
+                    leaves.log?.keyspaces.append((keyspace, wholeLeaves, counts))
                 }
             }
             // Each entry takes at least two bytes: a count past that is malformed.
@@ -1030,16 +1041,21 @@ enum Checkpoint {
     /// them on first use.
     /// Reads a checkpoint file. With `fallback`, a version-3 file's secondary-index section is
     /// checked after this returns (`decode(_:form:leaves:stream:later:)`), and `fallback` gives
-    /// the indexes if it fails.
+    /// the indexes if it fails. With `primaryFallback`, the checksums of the slot frames (the
+    /// whole leaves) are left to finish after this returns too, and every read of a whole
+    /// leaf waits for them (`SlotCheck`); `primaryFallback` mends damaged leaves.
     static func read(
-        path: String, number: UInt64, fileSystem fs: any FileSystem, fallback: IndexFallback? = nil
+        path: String, number: UInt64, fileSystem fs: any FileSystem, fallback: IndexFallback? = nil,
+        primaryFallback: PrimaryFallback? = nil, log: (@Sendable (String) -> Void)? = nil
     ) throws -> Loaded {
         let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
         defer { handle.close() }
         let image = try FileImage(handle, size: try handle.size())
         let layout = try Self.layout(image.raw, path: path, number: number)
-        let slotCheck = SlotCheck(image, layout)
-        // Nothing the open gives is used before the slot frames are found sound.
+        let slotCheck = SlotCheck(image, layout, now: primaryFallback == nil)
+        let leafLog = primaryFallback != nil ? LeafLog() : nil
+        // Nothing the open gives is used before the slot frames are found sound (now, or by
+        // the first reader of a whole leaf once the check is left to finish later).
         var slotsChecked = false
         defer { if !slotsChecked { try? slotCheck.finish(path: path) } }
         // The stream is decompressed into memory let go once decoded (with `fallback`, once
@@ -1104,11 +1120,11 @@ enum Checkpoint {
         } else {
             try decompress(image.raw, layout, into: stream.bytes, chunks: 0..<layout.frames.count, path: path)
         }
-        let loaded: Loaded
+        var loaded: Loaded
         do {
             loaded = try decode(
                 UnsafeRawBufferPointer(stream.bytes), form: PrimaryForm(version: layout.version),
-                leaves: LeafSource(image: image, frames: layout.slotFrames),
+                leaves: LeafSource(image: image, frames: layout.slotFrames, log: leafLog),
                 stream: { range in
                     // Checked once already: the same bytes give the same stream. Only the
                     // chunks of the secondary-index section are decompressed again.
@@ -1123,7 +1139,17 @@ enum Checkpoint {
                 "checkpoint contents are malformed: \(error)", path: path, offset: JournalFormat.fileHeaderSize)
         }
         slotsChecked = true
-        try slotCheck.finish(path: path)
+        if let primaryFallback, let leafLog, !layout.slotFramePositions.isEmpty {
+            slotCheck.leave(
+                image,
+                to: SlotCheck.Mending(
+                    frames: layout.slotFrames, leaves: leafLog, version: loaded.state.version,
+                    fallback: primaryFallback,
+                    path: path, log: log))
+            loaded.state.slotCheck = slotCheck
+        } else {
+            try slotCheck.finish(path: path)
+        }
         return loaded
     }
 
@@ -1249,62 +1275,6 @@ enum Checkpoint {
             slotFramePositions: slotPositions, salt: header.salt)
     }
 
-    /// The checksums of a checkpoint file's slot frames, computed on another thread from
-    /// `init` on, and by the caller of `finish`, which takes the frames that thread has not
-    /// begun (so that a busy global queue never keeps an open waiting), waits for the rest, and
-    /// throws for a damaged frame. `finish` must be called on every path.
-    final class SlotCheck: Sendable {
-        /// What the other thread holds: the frames' places and the counters, not the image,
-        /// which goes with its last leaf whenever that thread runs. It reads the image's bytes
-        /// only for a frame it claimed before `finish` returned, and `finish` waits for those.
-        private final class Work: @unchecked Sendable {
-            // `raw` is read only for claimed frames, all claimed and checked before `finish`
-            // returns, while the caller holds the image; the counters are atomic.
-            let raw: UnsafeRawBufferPointer
-            let positions: [Int]
-            let salt: UInt32
-            /// The next frame to check, how many have been checked, and the first bad one.
-            let next = Atomic<Int>(0)
-            let checked = Atomic<Int>(0)
-            let bad = Atomic<Int>(-1)
-
-            init(raw: UnsafeRawBufferPointer, positions: [Int], salt: UInt32) {
-                self.raw = raw
-                self.positions = positions
-                self.salt = salt
-            }
-
-            func run() {
-                while true {
-                    let k = next.wrappingAdd(1, ordering: .relaxed).oldValue
-                    guard k < positions.count else { return }
-                    if !Frame.verify(raw, at: positions[k], salt: salt) { bad.store(positions[k], ordering: .relaxed) }
-                    checked.wrappingAdd(1, ordering: .releasing)
-                }
-            }
-        }
-
-        private let image: FileImage
-        private let work: Work
-
-        init(_ image: FileImage, _ layout: Layout) {
-            self.image = image
-            work = Work(raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt)
-            guard !layout.slotFramePositions.isEmpty else { return }
-            DispatchQueue.global().async { [work] in work.run() }
-        }
-
-        func finish(path: String) throws {
-            withExtendedLifetime(image) {
-                work.run()
-                // A frame the other thread took is 256 KiB at most: tens of microseconds.
-                while work.checked.load(ordering: .acquiring) < work.positions.count { sched_yield() }
-            }
-            let at = work.bad.load(ordering: .relaxed)
-            guard at < 0 else { throw EngineError.corruption("checkpoint frame is damaged", path: path, offset: at) }
-        }
-    }
-
     /// Decompresses the chunks `chunks` of `layout` (those of them that hold bytes of `only`,
     /// when given) in place, in parallel, into `out` (`layout.total` bytes: no chunk copied
     /// twice). Not zeroed first: every byte is written by its chunk's decoder, and a chunk
@@ -1369,8 +1339,9 @@ extension Store {
             return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }
-        // Indexes that could not be had are not written out (the journal still has them).
-        try state.secondary.check()
+        // Indexes or leaves that could not be had are not written out (the journal still has
+        // them).
+        try state.checkLoaded()
         try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk, leaf in
             Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
         }

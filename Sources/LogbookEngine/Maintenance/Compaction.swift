@@ -19,6 +19,9 @@ extension Store {
         var (sealedState, sealed, allSegments) = try writer.withLock {
             writerState -> (IndexState, [SegmentFile], SegmentSet) in
             try writerState.checkWritable()
+            // Whole leaves that could not be mended read as empty: nothing is sealed or
+            // rewritten from them (the journal still has every record).
+            try writerState.working.slotCheck?.check()
             if floor == nil && writerState.appendOffset > JournalFormat.fileHeaderSize { try rollover(&writerState) }
             let activeNumber = writerState.active?.number
             let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap {

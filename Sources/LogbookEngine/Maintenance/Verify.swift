@@ -71,6 +71,11 @@ extension Store {
         if let problem = opened.snapshot().state.secondary.checkProblem() {
             report.problems.append("checkpoint: \(problem)")
         }
+        // The whole leaves, checked after the open too (mended from the journal when a frame
+        // was damaged: the comparison below then finds nothing to say about them).
+        if let problem = opened.snapshot().state.slotCheck?.problem() {
+            report.problems.append("checkpoint: \(problem)")
+        }
         compare(opened.snapshot(), journal.snapshot(), into: &report)
         return report
     }

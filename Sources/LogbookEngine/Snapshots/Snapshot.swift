@@ -39,6 +39,15 @@ public final class Snapshot: Sendable {
     /// The version of the last commit this snapshot sees.
     public var version: UInt64 { state.version }
 
+    /// Throws when the checkpoint's whole leaves failed their checksums and the journal could
+    /// not mend them (`Checkpoint.SlotCheck`): they read as empty, so a read that may have
+    /// gone through them fails rather than answer without their keys. (The non-throwing
+    /// reads — `contains`, the counts, the key lists — answer without them.)
+    @inline(__always)
+    private func requireSoundLeaves() throws {
+        if let failure = state.slotCheck?.failure { throw failure }
+    }
+
     /// Number of keys in the store.
     public var keyCount: Int { state.primary.count }
 
@@ -55,7 +64,9 @@ public final class Snapshot: Sendable {
 
     /// Calls `body` with the value stored under `key` without copying it; nil if there is none.
     public func withValue<R>(forKey key: UInt64, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
-        guard let packed = state.primary[key] else { return nil }
+        let found = state.primary[key]
+        try requireSoundLeaves()
+        guard let packed = found else { return nil }
         let location = Location(packed: packed)
         let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
         return try block.withUnsafeBytes { raw -> R in
@@ -194,6 +205,7 @@ public final class Snapshot: Sendable {
     ) throws {
         // Locations first: when they rise with the keys, a single pass reads each block once.
         var locations = state.primary.values(forKeys: keys[positions])
+        try requireSoundLeaves()
         var ordered = true
         var previous: UInt64 = 0
         for i in locations.indices {
@@ -310,6 +322,7 @@ public final class Snapshot: Sendable {
         while next <= range.upperBound {
             let n = state.primary.collect(
                 inKeyspace: keyspace, from: next, through: range.upperBound, keys: keys, values: locations)
+            try requireSoundLeaves()
             guard n > 0 else { return }
             let last = keys[n - 1]
             var ordered = true
@@ -379,7 +392,9 @@ public final class Snapshot: Sendable {
 
     /// The secondary index entries stored with `key`'s value.
     public func indexKeys(forKey key: UInt64) throws -> [IndexKey] {
-        guard let packed = state.primary[key] else { return [] }
+        let found = state.primary[key]
+        try requireSoundLeaves()
+        guard let packed = found else { return [] }
         let location = Location(packed: packed)
         let block = try reader.block(segment: location.segment, frameOffset: location.frameOffset)
         return block.withUnsafeBytes { raw in

@@ -9,17 +9,23 @@
 /// primary index's leaves it keeps whole are used where they lie (`RadixMap.attachLeaves`), each
 /// leaf keeping the image alive.
 ///
-/// The mapping is private and writable: a leaf written after the open (only ever through a
-/// uniquely referenced leaf, by the radix map's rules) changes a private copy of its page,
-/// never the file. Checkpoint files are never changed once renamed into place, so a mapping
+/// The mapping is private and writable: a leaf is copied to the heap before it is written
+/// (the radix map's rules), so only the mending of damaged leaves from the journal
+/// (`Checkpoint.SlotCheck`) writes here, into a private copy of the page, never the file. Checkpoint files are never changed once renamed into place, so a mapping
 /// never sees its bytes change under it; a file removed while mapped (a later checkpoint's
 /// clean-up) keeps its blocks until the last leaf that uses it is freed.
 ///
 /// Thread safety: the bytes are read by any thread (the checkpoint's frames, immutable) and
-/// written only in the slots of leaves, each of which belongs to one map path at a time.
+/// written only by the mending of whole leaves, under the slot check's lock, before any
+/// reader of a whole leaf goes on (`awaitSlots(_:)`); `slotCheck` is set before the image is
+/// shared.
 final class FileImage: @unchecked Sendable {
     let bytes: UnsafeMutableRawBufferPointer
     private let mapped: Bool
+    /// The check of the slot frames that an open left to finish after it returned: every read
+    /// of a whole leaf waits for its frame's (`awaitSlots(_:)`). Set once, before any leaf of the image is
+    /// handed out (`Checkpoint.SlotCheck.leave(_:to:)`), then only read.
+    var slotCheck: Checkpoint.SlotCheck?
 
     /// Maps `file` (`size` bytes), or reads it whole when it cannot be mapped.
     init(_ file: any StorageFile, size: Int) throws {
@@ -45,6 +51,8 @@ final class FileImage: @unchecked Sendable {
     }
 
     deinit {
+        // No frame is checked or mended once the mapping is gone.
+        slotCheck?.release()
         if mapped {
             #if canImport(Glibc) || canImport(Darwin)
                 munmap(bytes.baseAddress, bytes.count)
@@ -55,4 +63,12 @@ final class FileImage: @unchecked Sendable {
     }
 
     var raw: UnsafeRawBufferPointer { UnsafeRawBufferPointer(bytes) }
+
+    /// Returns once the whole leaf whose slots are at `slots` in this image may be read: at
+    /// once, unless the check of the slot frames that the open left running has not found its
+    /// frame sound yet (then this thread checks it, or waits for the one checking it).
+    @inline(__always)
+    func awaitSlots(_ slots: UnsafeRawPointer) {
+        if let slotCheck { slotCheck.awaitLeaf(at: slots - UnsafeRawPointer(bytes.baseAddress!)) }
+    }
 }

@@ -1055,9 +1055,11 @@ enum Checkpoint {
         let slotCheck = SlotCheck(image, layout, now: primaryFallback == nil)
         let leafLog = primaryFallback != nil ? LeafLog() : nil
         // Nothing the open gives is used before the slot frames are found sound (now, or by
-        // the first reader of a whole leaf once the check is left to finish later).
+        // the first reader of a whole leaf once the check is left to finish later). When the
+        // decoding fails, a check already begun is waited for (its thread reads the image);
+        // one left for later has not begun.
         var slotsChecked = false
-        defer { if !slotsChecked { try? slotCheck.finish(path: path) } }
+        defer { if !slotsChecked && primaryFallback == nil { try? slotCheck.finish(path: path) } }
         // The stream is decompressed into memory let go once decoded (with `fallback`, once
         // its secondary-index section is checked). With `fallback`, in a file of version 3,
         // the open decompresses only what holds the sections before the secondary indexes

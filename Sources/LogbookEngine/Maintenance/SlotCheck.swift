@@ -215,7 +215,7 @@ extension Checkpoint {
             if !settled.load(ordering: .acquiring) { settle() }
         }
 
-        /// When every frame was found sound (by the thread `init` began): done, with no
+        /// When every frame was found sound (by the thread `begin()` started): done, with no
         /// reader made to wait.
         private func settleIfSound() {
             guard work.bad.load(ordering: .relaxed) < 0 else { return }

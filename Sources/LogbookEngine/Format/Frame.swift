@@ -105,21 +105,34 @@ enum Frame {
         let size = buffer.count
         if offset == size { return .end }
         guard size - offset >= JournalFormat.frameHeaderSize else { return .invalid("incomplete frame header") }
-        let storedCRC = buffer.loadLE(at: offset, as: UInt32.self)
-        let length = Int(buffer.loadLE(at: offset + 4, as: UInt32.self))
-        let typeByte = buffer[offset + 8]
-        let codecByte = buffer[offset + 9]
+        return parseHeader(
+            UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + JournalFormat.frameHeaderSize)]), at: offset,
+            size: size
+        ) { !verify || self.verify(buffer, at: offset, salt: salt) }
+    }
+
+    /// `parse` of the frame at `offset` of a buffer of `size` bytes, from a copy of its
+    /// header (its first 12 bytes): everything but the checksum, which `checksumMatches` says
+    /// (asked after the length is found to fit, as `parse` does).
+    @inline(__always)
+    static func parseHeader(
+        _ header: UnsafeRawBufferPointer, at offset: Int, size: Int, checksumMatches: () -> Bool = { true }
+    ) -> ParseResult {
+        let storedCRC = header.loadLE(at: 0, as: UInt32.self)
+        let length = Int(header.loadLE(at: 4, as: UInt32.self))
+        let typeByte = header[8]
+        let codecByte = header[9]
         if typeByte == 0 {
             return .invalid(storedCRC == 0 && length == 0 ? "zero fill" : "invalid frame type 0")
         }
         guard length <= JournalFormat.maxFramePayload else { return .invalid("frame length \(length) exceeds the cap") }
         guard length <= size - offset - JournalFormat.frameHeaderSize else { return .invalid("incomplete frame") }
-        guard !verify || self.verify(buffer, at: offset, salt: salt) else { return .invalid("checksum mismatch") }
+        guard checksumMatches() else { return .invalid("checksum mismatch") }
         guard let type = FrameType(rawValue: typeByte), type != .invalid else {
             return .invalid("unknown frame type \(typeByte)")
         }
         guard let codec = Codec(rawValue: codecByte) else { return .invalid("unknown codec \(codecByte)") }
-        guard buffer[offset + 10] == 0 && buffer[offset + 11] == 0 else { return .invalid("reserved bytes not zero") }
+        guard header[10] == 0 && header[11] == 0 else { return .invalid("reserved bytes not zero") }
         return .frame(
             Parsed(type: type, codec: codec, payload: (offset + 12)..<(offset + 12 + length), end: offset + 12 + length)
         )

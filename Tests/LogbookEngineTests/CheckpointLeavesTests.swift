@@ -226,15 +226,8 @@ import Testing
     @Test func aReadChecksTheFrameOfItsLeafOnly() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        do {
-            let store = try Store.open(at: dir.store(), options: quietOptions(.none))
-            var t = Transaction()
-            // 1,094 whole leaves: three slot frames of 512 at most.
-            for i in UInt64(1)...70_000 { t.put(key(1, i), value: bytes("v\(i)")) }
-            try store.commit(t)
-            try store.checkpoint()
-            try store.close()
-        }
+        // 1,094 whole leaves: three slot frames of 512 at most.
+        try checkpointedStore(dir, keys: 70_000) { "v\($0)" }
         let name = try #require(listDirectory(dir.store()).first { $0.hasPrefix("checkpoint-") })
         let path = dir.store() + "/" + name
         let number = try #require(UInt64(name.dropFirst("checkpoint-".count).prefix(12)))
@@ -300,19 +293,26 @@ import Testing
     /// checkpoint of the whole journal; `damaging` is XORed into the middle of the checkpoint
     /// (a slot frame).
     func storeOfWholeLeaves(_ dir: TemporaryDirectory, damaging mask: UInt8) throws {
-        do {
-            let store = try Store.open(at: dir.store(), options: quietOptions(.none))
-            var t = Transaction()
-            for i in UInt64(1)...20_000 { t.put(key(1, i), value: bytes("v\(i)")) }
-            t.put(key(2, 1), value: bytes("small"))
-            try store.commit(t)
-            try store.checkpoint()
-            try store.close()
-        }
+        try checkpointedStore(dir, keys: 20_000, small: true) { "v\($0)" }
         let name = try #require(listDirectory(dir.store()).first { $0.hasPrefix("checkpoint-") })
         var file = fileBytes(dir.store() + "/" + name)
         file[file.count / 2] ^= mask
         writeFileBytes(dir.store() + "/" + name, file)
+    }
+
+    /// A store whose keys 1…`keys` of keyspace 1 hold `value(id)` (and, when `small`, key 1
+    /// of keyspace 2 "small"), committed in one transaction and closed with a checkpoint of
+    /// the whole journal.
+    func checkpointedStore(
+        _ dir: TemporaryDirectory, keys: UInt64, small: Bool = false, value: (UInt64) -> String
+    ) throws {
+        let store = try Store.open(at: dir.store(), options: quietOptions(.none))
+        var t = Transaction()
+        for i in UInt64(1)...keys { t.put(key(1, i), value: bytes(value(i))) }
+        if small { t.put(key(2, 1), value: bytes("small")) }
+        try store.commit(t)
+        try store.checkpoint()
+        try store.close()
     }
 
     /// A checkpoint read with the journal to fall back on lets its image go with its last
@@ -342,14 +342,7 @@ import Testing
     @Test func aStoreKeepsWritingOverWholeLeaves() throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        do {
-            let store = try Store.open(at: dir.store(), options: quietOptions(.none))
-            var t = Transaction()
-            for i in UInt64(1)...30_000 { t.put(key(1, i), value: bytes("a\(i)")) }
-            try store.commit(t)
-            try store.checkpoint()
-            try store.close()
-        }
+        try checkpointedStore(dir, keys: 30_000) { "a\($0)" }
         do {
             let store = try Store.open(at: dir.store(), options: quietOptions(.none))
             #expect(store.recoveryReport.checkpoint != nil && store.recoveryReport.commitsReplayed == 0)

@@ -1175,9 +1175,7 @@ enum Checkpoint {
             slotCheck.leave(
                 image,
                 to: SlotCheck.Mending(
-                    frames: layout.slotFrames, leaves: leafLog, version: loaded.state.version,
-                    fallback: primaryFallback,
-                    path: path, log: log))
+                    leaves: leafLog, version: loaded.state.version, fallback: primaryFallback, path: path, log: log))
             loaded.state.slotCheck = slotCheck
         } else {
             try slotCheck.finish(path: path)
@@ -1218,10 +1216,8 @@ enum Checkpoint {
     }
 
     /// The frames of a checkpoint file, each checked but the slot frames (most of the file's
-    /// bytes), whose checksums `SlotCheck` computes: an open while it decodes the stream, which
-    /// uses the leaves' addresses but not their bytes. (Once an open has used the leaves in
-    /// place, a write to one of them changes the bytes in the process's copy, and only the
-    /// data frames are read again.)
+    /// bytes), whose checksums `SlotCheck` computes (a store's open leaves them to the first
+    /// readers of its whole leaves; the decoder uses the leaves' addresses, not their bytes).
     ///
     /// With `file`, a slots frame's header is read from it with a system call rather than
     /// through the mapping: the first touch of a page of the mapping costs about 2 µs (the

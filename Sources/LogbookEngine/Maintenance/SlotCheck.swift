@@ -135,7 +135,6 @@ extension Checkpoint {
 
         /// What mending needs, given by `leave(_:to:)`.
         struct Mending: Sendable {
-            var frames: [(start: Int, count: Int)]
             var leaves: LeafLog
             var version: UInt64
             var fallback: PrimaryFallback
@@ -145,8 +144,8 @@ extension Checkpoint {
         }
 
         private let work: Work
-        /// Where each frame's leaves lie in the image (ascending), to find a leaf's frame.
-        private let leafRanges: [Range<Int>]
+        /// Where each frame's leaves start in the image (ascending) and how many it holds.
+        private let frames: [(start: Int, count: Int)]
         /// The image's bytes, written only while mending, under `state`'s lock.
         private let bytes: UncheckedSendable<UnsafeMutableRawBufferPointer>
         /// Set once the outcome is known (or the image is gone), and when that outcome is a
@@ -161,7 +160,7 @@ extension Checkpoint {
         init(_ image: FileImage, _ layout: Layout, now: Bool) {
             bytes = UncheckedSendable(image.bytes)
             work = Work(raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt)
-            leafRanges = layout.slotFrames.map { $0.start..<($0.start + $0.count * JournalFormat.wholeLeafSize) }
+            frames = layout.slotFrames
             if now { begin() }
         }
 
@@ -200,12 +199,17 @@ extension Checkpoint {
         }
 
         private func awaitFrame(containing offset: Int) {
-            var (low, high) = (0, leafRanges.count)
+            // The first frame whose leaves end after `offset`.
+            var (low, high) = (0, frames.count)
             while low < high {
                 let mid = (low + high) / 2
-                if leafRanges[mid].upperBound <= offset { low = mid + 1 } else { high = mid }
+                if frames[mid].start + frames[mid].count * JournalFormat.wholeLeafSize <= offset {
+                    low = mid + 1
+                } else {
+                    high = mid
+                }
             }
-            precondition(low < leafRanges.count && leafRanges[low].contains(offset), "a leaf outside the slot frames")
+            precondition(low < frames.count && frames[low].start <= offset, "a leaf outside the slot frames")
             if work.ensure(low) != 2 { settle() }
         }
 
@@ -278,23 +282,23 @@ extension Checkpoint {
             return .mended("\(what); its leaves were written again from the journal")
         }
 
-        /// Each whole leaf of the frames `frames`: its keyspace, number, key count (as the
+        /// Each whole leaf of the frames `damaged` (indexes into `frames`): its keyspace, number, key count (as the
         /// stream names them) and slots.
         private func forEachLeaf(
-            _ m: Mending, in frames: [Int], _ body: (UInt16, UInt64, Int, UnsafeMutablePointer<UInt64>) -> Void
+            _ m: Mending, in damaged: [Int], _ body: (UInt16, UInt64, Int, UnsafeMutablePointer<UInt64>) -> Void
         ) {
-            let wanted = Set(frames)
+            let wanted = Set(damaged)
             var frame = 0
             var inFrame = 0
             for space in m.leaves.keyspaces {
                 for (number, count) in zip(space.numbers, space.counts) {
-                    while frame < m.frames.count && inFrame == m.frames[frame].count {
+                    while frame < frames.count && inFrame == frames[frame].count {
                         frame += 1
                         inFrame = 0
                     }
-                    guard frame < m.frames.count else { return }
+                    guard frame < frames.count else { return }
                     if wanted.contains(frame) {
-                        let at = m.frames[frame].start + inFrame * JournalFormat.wholeLeafSize
+                        let at = frames[frame].start + inFrame * JournalFormat.wholeLeafSize
                         let slots = (bytes.value.baseAddress! + at).bindMemory(
                             to: UInt64.self, capacity: RadixMap<UInt64>.fanout)
                         body(space.keyspace, number, Int(count), slots)
@@ -305,9 +309,9 @@ extension Checkpoint {
         }
 
         /// True when every leaf took as many keys from `primary` as the stream named.
-        private func rewriteLeaves(_ m: Mending, in frames: [Int], from primary: RadixMap<UInt64>) -> Bool {
+        private func rewriteLeaves(_ m: Mending, in damaged: [Int], from primary: RadixMap<UInt64>) -> Bool {
             var matches = true
-            forEachLeaf(m, in: frames) { keyspace, number, occupied, slots in
+            forEachLeaf(m, in: damaged) { keyspace, number, occupied, slots in
                 let from = primary.leafSlots(for: EngineKey(keyspace: keyspace, id: number << 6).rawValue)
                 var present = 0
                 for i in 0..<RadixMap<UInt64>.fanout {
@@ -320,8 +324,8 @@ extension Checkpoint {
             return matches
         }
 
-        private func zeroLeaves(_ m: Mending, in frames: [Int]) {
-            forEachLeaf(m, in: frames) { _, _, _, slots in slots.update(repeating: 0, count: RadixMap<UInt64>.fanout) }
+        private func zeroLeaves(_ m: Mending, in damaged: [Int]) {
+            forEachLeaf(m, in: damaged) { _, _, _, slots in slots.update(repeating: 0, count: RadixMap<UInt64>.fanout) }
         }
 
         /// Waits for the check; throws when a damaged frame could not be mended.

@@ -226,6 +226,48 @@ import Testing
         }
     }
 
+    /// A transform that returns nil leaves its key as it is: nothing is written for it (its
+    /// stored version stays live, no byte of it becomes dead), the keys around it are
+    /// rewritten, and the count returned is of every key that has a value. On one thread and
+    /// on two (150,000 keys); a rewrite that leaves every key writes nothing at all.
+    @Test(arguments: [UInt64(1_000), 150_000])
+    func keysTheTransformLeavesAreNotWritten(count: UInt64) throws {
+        try withPopulatedStore(count: count) { store, dir in
+            let before = try state(store)
+            let version = store.version
+            var t = Transaction()
+            let found = try store.snapshot().rewriteValues(forKeys: allKeys(count), growth: 1, into: &t) {
+                i, key, value, out in
+                EngineKey(rawValue: key).id % 3 == 0 ? nil : try Self.exclaim(i, key, value, out)
+            }
+            let left = Int(count / 3)
+            #expect(found == Int(count))
+            #expect(t.operationCount == Int(count) - left)
+            try store.commit(t)
+            #expect(store.version == version + 1)
+            let after = try checkAgainstReplay(&store, dir)
+            #expect(after.entries == before.entries)
+            for (id, value) in after.values {
+                #expect(value == before.values[id]! + (id % 3 == 0 ? "" : "!"), "key \(id)")
+            }
+            #expect(after.liveBytes == before.liveBytes + Int(count) - left)
+
+            // Nothing to write: no version, not a byte.
+            var none = Transaction()
+            let all = try store.snapshot().rewriteValues(forKeys: allKeys(count), growth: 0, into: &none) {
+                _, _, _, _ in
+                nil
+            }
+            #expect(all == Int(count) && none.operationCount == 0)
+            let bytes = store.statistics().totalBytes
+            try store.commit(none)
+            #expect(store.version == version + 1)
+            #expect(store.statistics().totalBytes == bytes)
+            #expect(try checkAgainstReplay(&store, dir) == after)
+            try store.close()
+        }
+    }
+
     /// Keys without a value are skipped; a transform that throws stops the rewrite with its error.
     @Test func missingKeysAndErrors() throws {
         try withPopulatedStore(count: 5) { store, _ in

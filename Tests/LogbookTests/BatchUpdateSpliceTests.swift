@@ -188,6 +188,67 @@ import Testing
         try container.close()
     }
 
+    /// A record the update leaves as it was is not written again, in each of the batch update's
+    /// three ways of writing (constant values of attributes no index covers, on two workers;
+    /// of an indexed attribute; computed values). The result still counts every object the
+    /// request matched, as Core Data's does; the journal grows by the records changed only;
+    /// an update that changes nothing commits nothing.
+    @Test func recordsTheUpdateLeavesAsTheyWereAreNotWritten() throws {
+        let store = TemporaryStore()
+        var container = try makeContainer(store, model: Self.model())
+        var context = container.newContext(concurrencyType: .confinement)
+        let count = 70_000
+        _ = try context.execute(
+            BatchInsertRequest(entityName: "Memo", count: count) { i, row in
+                row.set("M\(i)", forKey: "title")
+                row.set(Int64(i % 2), forKey: "count")
+            })
+        /// Runs `properties` on every Memo: the count the result gives, the dead bytes it made,
+        /// whether it committed a version.
+        func update(_ properties: [String: Any?]) throws -> (count: Int, dead: Int, committed: Bool) {
+            let before = container.store.statistics()
+            var request = BatchUpdateRequest(entityName: "Memo")
+            request.propertiesToUpdate = properties
+            let n = try context.execute(request).count
+            let after = container.store.statistics()
+            return (n, after.deadBytes - before.deadBytes, after.version != before.version)
+        }
+        // Half the records change (count 0 → 1): half the bytes of an update of all of them.
+        let half = try update(["count": Int64(1)])
+        let all = try update(["count": Int64(2)])
+        #expect(half.count == count && all.count == count && half.committed && all.committed)
+        #expect(half.dead > 0 && abs(2 * half.dead - all.dead) <= all.dead / 50, "\(half.dead) vs \(all.dead)")
+        // Nothing changes: every object counted, nothing written.
+        let same = try update(["count": Int64(2)])
+        #expect(same.count == count && same.dead == 0 && !same.committed)
+        let computed = try update(["count": try FetchExpression(format: "count * 1")])
+        #expect(computed.count == count && computed.dead == 0 && !computed.committed)
+        var two = FetchRequest<ManagedObject>(entityName: "Memo")
+        two.predicate = try FetchPredicate(format: "count == 2")
+        #expect(try context.count(for: two) == count)
+        try container.close()
+        container = try makeContainer(store, model: Self.model())
+        context = container.newContext(concurrencyType: .confinement)
+        #expect(try context.count(for: two) == count)
+
+        // An indexed attribute (Note.flag, true on every other note): the same.
+        try populate(context)
+        var flag = BatchUpdateRequest(entityName: "Note")
+        flag.propertiesToUpdate = ["flag": true]
+        var before = container.store.statistics()
+        #expect(try context.execute(flag).count == 400)
+        var after = container.store.statistics()
+        #expect(after.version == before.version + 1 && after.deadBytes > before.deadBytes)
+        before = after
+        #expect(try context.execute(flag).count == 400)
+        after = container.store.statistics()
+        #expect(after.version == before.version && after.totalBytes == before.totalBytes)
+        var flagged = FetchRequest<ManagedObject>(entityName: "Note")
+        flagged.predicate = try FetchPredicate(format: "flag == YES")
+        #expect(try context.count(for: flagged) == 400)
+        try container.close()
+    }
+
     /// A batch update of more keys than the write log lists one by one still makes a context's
     /// save of an object it read before the batch a conflict, and a save of one read after it
     /// not.

@@ -255,16 +255,18 @@ enum RecordCodec {
     /// A record with some values replaced, made from the stored bytes without decoding the
     /// others (a batch update's constant values). `changes` are sorted by slot; each value is
     /// nil (no value) or its stored form (`appendValue`). `buffer` is grown as needed and
-    /// reused from record to record; `body` is given the spliced record in it.
+    /// reused from record to record; `body` is given the spliced record in it, unless the
+    /// changes leave the record byte for byte as it was: then `body` is not called and the
+    /// result is nil.
     static func splice<R>(
         _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
         changes: [(slot: Int, stored: [UInt8]?)], buffer: inout [UInt8],
         _ body: (UnsafeRawBufferPointer) throws -> R
-    ) throws -> R {
+    ) throws -> R? {
         let capacity = raw.count + spliceGrowth(changes)
         if buffer.count < capacity { buffer = [UInt8](repeating: 0, count: max(capacity, 2 * buffer.count)) }
         return try buffer.withUnsafeMutableBytes { out in
-            let count = try splice(raw, kinds: kinds, changes: changes, to: out)
+            guard let count = try splice(raw, kinds: kinds, changes: changes, to: out) else { return nil }
             return try body(UnsafeRawBufferPointer(rebasing: out[0..<count]))
         }
     }
@@ -286,11 +288,12 @@ enum RecordCodec {
     }
 
     /// `splice` into `out`, which holds the record and `spliceGrowth(changes)` bytes more;
-    /// returns the bytes written.
+    /// returns the bytes written, or nil when the changes leave the record as it was (each
+    /// changed slot already held that value, byte for byte, or no value where none is set).
     static func splice(
         _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
         changes: [(slot: Int, stored: [UInt8]?)], to out: UnsafeMutableRawBufferPointer
-    ) throws -> Int {
+    ) throws -> Int? {
         let n = kinds.count
         let bitmapCount = (n + 7) / 8
         guard raw.count >= 1 + bitmapCount, raw[0] == format else { throw Malformed() }
@@ -298,6 +301,7 @@ enum RecordCodec {
         spliceCopy(raw, 0..<(1 + bitmapCount), to: out, at: &w)
         var o = 1 + bitmapCount
         var next = 0
+        var changedAny = false
         // Runs of unchanged values are copied whole.
         var runStart = o
         for i in 0..<n {
@@ -308,16 +312,26 @@ enum RecordCodec {
                 continue
             }
             spliceCopy(raw, runStart..<o, to: out, at: &w)
+            let old = o
             if present { try skip(kinds[i], raw, &o) }
             runStart = o
             if let stored = changes[next].stored {
                 out[1 + i / 8] |= UInt8(1 << (i % 8))
-                stored.withUnsafeBytes { spliceCopy($0, $0.indices, to: out, at: &w) }
+                stored.withUnsafeBytes {
+                    if !changedAny {
+                        changedAny =
+                            !present || o - old != $0.count
+                            || memcmp(raw.baseAddress! + old, $0.baseAddress!, $0.count) != 0
+                    }
+                    spliceCopy($0, $0.indices, to: out, at: &w)
+                }
             } else {
                 out[1 + i / 8] &= ~UInt8(1 << (i % 8))
+                if present { changedAny = true }
             }
             next += 1
         }
+        guard changedAny else { return nil }
         spliceCopy(raw, runStart..<o, to: out, at: &w)
         return w
     }

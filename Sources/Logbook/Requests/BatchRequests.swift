@@ -107,6 +107,15 @@ public struct BatchInsertRequest {
 /// every context that merges changes automatically, refreshes the objects it holds (they turn
 /// into faults and read the new values; unsaved changes stay).
 ///
+/// The result counts (and names) every object the request matched, as Core Data's does, and
+/// so do the change notifications and the persistent history; but a record the update leaves
+/// byte for byte as it was (`done` already true) is not written again: the journal grows by
+/// the records changed only, and an update that changes nothing commits no version (unless
+/// history is tracked: its history entry is then the version's only record). The same values
+/// are read either way; conflicts are found by comparing values, so a context's later save of
+/// such an object is not a conflict (in Core Data it is: its UPDATE bumps every matched row's
+/// optimistic-locking version).
+///
 /// ```swift
 /// var request = BatchUpdateRequest(entityName: "Item")
 /// request.predicate = try FetchPredicate(format: "done == NO")
@@ -129,7 +138,8 @@ public struct BatchUpdateRequest {
 
 /// What a batch request returns.
 public enum BatchResultType: Sendable {
-    /// The number of records written.
+    /// The number of objects inserted, deleted, or matched by an update (a record an update
+    /// leaves as it was is counted, though not written again).
     case count
     /// Also their object IDs.
     case objectIDs
@@ -274,6 +284,7 @@ extension ManagedObjectContext {
                 try RecordCodec.readingRecords(of: layout) {
                     try snapshot.forEachValue(forKeys: keys) { _, key, raw in
                         var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
+                        let original = slots
                         // The conditions the index does not settle, and the expressions, on a
                         // detached object.
                         let detached =
@@ -319,8 +330,10 @@ extension ManagedObjectContext {
                             }
                         }
                         for c in changes { slots[c.slot] = c.value }
-                        Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
                         updatedKeys.append(key)
+                        // Values the update leaves as they were are not written again.
+                        if slots == original { return }
+                        Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
                     }
                 }
             }
@@ -375,6 +388,7 @@ extension ManagedObjectContext {
                 try snapshot.rewriteValues(
                     forKeys: keys, growth: RecordCodec.spliceGrowth(stored), into: &transaction
                 ) { _, _, raw, out in
+                    // A record the update leaves byte for byte as it was is not written again (nil).
                     try kinds.withUnsafeBufferPointer {
                         try RecordCodec.splice(raw, kinds: $0, changes: stored, to: out)
                     }
@@ -401,7 +415,8 @@ extension ManagedObjectContext {
         try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
                 try snapshot.forEachValue(forKeys: keys) { _, key, raw in
-                    try RecordCodec.splice(raw, kinds: kinds, changes: stored, buffer: &buffer) { record in
+                    // A record the update leaves as it was is not written again (no call).
+                    _ = try RecordCodec.splice(raw, kinds: kinds, changes: stored, buffer: &buffer) { record in
                         if single {
                             let indexKey = try indexed.first.map {
                                 StoreLayout.indexKey(

@@ -163,13 +163,22 @@ struct IndexState: Sendable {
             local[Location(segment: segment, frameOffset: offset, blockOffset: 0).frameKey] = block
         }
         // Replaced versions come in runs from the same block (a batch rewrites records in key
-        // order): the last block asked for is kept at hand, one for old and one for final.
-        var recent: [(frameKey: UInt64, block: [UInt8])] = [(.max, []), (.max, [])]
-        func block(_ loc: Location, _ slot: Int) throws -> [UInt8] {
+        // order), or from a few blocks in turn (keys a batch update left as they were beside
+        // those it wrote): the last blocks asked for are kept at hand, four for old versions
+        // (slots 0–3, taken in turn) and one for final ones (slot 4).
+        var recent: [(frameKey: UInt64, block: [UInt8])] = Array(repeating: (.max, []), count: 5)
+        var nextOld = 0
+        func block(_ loc: Location, final: Bool) throws -> [UInt8] {
             let frameKey = loc.frameKey
-            if recent[slot].frameKey == frameKey { return recent[slot].block }
+            let slots = final ? 4..<5 : 0..<4
+            for i in slots where recent[i].frameKey == frameKey { return recent[i].block }
             let b = try local[frameKey] ?? reader.block(segment: loc.segment, frameOffset: loc.frameOffset)
-            recent[slot] = (frameKey, b)
+            if final {
+                recent[4] = (frameKey, b)
+            } else {
+                recent[nextOld] = (frameKey, b)
+                nextOld = (nextOld + 1) & 3
+            }
             return b
         }
         func putOperation(_ loc: Location, _ raw: UnsafeRawBufferPointer) throws -> (
@@ -189,13 +198,13 @@ struct IndexState: Sendable {
             let old = Location(packed: previous)
             let final = primary[key].map(Location.init(packed:))
             // The final version is this transaction's own (a put here) or none (a delete).
-            let finalBlock = try final.map { try block($0, 1) }
+            let finalBlock = try final.map { try block($0, final: true) }
             // The previous version is old data: its block may be damaged or gone (a bad sector
             // in a sealed segment) while this transaction is sound. Applying the transaction
             // must not depend on it: its entries are then found by the key instead, with a walk
             // of every index (slow, but only ever after damage), and its bytes stay counted as
             // live until a compaction rewrites what is live.
-            guard let oldBlock = try? block(old, 0),
+            guard let oldBlock = try? block(old, final: false),
                 let o = oldBlock.withUnsafeBytes({ try? putOperation(old, $0) })
             else {
                 try removeEntries(of: key, keepingThoseOf: final, in: finalBlock, putOperation)

@@ -90,7 +90,9 @@ public final class Snapshot: Sendable {
     /// `transform` makes from the stored one, with the stored version's index entries copied
     /// byte for byte. `transform` is given the position in `keys`, the key, the stored value
     /// and a buffer of the value's length plus `growth` bytes to write the new value into; it
-    /// returns the bytes it wrote. Returns the number of keys written.
+    /// returns the bytes it wrote, or nil to leave the key as it is (nothing is written for
+    /// it: a value the transform would not change need not be written again). Returns the
+    /// number of keys that have a value (written or left).
     ///
     /// For changes that no index entry is made from — a batch update of an attribute that no
     /// index covers. The commit then leaves the indexes as they are, where it would remove and
@@ -105,8 +107,9 @@ public final class Snapshot: Sendable {
     /// ```swift
     /// var transaction = Transaction()
     /// try store.snapshot().rewriteValues(forKeys: keys, growth: 0, into: &transaction) { _, _, value, out in
+    ///     if value[0] == 1 { return nil }   // already set: not written again
     ///     out.copyMemory(from: value)
-    ///     out[0] = 1            // a flag no index covers
+    ///     out[0] = 1                        // a flag no index covers
     ///     return value.count
     /// }
     /// try store.commit(transaction)
@@ -114,7 +117,7 @@ public final class Snapshot: Sendable {
     @discardableResult
     public func rewriteValues(
         forKeys keys: [UInt64], growth: Int, into transaction: inout Transaction,
-        _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
+        _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int?
     ) throws -> Int {
         try rewriteValues(
             forKeys: keys, growth: growth, into: &transaction, parallelFrom: Self.parallelRewriteKeys, transform)
@@ -124,7 +127,7 @@ public final class Snapshot: Sendable {
     /// make the threads work on few keys).
     func rewriteValues(
         forKeys keys: [UInt64], growth: Int, into transaction: inout Transaction, parallelFrom: Int,
-        _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
+        _ transform: @Sendable (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int?
     ) throws -> Int {
         precondition(growth >= 0, "a value's growth is not negative")
         guard keys.count >= parallelFrom, Self.processors > 1 else {
@@ -169,12 +172,12 @@ public final class Snapshot: Sendable {
     /// `rewriteValues` of `keys[positions]` on this thread.
     private func rewriteValues(
         _ keys: [UInt64], _ positions: Range<Int>, growth: Int, into transaction: inout Transaction,
-        _ transform: (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int
+        _ transform: (Int, UInt64, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer) throws -> Int?
     ) throws -> Int {
         var scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096 + growth, alignment: 8)
         defer { scratch.deallocate() }
         transaction.reserveRetained(positions.count)
-        var written = 0
+        var found = 0
         // The blocks read are not cached: their versions are being replaced.
         try forEachPut(forKeys: keys, positions, caching: false) { i, key, raw, location in
             guard let header = try? JournalOperation.header(raw, at: location.blockOffset), header.code == .put,
@@ -187,14 +190,14 @@ public final class Snapshot: Sendable {
                 scratch = .allocate(byteCount: value.count + growth, alignment: 8)
             }
             let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<(value.count + growth)])
-            let count = try transform(i, key, value, out)
+            found += 1
+            guard let count = try transform(i, key, value, out) else { return }
             precondition(count >= 0 && count <= out.count, "a rewritten value is within its buffer")
             transaction.putRetainingEntries(
                 key, value: UnsafeRawBufferPointer(rebasing: out[0..<count]), stored: raw, header: header,
                 previous: location)
-            written += 1
         }
-        return written
+        return found
     }
 
     /// Calls `body` with the position in `keys`, the key, the raw block that holds the key's

@@ -230,7 +230,7 @@ func updateWorkloads(store path: String, durability: Durability) throws {
     try container.close()
 }
 
-/// W9: compact the store (after W5(b) every Item was rewritten once).
+/// W9: compact the store (after W5, which rewrote every Item twice).
 func compactWorkload(store path: String) throws {
     var options = StoreOptions()
     options.compaction = .manual

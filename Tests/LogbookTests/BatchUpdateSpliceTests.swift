@@ -246,6 +246,33 @@ import Testing
         var flagged = FetchRequest<ManagedObject>(entityName: "Note")
         flagged.predicate = try FetchPredicate(format: "flag == YES")
         #expect(try context.count(for: flagged) == 400)
+
+        // Decoded records (a predicate no index settles): a value equal under `==` but stored
+        // in other bytes — "é" decomposed over "é" precomposed — is written; the same bytes
+        // again are not.
+        for i in 0..<10 {
+            let m = try context.insertNewObject(forEntityName: "Memo")
+            try m.setValue("U\(i)", forKey: "title")
+            try m.setValue("caf\u{E9}", forKey: "body")
+            try m.setValue(Int64(-7), forKey: "count")
+        }
+        try context.save()
+        var accent = BatchUpdateRequest(entityName: "Memo")
+        accent.predicate = try FetchPredicate(format: "count == -7")
+        accent.propertiesToUpdate = ["body": "cafe\u{301}"]
+        #expect("cafe\u{301}" == "caf\u{E9}", "equal strings, other bytes")
+        before = container.store.statistics()
+        #expect(try context.execute(accent).count == 10)
+        after = container.store.statistics()
+        #expect(after.version == before.version + 1)
+        var accented = FetchRequest<ManagedObject>(entityName: "Memo")
+        accented.predicate = accent.predicate
+        let reader = container.newContext(concurrencyType: .confinement)
+        let bodies = try reader.fetch(accented).map { try $0.value(forKey: "body") as? String }
+        #expect(bodies.count == 10 && bodies.allSatisfy { $0.map { Array($0.utf8) } == Array("cafe\u{301}".utf8) })
+        before = after
+        #expect(try context.execute(accent).count == 10)
+        #expect(container.store.statistics().version == before.version)
         try container.close()
     }
 

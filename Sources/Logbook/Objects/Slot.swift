@@ -31,6 +31,20 @@ enum Slot: Sendable, Hashable {
 
     var isNull: Bool { if case .null = self { true } else { false } }
 
+    /// Whether a record would store this value in the same bytes as `other`: stricter than
+    /// `==`, under which canonically equivalent strings ("é" precomposed and decomposed), 0.0
+    /// and -0.0, and decimals of different scale are equal. A URL or a decimal is never taken
+    /// as stored the same (a batch update writes it again).
+    func isStoredIdentically(as other: Slot) -> Bool {
+        switch (self, other) {
+        case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
+        case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
+        case (.boxed(let a), .boxed(let b)):
+            if case .uuid(let x) = a.value, case .uuid(let y) = b.value { x == y } else { false }
+        default: self == other
+        }
+    }
+
     struct Mismatch: Error {
         var expected: AttributeType
         /// The value given, as the error shows it: its type and the value.

@@ -331,8 +331,9 @@ extension ManagedObjectContext {
                         }
                         for c in changes { slots[c.slot] = c.value }
                         updatedKeys.append(key)
-                        // Values the update leaves as they were are not written again.
-                        if slots == original { return }
+                        // Values the update leaves as they were, byte for byte, are not written
+                        // again.
+                        if slots.indices.allSatisfy({ slots[$0].isStoredIdentically(as: original[$0]) }) { return }
                         Self.encode(slots, key: key, entity: layout, into: &transaction, buffer: &buffer, layout: store)
                     }
                 }

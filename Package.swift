@@ -49,9 +49,16 @@ let package = Package(
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
                 + (withoutMacros ? [.define("LOGBOOK_WITHOUT_MACROS")] : [])
         ),
+        // What the test targets share: temporary directories and stores, a seeded generator, the
+        // fault-injecting file system. Only test targets depend on it.
+        .target(
+            name: "LogbookTestSupport",
+            dependencies: ["LogbookEngine"],
+            path: "Tests/LogbookTestSupport"
+        ),
         .testTarget(
             name: "LogbookTests",
-            dependencies: ["Logbook", "LogbookEngine"]
+            dependencies: ["Logbook", "LogbookEngine", "LogbookTestSupport"]
         ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(
@@ -73,7 +80,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LogbookEngineTests",
-            dependencies: ["LogbookEngine", "CLogbookSupport", "LogbookCrashHelper"]
+            dependencies: ["LogbookEngine", "CLogbookSupport", "LogbookCrashHelper", "LogbookTestSupport"]
         )
     ]
         + (withoutMacros

@@ -6,7 +6,8 @@ struct LogbookCommand: ParsableCommand {
         commandName: "logbook",
         abstract: "Populate, benchmark, inspect, verify and compact Logbook stores.",
         subcommands: [
-            Bench.self, Stats.self, Verify.self, Schema.self, Count.self, Query.self, History.self, Export.self,
-            Compact.self
+            BenchCommand.self, StatsCommand.self, VerifyCommand.self, SchemaCommand.self, CountCommand.self,
+            QueryCommand.self, HistoryCommand.self, ExportCommand.self,
+            CompactCommand.self
         ])
 }

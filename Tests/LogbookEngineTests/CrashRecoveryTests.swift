@@ -1,4 +1,5 @@
 import Foundation
+import LogbookTestSupport
 import Testing
 
 @testable import LogbookEngine

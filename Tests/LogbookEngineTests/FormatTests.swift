@@ -1,5 +1,6 @@
 import CLogbookSupport
 import Foundation
+import LogbookTestSupport
 import Testing
 
 @testable import LogbookEngine

@@ -1,4 +1,5 @@
 import Dispatch
+import LogbookTestSupport
 import Testing
 
 @testable import LogbookEngine

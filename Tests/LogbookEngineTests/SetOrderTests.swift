@@ -1,3 +1,4 @@
+import LogbookTestSupport
 import Testing
 
 @testable import LogbookEngine

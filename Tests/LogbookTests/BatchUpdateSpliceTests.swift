@@ -1,4 +1,5 @@
 import Foundation
+import LogbookTestSupport
 import Testing
 
 @testable import Logbook
@@ -283,7 +284,7 @@ import Testing
         let store = TemporaryStore()
         let container = try makeContainer(store, model: todoModel())
         let writer = container.newContext(concurrencyType: .confinement)
-        let count = WriteLog.largeWrite + 100
+        let count = RecentWrites.largeWrite + 100
         _ = try writer.execute(
             BatchInsertRequest(entityName: "TodoItem", count: count) { i, row in
                 row.set("Item \(i)", forKey: "name")
@@ -319,11 +320,11 @@ import Testing
 
     /// The write log after a write too large to list: only what was read before it is in doubt
     /// (a save compares those objects' values with the store's; the others are not read again).
-    @Test func aLargeWriteMovesTheWriteLogsHorizonToItsVersion() {
-        var log = WriteLog()
+    @Test func aLargeWriteMovesTheRecentWritessHorizonToItsVersion() {
+        var log = RecentWrites()
         log.record([1, 2, 3], version: 4)
         #expect(log.mayHaveChanged(2, since: 3) && !log.mayHaveChanged(2, since: 4) && !log.mayHaveChanged(9, since: 3))
-        log.record(Array(100..<UInt64(100 + WriteLog.largeWrite + 1)), version: 10)
+        log.record(Array(100..<UInt64(100 + RecentWrites.largeWrite + 1)), version: 10)
         #expect(log.mayHaveChanged(9, since: 9), "read before the large write: compared")
         #expect(!log.mayHaveChanged(150, since: 10), "read at its version: it saw the write")
         #expect(!log.mayHaveChanged(2, since: 12))

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import LogbookEngine
+import LogbookTestSupport
 import Testing
 
 @testable import Logbook

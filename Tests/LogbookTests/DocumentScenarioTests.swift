@@ -1,5 +1,6 @@
 import Foundation
 import LogbookEngine
+import LogbookTestSupport
 import Testing
 
 @testable import Logbook

@@ -1,21 +1,9 @@
 import Foundation
 import LogbookEngine
+import LogbookTestSupport
 import Testing
 
 @testable import Logbook
-
-/// A seeded generator (SplitMix64): every failure names its seed and predicate, and reruns.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Random data and random predicates over every operator, each fetch (whatever its plan: a
 /// scan with a filter on records, an index range, index points, a compound index, a

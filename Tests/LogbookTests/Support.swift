@@ -1,5 +1,6 @@
 import Foundation
 import LogbookEngine
+import LogbookTestSupport
 import Testing
 
 @testable import Logbook
@@ -93,17 +94,6 @@ func documentModel() throws -> ManagedObjectModel {
             AttributeDescription("color", .transformable(transformer: "ColorTransformer"), optional: true)
         }
     }
-}
-
-/// A fresh store directory, removed at the end.
-final class TemporaryStore {
-    let directory: String
-    init() {
-        directory =
-            FileManager.default.temporaryDirectory.appendingPathComponent("logbook-tests-\(UUID().uuidString)").path
-    }
-    var path: String { directory + "/store" }
-    deinit { try? FileManager.default.removeItem(atPath: directory) }
 }
 
 func makeContainer(_ store: TemporaryStore, model: ManagedObjectModel? = nil, durability: Durability = .full) throws

@@ -64,7 +64,7 @@ let values: [Any?] = [
 ]
 var slots = layout.defaultSlots
 for (i, value) in values.enumerated() {
-    slots[i] = try! Slot(
+    slots[i] = try! FieldValue(
         value as Any, type: layout.entity.attributes[i].type, transformers: AttributeTransformers.registry)
 }
 slots[values.count] = .object(EngineKey(keyspace: 1, id: 7).rawValue)

@@ -73,8 +73,8 @@ public final class PersistentContainer: Sendable {
     /// Next serial number per entity (by model index), shared by all contexts.
     private let counters: Locked<[UInt64]>
     private let contexts = Locked<[WeakContext]>([])
-    /// Held from a save's conflict check to its commit; holds the keys recent saves replaced.
-    private let writeLog = Locked(WriteLog())
+    /// The door to the store's commits, with the save lock (`Storage/StoreWriter.swift`).
+    let writer: StoreWriter
     private let viewContextBox = Locked<ManagedObjectContext?>(nil)
 
     struct WeakContext: @unchecked Sendable {
@@ -107,6 +107,7 @@ public final class PersistentContainer: Sendable {
         do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch {
             throw LogbookError.wrap(error)
         }
+        writer = StoreWriter(store: store, historyTracking: historyTracking)
         do {
             let (layout, counters) = try Migration.prepare(store: store, model: model)
             storeLayout = layout
@@ -211,12 +212,6 @@ public final class PersistentContainer: Sendable {
         }
     }
 
-    /// Runs `body` under the save lock: a conflict check and the commit it allows, with no
-    /// other save in between.
-    func withSaveLock<R>(_ body: (inout WriteLog) throws -> R) rethrows -> R {
-        try writeLog.withLock { try body(&$0) }
-    }
-
     /// Registers a context made elsewhere (a child context) to hear of saves.
     func adopt(_ c: ManagedObjectContext) {
         contexts.withLock { list in
@@ -301,253 +296,5 @@ public final class PersistentContainer: Sendable {
             c.perform { c.mergeChanges(changes) }
         }
         for observer in source.changeObservers { observer(changes) }
-    }
-}
-
-/// Reading the schema at open, and migrating it.
-enum Migration {
-    static func prepare(store: Store, model: ManagedObjectModel) throws -> (StoreLayout, [UInt64]) {
-        let snapshot = store.snapshot()
-        let stored: StoredSchema?
-        do { stored = try snapshot.value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode) } catch let e
-            as LogbookError
-        { throw e } catch { throw LogbookError.wrap(error) }
-        var schema = StoredSchema.make(for: model, previous: stored)
-        if let stored, stored != schema, store.isReadOnly, stored.sameExceptIndexes(schema) {
-            // Read-only, the model adds or drops indexes alone: the store is read as it is
-            // (fetches plan with the indexes it has).
-            schema = stored
-        }
-        if let stored, stored != schema {
-            try check(stored: stored, new: schema, model: model, snapshot: snapshot)
-            try migrate(store: store, snapshot: snapshot, stored: stored, new: schema, model: model)
-        } else if stored == nil {
-            if store.isReadOnly { throw LogbookError(.incompatibleModel, "the store holds no Logbook schema") }
-            var t = Transaction()
-            t.put(StoredSchema.schemaKey, value: schema.encoded())
-            do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
-        }
-        let layout = StoreLayout(schema: schema, model: model)
-        // Counters: the recorded ones, never below what the store holds.
-        var next = [UInt64](repeating: 1, count: model.entities.count)
-        if let record = try? store.snapshot().value(forKey: StoredSchema.countersKey) {
-            record.withUnsafeBytes { raw in
-                var o = 0
-                func varint() -> UInt64? {
-                    var r: UInt64 = 0
-                    var shift: UInt64 = 0
-                    while o < raw.count && shift < 64 {
-                        let b = raw[o]
-                        o += 1
-                        r |= UInt64(b & 0x7F) << shift
-                        if b < 0x80 { return r }
-                        shift += 7
-                    }
-                    return nil
-                }
-                while let ks = varint(), let n = varint() {
-                    if let e = layout.entityByKeyspace[UInt16(truncatingIfNeeded: ks)] { next[e] = max(next[e], n) }
-                }
-            }
-        }
-        let snap = store.snapshot()
-        // Above the largest key of each keyspace (its last key: O(1) in the primary index,
-        // where a walk of every key cost an open of a million objects several milliseconds).
-        for (e, ks) in layout.keyspace.enumerated() {
-            guard let last = snap.keyBounds(inKeyspace: ks)?.upperBound else { continue }
-            next[e] = max(next[e], EngineKey(rawValue: last).id + 1)
-        }
-        // One counter per inheritance tree: its root's, above every serial of the tree.
-        for e in next.indices where model.root[e] != e { next[model.root[e]] = max(next[model.root[e]], next[e]) }
-        return (layout, next)
-    }
-
-    static func storedType(_ a: StoredSchema.Attribute) -> AttributeType? {
-        if a.type == "transformable" { return .transformable(transformer: a.transformer ?? "") }
-        let all: [AttributeType] = [
-            .string, .int16, .int32, .int64, .double, .float, .bool, .date, .data, .uuid, .url, .decimal
-        ]
-        return all.first { $0.description == a.type }
-    }
-
-    /// Refuses what a lightweight migration cannot do, saying what changed.
-    static func check(stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel, snapshot: Snapshot) throws {
-        for (i, e) in new.entities.enumerated() {
-            guard let old = stored.entities.first(where: { $0.keyspace == e.keyspace }) else { continue }
-            let hasObjects = snapshot.count(inKeyspace: e.keyspace) > 0
-            for (j, a) in e.attributes.enumerated() {
-                let description = model.flattened[i].attributes[j]
-                if let oldA = old.attributes.first(where: {
-                    $0.name == a.name || $0.name == description.renamingIdentifier
-                }) {
-                    if oldA.type != a.type || oldA.transformer != a.transformer {
-                        throw LogbookError(
-                            .incompatibleModel, "attribute \(a.name) changed type from \(oldA.type) to \(a.type)",
-                            entity: e.name, key: a.name)
-                    }
-                    if oldA.optional && !a.optional && description.defaultValue == nil && hasObjects {
-                        throw LogbookError(
-                            .incompatibleModel, "attribute \(a.name) became required without a default value",
-                            entity: e.name, key: a.name)
-                    }
-                } else if !a.optional && description.defaultValue == nil && hasObjects {
-                    throw LogbookError(
-                        .incompatibleModel,
-                        "new attribute \(a.name) is required but has no default value for the objects already stored",
-                        entity: e.name, key: a.name)
-                }
-            }
-            for r in e.relationships {
-                if let oldR = old.relationships.first(where: { $0.name == r.name }),
-                    oldR.toMany != r.toMany || oldR.destination != r.destination
-                {
-                    throw LogbookError(
-                        .incompatibleModel, "relationship \(r.name) changed its destination or cardinality",
-                        entity: e.name, key: r.name)
-                }
-            }
-        }
-    }
-
-    /// Rewrites the records of every entity whose layout changed, drops removed entities and
-    /// relationships, and records the new schema: one transaction.
-    static func migrate(
-        store: Store, snapshot: Snapshot, stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel
-    ) throws {
-        if store.isReadOnly {
-            throw LogbookError(.incompatibleModel, "the store needs a migration but was opened read-only")
-        }
-        var t = Transaction()
-        let newLayout = StoreLayout(schema: new, model: model)
-        var seenConstraintKeys: [IndexKey: UInt64] = [:]
-        // A model of the stored schema, to decode the old records.
-        var oldEntities: [EntityDescription] = []
-        for e in stored.entities {
-            oldEntities.append(
-                EntityDescription(
-                    e.name,
-                    attributes: e.attributes.map {
-                        AttributeDescription($0.name, storedType($0) ?? .data, optional: true)
-                    },
-                    relationships: e.relationships.map {
-                        RelationshipDescription($0.name, to: $0.destination, inverse: nil, toMany: $0.toMany)
-                    }))
-        }
-        let oldModel = try ManagedObjectModel(
-            entities: oldEntities.map { e in
-                var e = e
-                e.relationships = e.relationships.filter { r in oldEntities.contains { $0.name == r.destination } }
-                return e
-            })
-        for (oi, old) in stored.entities.enumerated() {
-            guard let ni = new.entities.firstIndex(where: { $0.keyspace == old.keyspace }) else {
-                // Entity removed: its objects and sets go.
-                snapshot.forEachKey(inKeyspace: old.keyspace) {
-                    t.delete($0)
-                    return true
-                }
-                for r in old.relationships {
-                    if let k = r.setKeyspace {
-                        snapshot.forEachSet(inKeyspace: k) { key, _ in
-                            t.replaceMembers(EmptyCollection(), ofSet: key)
-                            return true
-                        }
-                    }
-                }
-                continue
-            }
-            let newEntity = new.entities[ni]
-            // Order records of relationships no longer ordered (or gone) go.
-            for r in old.relationships {
-                guard let k = r.orderKeyspace, !newEntity.relationships.contains(where: { $0.orderKeyspace == k })
-                else {
-                    continue
-                }
-                snapshot.forEachKey(inKeyspace: k) {
-                    t.delete($0)
-                    return true
-                }
-            }
-            for r in old.relationships
-            where !newEntity.relationships.contains(where: { $0.setKeyspace == r.setKeyspace && r.setKeyspace != nil })
-            {
-                if let k = r.setKeyspace {
-                    snapshot.forEachSet(inKeyspace: k) { key, _ in
-                        t.replaceMembers(EmptyCollection(), ofSet: key)
-                        return true
-                    }
-                }
-            }
-            let oldPolymorphic = old.relationships.map { $0.polymorphic ?? false }
-            let newPolymorphic = newEntity.relationships.map { $0.polymorphic ?? false }
-            guard
-                old.attributes != newEntity.attributes
-                    || old.relationships.map(\.name) != newEntity.relationships.map(\.name)
-                    || old.relationships.map(\.index) != newEntity.relationships.map(\.index)
-                    || oldPolymorphic != newPolymorphic || old.constraints != newEntity.constraints
-                    || old.compoundIndexes != newEntity.compoundIndexes
-            else { continue }
-            let oldLayout = oldModel.layouts[oi]
-            let layout = model.layouts[ni]
-            let description = model.flattened[ni]
-            var keys: [UInt64] = []
-            snapshot.forEachKey(inKeyspace: old.keyspace) {
-                keys.append($0)
-                return true
-            }
-            var buffer: [UInt8] = []
-            // The old records' to-one slots as they were written (with keyspaces where the
-            // destination had sub-entities then).
-            var oldKinds = oldLayout.slotKinds
-            for (n, r) in oldLayout.toOne.enumerated() where old.relationships[r].polymorphic == true {
-                oldKinds[oldLayout.attributeCount + n] = .anyObject
-            }
-            for key in keys {
-                let oldSlots: [Slot]? =
-                    try snapshot.withValue(forKey: key) { raw -> [Slot]? in
-                        try? oldKinds.withUnsafeBufferPointer { kinds in
-                            try RecordCodec.decode(raw, kinds: kinds) { slot in
-                                let r = oldLayout.toOne[slot - oldLayout.attributeCount]
-                                let dest = old.relationships[r].destination
-                                return stored.entity(dest)?.keyspace ?? 0
-                            }
-                        }
-                    } ?? nil
-                guard let oldSlots else { continue }
-                var slots = [Slot](repeating: .null, count: layout.slotCount)
-                for (j, a) in description.attributes.enumerated() {
-                    if let k = old.attributes.firstIndex(where: { $0.name == a.name || $0.name == a.renamingIdentifier }
-                    ) {
-                        slots[j] = oldSlots[k]
-                    }
-                    if slots[j].isNull, let d = a.defaultValue {
-                        slots[j] = (try? Slot(d, type: a.type, transformers: AttributeTransformers.registry)) ?? .null
-                    }
-                }
-                for (n, r) in layout.toOne.enumerated() {
-                    let rel = description.relationships[r]
-                    if let k = oldLayout.slotByName[rel.name]
-                        ?? rel.renamingIdentifier.flatMap({ oldLayout.slotByName[$0] }), k >= oldLayout.attributeCount
-                    {
-                        slots[layout.attributeCount + n] = oldSlots[k]
-                    }
-                }
-                RecordCodec.encode(slots, layout: layout, into: &buffer)
-                let indexKeys = newLayout.indexKeys(slots, entity: layout)
-                // Objects already stored must satisfy a new uniqueness constraint.
-                for c in newLayout.constraintIndexes[ni] where !c.slots.contains(where: { slots[$0].isNull }) {
-                    let entry = newLayout.constraintKey(slots, c.slots, entity: layout, index: c.index)
-                    if let other = seenConstraintKeys.updateValue(key, forKey: entry) {
-                        throw LogbookError(
-                            .incompatibleModel,
-                            "the stored objects \(EngineKey(rawValue: other).id) and \(EngineKey(rawValue: key).id) share the values of a uniqueness constraint of the new model",
-                            entity: description.name)
-                    }
-                }
-                t.put(key, value: buffer, indexKeys: indexKeys)
-            }
-        }
-        t.put(StoredSchema.schemaKey, value: new.encoded())
-        do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
     }
 }

@@ -102,7 +102,7 @@ extension ManagedObjectContext {
             entity: layout.name, objectID: ObjectID(store: storeLayout.identity, key: key))
     }
 
-    func materialize(key: UInt64, layout: EntityLayout, slots: [Slot], version: UInt64) -> ManagedObject {
+    func materialize(key: UInt64, layout: EntityLayout, slots: [FieldValue], version: UInt64) -> ManagedObject {
         if let o = registered(key) { return o }
         let object = layout.managedClass.init(
             ManagedObject.Bootstrap(
@@ -111,7 +111,7 @@ extension ManagedObjectContext {
         return object
     }
 
-    func decode(_ snapshot: Snapshot, key: UInt64, layout: EntityLayout) throws -> [Slot]? {
+    func decode(_ snapshot: Snapshot, key: UInt64, layout: EntityLayout) throws -> [FieldValue]? {
         do {
             let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
             let attributeCount = layout.attributeCount

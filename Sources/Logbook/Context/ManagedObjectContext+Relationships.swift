@@ -4,7 +4,7 @@ import LogbookEngine
 extension ManagedObjectContext {
     // MARK: Changing values
 
-    func setSlot(_ object: ManagedObject, _ slot: Int, _ value: Slot) {
+    func setSlot(_ object: ManagedObject, _ slot: Int, _ value: FieldValue) {
         if object.flags.contains(.inserted) && undoHistory == nil {
             // A new object: nothing to track but the value.
             object.slots[slot] = value

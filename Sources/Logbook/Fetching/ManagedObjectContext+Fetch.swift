@@ -1,6 +1,25 @@
 import Foundation
 import LogbookEngine
 
+// The fetch's entry paths, each planned by `plan(_:layout:)` (`ManagedObjectContext+Plan.swift`,
+// then `FetchPlanner`) and windowed by `ResultWindow`:
+//
+// - `fetch(_:)` → `fetchDirectly` (the index or key order gives the result: objects made
+//   straight from the records) or `fetchObjects` (everything else: candidates from
+//   `storeMatches`/`candidateKeys`, registered objects and unsaved changes merged, sorted);
+//   `fetchObjects` hands sub-entity trees to `fetchAcross` (below) and child contexts to
+//   `fetchInChild` (`ManagedObjectContext+ChildFetch.swift`).
+// - `fetchObjectIDs(_:)` and `count(for:)`: from the index or the records' filter without
+//   making objects where they can, else through `fetchObjects`.
+// - `fetchDictionaries(_:)` (`ManagedObjectContext+Dictionaries.swift`), `enumerateObjects`
+//   (below), asynchronous fetches (`ManagedObjectContext+AsynchronousFetch.swift`) and the
+//   fetched-results controller (`FetchedResultsController.swift`, through `fetch`).
+// - Batch updates and deletes find their records with `candidateKeys` too
+//   (`Requests/`).
+//
+// Scans of records (split across cores, each record tested by a compiled `RecordFilter`) are
+// in `StoreScan.swift`; objects are made from records by `recordFault` and `RecordCodec`.
+
 extension ManagedObjectContext {
     /// The objects a request asks for. An unknown entity is an error; no match is an empty array.
     ///
@@ -22,7 +41,7 @@ extension ManagedObjectContext {
     /// The common case made cheap: when the index (or key order) gives the result and its
     /// order, nothing is unsaved and the context holds none of the objects, they are read
     /// straight into the result, in order, with no intermediate array. Nil when it does not apply.
-    func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, plan: FetchPlan) throws
+    func fetchDirectly<T: ManagedObject>(_ request: FetchRequest<T>, layout: EntityLayout, plan: ExecutionPlan) throws
         -> [T]?
     {
         guard request.fetchBatchSize == 0, !spansSubentities(request, layout), !considersPendingChanges(request, layout)
@@ -30,16 +49,11 @@ extension ManagedObjectContext {
         guard plan.objectResidual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
         _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let snapshot = readSnapshot()
-        let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
+        let stopAfter = plan.limitPushedDown ? request.window.stopAfter : nil
         if plan.residual != nil || plan.index == nil {
             // A filter on records, or a scan: the matches come with their bytes.
             var matches = try storeMatches(plan, layout: layout, snapshot: snapshot, output: .records, limit: stopAfter)
-            if request.fetchOffset > 0 {
-                let n = min(request.fetchOffset, matches.keys.count)
-                matches.keys.removeFirst(n)
-                matches.spans.removeFirst(n)
-            }
-            if request.fetchLimit > 0 { matches.truncate(to: request.fetchLimit) }
+            matches.apply(request.window)
             let keys = matches.keys
             let held = registry.withLock { table in !table.isEmpty && keys.contains { table[$0] != nil } }
             guard !held else { return nil }
@@ -48,10 +62,7 @@ extension ManagedObjectContext {
             return Self.typed(objects, as: T.self)
         }
         var keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
-        if request.fetchOffset > 0 { keys.removeFirst(min(request.fetchOffset, keys.count)) }
-        if request.fetchLimit > 0 && keys.count > request.fetchLimit {
-            keys.removeLast(keys.count - request.fetchLimit)
-        }
+        request.window.apply(to: &keys)
         let held = registry.withLock { table in !table.isEmpty && keys.contains { table[$0] != nil } }
         guard !held else { return nil }
         let objects = try faultsWithRecords(keys, layout: layout, snapshot: snapshot)
@@ -79,12 +90,9 @@ extension ManagedObjectContext {
             // The index, or a scan with the filter on records: no object is made.
             let matches = try storeMatches(
                 plan, layout: layout, snapshot: readSnapshot(), output: .keys,
-                limit: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+                limit: request.window.stopAfter)
             lastFetchRecordsRead = matches.examined
-            var slice = matches.keys[...]
-            if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
-            if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
-            return slice.map { ObjectID(store: storeLayout.identity, key: $0) }
+            return request.window.apply(to: matches.keys).map { ObjectID(store: storeLayout.identity, key: $0) }
         }
         var loading = request
         loading.fetchBatchSize = 0
@@ -101,8 +109,7 @@ extension ManagedObjectContext {
             // Each entity of the tree counted on its own, without reading objects.
             var part = request
             part.includesSubentities = false
-            part.fetchLimit = 0
-            part.fetchOffset = 0
+            part.window = .all
             n = 0
             for k in layout.descendants {
                 part.entityName = model.layouts[k].name
@@ -114,7 +121,7 @@ extension ManagedObjectContext {
             // The filter compiles to a test on records: counted on the records, no object made.
             let matches = try storeMatches(
                 plan, layout: layout, snapshot: readSnapshot(), output: .count,
-                limit: request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : nil)
+                limit: request.window.stopAfter)
             n = matches.count
             lastFetchRecordsRead = matches.examined
         } else if plan.residual == nil && !considersPendingChanges(request, layout) {
@@ -130,23 +137,18 @@ extension ManagedObjectContext {
             lastFetchRecordsRead = 0
         } else {
             var unlimited = request
-            unlimited.fetchLimit = 0
-            unlimited.fetchOffset = 0
+            unlimited.window = .all
             unlimited.fetchBatchSize = 0
             n = try fetchObjects(unlimited, layout: layout).count
         }
-        if request.fetchOffset > 0 { n = max(0, n - request.fetchOffset) }
-        if request.fetchLimit > 0 { n = min(n, request.fetchLimit) }
-        return n
+        return request.window.count(of: n)
     }
 
     /// Faults for `keys` (after offset and limit), grouped in batches that load together.
     func batchedFaults<T: ManagedObject>(
         _ keys: [UInt64], request: FetchRequest<T>, layout: EntityLayout, snapshot: Snapshot
     ) -> [ManagedObject] {
-        var slice = keys[...]
-        if request.fetchOffset > 0 { slice = slice.dropFirst(request.fetchOffset) }
-        if request.fetchLimit > 0 { slice = slice.prefix(request.fetchLimit) }
+        let slice = request.window.apply(to: keys)
         var result: [ManagedObject] = []
         result.reserveCapacity(slice.count)
         var batch: FaultBatch?
@@ -191,7 +193,7 @@ extension ManagedObjectContext {
     /// then its compiled record filter), read from `snapshot`: at most `limit`, in the plan's
     /// order (index order, else key order).
     func storeMatches(
-        _ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, output: ScanOutput, limit: Int?
+        _ plan: ExecutionPlan, layout: EntityLayout, snapshot: Snapshot, output: ScanOutput, limit: Int?
     ) throws -> ScanMatches {
         try RecordCodec.readingRecords(of: layout) {
             if plan.index == nil && plan.recordFilter == nil && output != .records {
@@ -211,7 +213,8 @@ extension ManagedObjectContext {
         }
     }
 
-    func candidateKeys(_ plan: FetchPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws -> [UInt64]
+    func candidateKeys(_ plan: ExecutionPlan, layout: EntityLayout, snapshot: Snapshot, stopAfter: Int?) throws
+        -> [UInt64]
     {
         var keys: [UInt64] = []
         if let index = plan.index, let points = plan.points {
@@ -386,7 +389,7 @@ extension ManagedObjectContext {
     /// `plan`: the request's plan when the caller has made it.
     func fetchObjects<T: ManagedObject>(
         _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil,
-        plan planned: FetchPlan? = nil
+        plan planned: ExecutionPlan? = nil
     ) throws -> [ManagedObject] {
         let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let plan = try planned ?? plan(request, layout: layout)
@@ -395,31 +398,61 @@ extension ManagedObjectContext {
         let snapshot = given ?? readSnapshot()
         let dirty = considersPendingChanges(request, layout)
         if request.fetchBatchSize > 0 {
-            if plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
-                // The index gives the keys in order: no object is read until the result is walked.
-                let stopAfter = plan.limitPushedDown ? request.fetchOffset + request.fetchLimit : nil
-                let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
-                return batchedFaults(keys, request: request, layout: layout, snapshot: snapshot)
-            }
-            // Filtering or sorting needs the values: read them, keep only the keys of the result
-            // (objects nothing else holds are released here), and hand out faults in batches.
-            var loading = request
-            loading.fetchBatchSize = 0
-            let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot, plan: plan).map(\.engineKey)
-            let read = lastFetchRecordsRead
-            var rest = request
-            rest.fetchOffset = 0
-            rest.fetchLimit = 0
-            let faults = batchedFaults(keys, request: rest, layout: layout, snapshot: snapshot)
-            lastFetchRecordsRead = read
-            return faults
+            return try fetchInBatches(request, layout: layout, plan: plan, snapshot: snapshot, dirty: dirty)
         }
-        let stopAfter = plan.limitPushedDown && !dirty ? request.fetchOffset + request.fetchLimit : nil
+        let stopAfter = plan.limitPushedDown && !dirty ? request.window.stopAfter : nil
         // The store's records that pass the compiled filter, with their bytes; objects are made
         // for those alone, and the rest of the filter (if any) is checked on them.
         let matches = try storeMatches(plan, layout: layout, snapshot: snapshot, output: .records, limit: stopAfter)
-        let keys = matches.keys
         var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
+        var objects = try matchedObjects(
+            of: matches, request: request, layout: layout, plan: plan, snapshot: snapshot, evaluator: &evaluator)
+        lastFetchRecordsRead = matches.examined
+        let added = try appendPendingChanges(to: &objects, request: request, layout: layout, evaluator: &evaluator)
+        if !sortKeys.isEmpty && (!plan.orderFromIndex || added) {
+            // Sorting reads the slots: faults decode their records (the fetch's own, in memory).
+            for o in objects where o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
+            SortKey.sort(&objects, by: sortKeys)
+        } else if sortKeys.isEmpty && added && plan.index == nil {
+            objects.sort { $0.engineKey < $1.engineKey }
+        }
+        let result = request.window.apply(to: objects)
+        return Array(result)
+    }
+
+    /// A fetch with a batch size: faults handed out in batches that load together as the
+    /// result is walked; the keys from the index when it gives the order, else from a fetch of
+    /// the values (whose objects nothing else holds are released).
+    private func fetchInBatches<T: ManagedObject>(
+        _ request: FetchRequest<T>, layout: EntityLayout, plan: ExecutionPlan, snapshot: Snapshot, dirty: Bool
+    ) throws -> [ManagedObject] {
+        if plan.residual == nil && !dirty && (plan.orderFromIndex || request.sortDescriptors.isEmpty) {
+            // The index gives the keys in order: no object is read until the result is walked.
+            let stopAfter = plan.limitPushedDown ? request.window.stopAfter : nil
+            let keys = try candidateKeys(plan, layout: layout, snapshot: snapshot, stopAfter: stopAfter)
+            return batchedFaults(keys, request: request, layout: layout, snapshot: snapshot)
+        }
+        // Filtering or sorting needs the values: read them, keep only the keys of the result
+        // (objects nothing else holds are released here), and hand out faults in batches.
+        var loading = request
+        loading.fetchBatchSize = 0
+        let keys = try fetchObjects(loading, layout: layout, snapshot: snapshot, plan: plan).map(\.engineKey)
+        let read = lastFetchRecordsRead
+        var rest = request
+        rest.window = .all
+        let faults = batchedFaults(keys, request: rest, layout: layout, snapshot: snapshot)
+        lastFetchRecordsRead = read
+        return faults
+    }
+
+    /// The objects of the store's matches: those the context holds (judged on their current
+    /// values, or on the stored ones when pending changes are not wanted), and faults made
+    /// from the records of the others, registered; the filter's object residue checked.
+    private func matchedObjects<T: ManagedObject>(
+        of matches: ScanMatches, request: FetchRequest<T>, layout: EntityLayout, plan: ExecutionPlan,
+        snapshot: Snapshot, evaluator: inout PredicateEvaluator
+    ) throws -> [ManagedObject] {
+        let keys = matches.keys
         let residual = plan.objectResidual
         var objects: [ManagedObject] = []
         objects.reserveCapacity(keys.count)
@@ -463,8 +496,15 @@ extension ManagedObjectContext {
                 return try evaluator.test(residual, object: o)
             }
         }
-        let read = matches.examined
-        lastFetchRecordsRead = read
+        return objects
+    }
+
+    /// The context's inserted and changed objects of the entity that match the request,
+    /// appended (when the request includes pending changes); returns whether any was.
+    private func appendPendingChanges<T: ManagedObject>(
+        to objects: inout [ManagedObject], request: FetchRequest<T>, layout: EntityLayout,
+        evaluator: inout PredicateEvaluator
+    ) throws -> Bool {
         var added = false
         let changed =
             !request.includesPendingChanges
@@ -477,17 +517,7 @@ extension ManagedObjectContext {
             objects.append(o)
             added = true
         }
-        if !sortKeys.isEmpty && (!plan.orderFromIndex || added) {
-            // Sorting reads the slots: faults decode their records (the fetch's own, in memory).
-            for o in objects where o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
-            SortKey.sort(&objects, by: sortKeys)
-        } else if sortKeys.isEmpty && added && plan.index == nil {
-            objects.sort { $0.engineKey < $1.engineKey }
-        }
-        var result = objects[...]
-        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
-        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
-        return Array(result)
+        return added
     }
 }
 
@@ -514,10 +544,9 @@ extension ManagedObjectContext {
         let snapshot = given ?? readSnapshot()
         var part = request
         part.includesSubentities = false
-        part.fetchOffset = 0
         part.fetchBatchSize = 0
         // Each entity's first offset + limit objects hold the merged result's.
-        part.fetchLimit = request.fetchLimit > 0 ? request.fetchOffset + request.fetchLimit : 0
+        part.window = ResultWindow(offset: 0, limit: request.window.stopAfter ?? 0)
         var all: [ManagedObject] = []
         var read = 0
         for k in layout.descendants {
@@ -531,9 +560,7 @@ extension ManagedObjectContext {
             for o in all where o.flags.contains(.fault) { try fulfill(o, from: snapshot) }
             SortKey.sort(&all, by: sortKeys, mixedEntities: true)
         }
-        var result = all[...]
-        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
-        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
+        let result = request.window.apply(to: all)
         lastFetchRecordsRead = read
         return Array(result)
     }

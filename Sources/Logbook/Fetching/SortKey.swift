@@ -1,9 +1,9 @@
 import Foundation
 import LogbookEngine
 
-extension Slot {
+extension FieldValue {
     /// Orders slots of one attribute: no value first, then by value.
-    static func compare(_ a: Slot, _ b: Slot) -> Int {
+    static func compare(_ a: FieldValue, _ b: FieldValue) -> Int {
         switch (a, b) {
         case (.null, .null): return 0
         case (.null, _): return -1
@@ -57,7 +57,7 @@ struct SortKey {
         if keys.allSatisfy({ $0.comparison == .plain }) && !byName {
             objects.sort { a, b in
                 for k in keys {
-                    let c = Slot.compare(a.slots[k.slot], b.slots[k.slot])
+                    let c = FieldValue.compare(a.slots[k.slot], b.slots[k.slot])
                     if c != 0 { return k.ascending ? c < 0 : c > 0 }
                 }
                 return a.engineKey < b.engineKey
@@ -65,7 +65,7 @@ struct SortKey {
             return
         }
         // Folded strings are computed once per object, not once per comparison.
-        let folded: [[Slot]] = objects.map { o in
+        let folded: [[FieldValue]] = objects.map { o in
             keys.map { k in
                 let value = byName ? (o.layout.slotByName[k.name].map { o.slots[$0] } ?? .null) : o.slots[k.slot]
                 guard let options = k.comparison.foldingOptions, case .string(let s) = value else {
@@ -85,7 +85,7 @@ struct SortKey {
         objects = order.map { objects[$0] }
     }
 
-    static func compare(_ a: Slot, _ b: Slot, _ comparison: StringComparison) -> Int {
+    static func compare(_ a: FieldValue, _ b: FieldValue, _ comparison: StringComparison) -> Int {
         if case .string(let x) = a, case .string(let y) = b {
             switch comparison {
             case .localized: return x.localizedCompare(y).rawValue
@@ -93,6 +93,6 @@ struct SortKey {
             default: break
             }
         }
-        return Slot.compare(a, b)
+        return FieldValue.compare(a, b)
     }
 }

@@ -36,6 +36,16 @@ struct ScanMatches {
         }
     }
 
+    /// Keeps the matches of `window` (offset and limit).
+    mutating func apply(_ window: ResultWindow) {
+        if window.offset > 0 {
+            let n = min(window.offset, keys.count)
+            keys.removeFirst(n)
+            spans.removeFirst(n)
+        }
+        if window.limit > 0 { truncate(to: window.limit) }
+    }
+
     /// Keeps the first `n` matches.
     mutating func truncate(to n: Int) {
         guard count > n else { return }

@@ -132,24 +132,6 @@ public struct HistoryResult: Sendable {
     public var deletedCount: Int
 }
 
-extension ManagedObjectContext {
-    /// Runs a history request against the context's store (Core Data's
-    /// `execute(_:)` with an `NSPersistentHistoryChangeRequest`).
-    @discardableResult
-    public func execute(_ request: HistoryRequest) throws -> HistoryResult {
-        switch request.kind {
-        case .fetch(let token):
-            return HistoryResult(transactions: try container.history(after: token), deletedCount: 0)
-        case .fetchAfterDate(let date):
-            return HistoryResult(transactions: try container.history(after: date), deletedCount: 0)
-        case .delete(let token):
-            return HistoryResult(transactions: [], deletedCount: try container.deleteHistory(before: token))
-        case .deleteBeforeDate(let date):
-            return HistoryResult(transactions: [], deletedCount: try container.deleteHistory(before: date))
-        }
-    }
-}
-
 extension PersistentContainer {
     /// The token of the store's latest transaction (Core Data's
     /// `currentPersistentHistoryToken(fromStores:)`): history after it is what comes next.
@@ -279,7 +261,7 @@ extension PersistentContainer {
     }
 
     private func purgeHistory(_ matches: (UInt64, [UInt8]) -> Bool) throws -> Int {
-        try withSaveLock { _ in
+        try writer.withSaveLock { _ in
             let snapshot = store.snapshot()
             var t = Transaction()
             var failure: (any Error)?
@@ -300,7 +282,7 @@ extension PersistentContainer {
             if let failure { throw LogbookError.wrap(failure) }
             let count = t.operationCount
             if count > 0 {
-                do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
+                try StoreWriter.commit(t, to: store)
             }
             return count
         }
@@ -388,7 +370,7 @@ struct HistoryRecord {
         }
 
         /// A delete, with the preserved attributes' names, values and types.
-        mutating func delete(_ key: UInt64, _ values: [(String, Slot, AttributeType)]) {
+        mutating func delete(_ key: UInt64, _ values: [(String, FieldValue, AttributeType)]) {
             w.append(3)
             appendKey(key, &previous, &w)
             w.appendVarint(values.count)
@@ -414,7 +396,7 @@ struct HistoryRecord {
     }
 
     /// A tombstone value: a tag, then the value (see docs/journal-format.md).
-    private static func appendValue(_ slot: Slot, _ type: AttributeType, _ w: inout ByteWriter) {
+    private static func appendValue(_ slot: FieldValue, _ type: AttributeType, _ w: inout ByteWriter) {
         switch slot {
         case .null: w.append(0)
         case .string(let s):
@@ -544,86 +526,5 @@ struct HistoryRecord {
         default:
             throw LogbookError(.store, "a history record holds a value of an unknown kind")
         }
-    }
-}
-
-extension ManagedObjectContext {
-    /// The history record of the save being made (under the save lock, before its commit):
-    /// the inserted objects, the updated ones with the names of what changed, the deleted
-    /// ones with their preserved values.
-    func historyRecord() throws -> [UInt8] {
-        var record = historyWriter(changes: inserted.count + updated.count + deleted.count)
-        for object in inserted.values { record.insert(object.engineKey) }
-        // To-many changes name the relationship on the owner.
-        var toMany: [UInt64: Set<String>] = [:]
-        for setKey in Set(setAdds.keys).union(setRemoves.keys) {
-            for (owner, e, r) in storeLayout.owners(ofSet: setKey) where updated[owner] != nil {
-                toMany[owner, default: []].insert(container.model.entities[e].relationships[r].name)
-            }
-        }
-        for key in updated.keys.sorted() {
-            let object = updated[key].unsafelyUnwrapped
-            var names = toMany[key] ?? []
-            if let before = object.committed {
-                for (i, slot) in object.slots.enumerated() where before[i] != slot {
-                    names.insert(object.name(ofSlot: i))
-                }
-            }
-            record.update(key, names.sorted())
-        }
-        let snapshot = deleted.isEmpty ? nil : container.store.snapshot()
-        for object in deleted.values {
-            let attributes = object.layout.entity.attributes
-            let preserved = attributes.indices.filter { attributes[$0].preservesValueInHistoryOnDeletion }
-            var values: [(String, Slot, AttributeType)] = []
-            if !preserved.isEmpty {
-                // The values as stored (a delete drops unsaved changes).
-                let stored: [Slot]? =
-                    object.flags.contains(.fault) || object.flags.contains(.inserted)
-                    ? try decode(snapshot!, key: object.engineKey, layout: object.layout)
-                    : (object.committed ?? object.slots)
-                if let stored { values = preserved.map { (attributes[$0].name, stored[$0], attributes[$0].type) } }
-            }
-            record.delete(object.engineKey, values)
-        }
-        return record.bytes
-    }
-}
-
-extension ManagedObjectContext {
-    /// Commits `transaction` under the save lock, with its history record when the container
-    /// tracks history: the record is keyed by the version this commit will get (no other
-    /// commit of the container can come first under the save lock, and the store refuses the
-    /// commit, writing nothing, if one did).
-    func commitUnderSaveLock(_ transaction: inout Transaction, history: () throws -> [UInt8]) throws -> UInt64 {
-        var expected: UInt64?
-        if container.historyTracking {
-            let next = container.store.version + 1
-            transaction.put(HistoryRecord.key(version: next), value: try history())
-            expected = next
-        }
-        // The store takes the transaction's compressed blocks: left here too, they would all
-        // stay in memory until the commit returns, instead of going as each is applied.
-        do { return try container.store.commit(taking: &transaction, expectingVersion: expected) } catch {
-            throw LogbookError.wrap(error)
-        }
-    }
-
-    /// The history record of a batch request: its changes, made by this context.
-    func batchHistoryRecord(
-        inserted: [UInt64] = [], updated: [UInt64] = [], names: [String] = [], deleted: [UInt64] = []
-    )
-        -> [UInt8]
-    {
-        var record = historyWriter(changes: inserted.count + updated.count + deleted.count)
-        for k in inserted { record.insert(k) }
-        for k in updated { record.update(k, names) }
-        for k in deleted { record.delete(k, []) }
-        return record.bytes
-    }
-
-    /// A history record of `changes` changes made by this context now.
-    func historyWriter(changes: Int) -> HistoryRecord.Writer {
-        HistoryRecord.Writer(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
     }
 }

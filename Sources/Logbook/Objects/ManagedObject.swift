@@ -35,9 +35,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     // Objects are confined to their context's queue: the runtime exclusivity checks on these
     // hot fields are turned off.
     /// Attribute slots, then to-one relationship slots. Empty while the object is a fault.
-    @exclusivity(unchecked) var slots: [Slot]
+    @exclusivity(unchecked) var slots: [FieldValue]
     /// The values as last saved (or fetched), kept once the object changes.
-    @exclusivity(unchecked) var committed: [Slot]?
+    @exclusivity(unchecked) var committed: [FieldValue]?
     /// For a fault from a batched fetch: the objects that load with it (its place there is
     /// `batchSlot`).
     var batch: FaultBatch?
@@ -84,7 +84,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         let layout: EntityLayout
         let key: UInt64
         let token: ManagedObjectContext.Token
-        let slots: [Slot]
+        let slots: [FieldValue]
         let fault: Bool
         /// The store version the slots were read at (0: not read from the store).
         var version: UInt64 = 0
@@ -207,11 +207,11 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     private func setValue(_ value: Any?, forKey key: String, in context: ManagedObjectContext) throws {
         try context.undoable {
             if let slot = layout.slot(named: key), slot < layout.attributeCount {
-                let new: Slot
+                let new: FieldValue
                 do {
-                    new = try Slot(
+                    new = try FieldValue(
                         value, type: layout.entity.attributes[slot].type, transformers: AttributeTransformers.registry)
-                } catch let m as Slot.Mismatch {
+                } catch let m as FieldValue.Mismatch {
                     throw LogbookError(
                         .typeMismatch, "\(key) is \(m.expected); \(m.got) does not fit",
                         entity: layout.name, key: key, objectID: objectID)
@@ -383,7 +383,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             : layout.entity.relationships[layout.toOne[i - layout.attributeCount]].name
     }
 
-    func displayValue(_ slot: Slot, _ i: Int) -> Any? {
+    func displayValue(_ slot: FieldValue, _ i: Int) -> Any? {
         if i < layout.attributeCount { return slot.value(type: layout.entity.attributes[i].type) }
         if case .object(let k) = slot { return ObjectID(store: objectID.store, key: k) }
         return nil
@@ -393,18 +393,18 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     /// The stored value of an attribute for a typed property (nil when unusable or unknown).
     @usableFromInline
-    func typedRead(_ key: String) -> (Slot, AttributeType)? {
+    func typedRead(_ key: String) -> (FieldValue, AttributeType)? {
         typedRead(slot: layout.slot(named: key)) { key }
     }
 
     /// The stored value of the attribute a `@Managed` property names.
     @usableFromInline
-    func typedRead(_ name: PropertyName) -> (Slot, AttributeType)? {
+    func typedRead(_ name: PropertyName) -> (FieldValue, AttributeType)? {
         typedRead(slot: layout.slot(named: name)) { name.string }
     }
 
     @inline(__always)
-    private func typedRead(slot: Int?, key: () -> String) -> (Slot, AttributeType)? {
+    private func typedRead(slot: Int?, key: () -> String) -> (FieldValue, AttributeType)? {
         guard let slot, slot < layout.attributeCount else {
             if flags.contains(.fault) || flags.contains(.invalid) { _ = try? checkUsable(key()) }
             return nil
@@ -424,21 +424,21 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     /// Sets an attribute from a typed property; errors wait for the next save.
     @usableFromInline
-    func typedWrite(_ key: String, _ convert: (AttributeType) -> Slot?) {
+    func typedWrite(_ key: String, _ convert: (AttributeType) -> FieldValue?) {
         guard !flags.contains(.invalid) else { return }
         _ = token.withContext { context in typedWrite(layout.slot(named: key), { key }, convert, context) }
     }
 
     /// Sets the attribute a `@Managed` property names; errors wait for the next save.
     @usableFromInline
-    func typedWrite(_ name: PropertyName, _ convert: (AttributeType) -> Slot?) {
+    func typedWrite(_ name: PropertyName, _ convert: (AttributeType) -> FieldValue?) {
         guard !flags.contains(.invalid) else { return }
         _ = token.withContext { context in typedWrite(layout.slot(named: name), { name.string }, convert, context) }
     }
 
     @inline(__always)
     private func typedWrite(
-        _ slot: Int?, _ key: () -> String, _ convert: (AttributeType) -> Slot?, _ context: ManagedObjectContext
+        _ slot: Int?, _ key: () -> String, _ convert: (AttributeType) -> FieldValue?, _ context: ManagedObjectContext
     ) {
         guard let slot, slot < layout.attributeCount else {
             let key = key()

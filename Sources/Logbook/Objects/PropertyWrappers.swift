@@ -20,8 +20,8 @@ public protocol AttributeValue {
 
 /// A value as a managed object stores it (opaque).
 public struct StoredValue {
-    @usableFromInline let slot: Slot
-    @usableFromInline init(slot: Slot) { self.slot = slot }
+    @usableFromInline let slot: FieldValue
+    @usableFromInline init(slot: FieldValue) { self.slot = slot }
 }
 
 extension AttributeValue {
@@ -32,7 +32,8 @@ extension AttributeValue {
     }
     /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? {
-        (try? Slot(attributeValue, type: type, transformers: AttributeTransformers.registry)).map(StoredValue.init)
+        (try? FieldValue(attributeValue, type: type, transformers: AttributeTransformers.registry)).map(
+            StoredValue.init)
     }
 }
 

@@ -11,7 +11,7 @@ import Foundation
 /// ```
 public struct FetchExpression: @unchecked Sendable, CustomStringConvertible {
     // @unchecked: the tree holds the argument values given at creation, which are only read.
-    let expression: PredicateExpression
+    let expression: ExpressionNode
     /// The format the expression was made from.
     public let format: String
 
@@ -35,7 +35,7 @@ public struct FetchExpression: @unchecked Sendable, CustomStringConvertible {
     }
 }
 
-extension Slot {
+extension FieldValue {
     /// A computed value as a slot of `type`: numbers convert between integer and floating
     /// point types when the value fits.
     init(computed value: Any?, type: AttributeType) throws {

@@ -90,7 +90,7 @@ struct PredicateEvaluator {
 
     // MARK: Expressions
 
-    mutating func value(_ e: PredicateExpression, object: ManagedObject) throws -> Any? {
+    mutating func value(_ e: ExpressionNode, object: ManagedObject) throws -> Any? {
         switch e {
         case .value(let v): return v
         case .list(let items): return try items.map { try value($0, object: object) } as [Any?]

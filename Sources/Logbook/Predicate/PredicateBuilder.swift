@@ -71,7 +71,7 @@ extension FetchPredicate {
         _ keyPath: String, _ op: Operator, _ value: Any?, options: Options = [], quantifier: Quantifier? = nil
     ) -> FetchPredicate {
         let path = keyPath == "SELF" ? [] : keyPath.split(separator: ".").map(String.init)
-        var rhs = PredicateExpression.value(value)
+        var rhs = ExpressionNode.value(value)
         if op == .between, let bounds = value as? [Any], bounds.count == 2 {
             rhs = .list([.value(bounds[0]), .value(bounds[1])])
         }
@@ -141,12 +141,12 @@ extension FetchPredicate {
         public var description: String {
             switch self {
             case .keyPath(let p): return p.isEmpty ? "SELF" : p.joined(separator: ".")
-            case .value(let v): return PredicateExpression.literal(v)
+            case .value(let v): return ExpressionNode.literal(v)
             case .expression(let s): return s
             }
         }
 
-        init(_ e: PredicateExpression) {
+        init(_ e: ExpressionNode) {
             switch e {
             case .keyPath(let p, _): self = .keyPath(p)
             case .value(let v): self = .value(v)

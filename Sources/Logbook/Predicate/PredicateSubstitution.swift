@@ -12,7 +12,7 @@ extension FetchPredicate {
     /// ```
     public func substituting(_ variables: [String: Any?]) throws -> FetchPredicate {
         let evaluator = PredicateEvaluator(format: format)
-        func expression(_ e: PredicateExpression, bound: Set<String>) throws -> PredicateExpression {
+        func expression(_ e: ExpressionNode, bound: Set<String>) throws -> ExpressionNode {
             switch e {
             case .variable(let name, let path, let column) where !bound.contains(name):
                 guard let value = variables[name] else { return e }

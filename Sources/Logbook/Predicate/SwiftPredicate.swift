@@ -83,9 +83,9 @@ enum KeyProbe {
 /// What a part of a Swift predicate becomes.
 enum TranslatedPart {
     case node(PredicateNode)
-    case expression(PredicateExpression)
+    case expression(ExpressionNode)
     /// `a...b` or `a..<b`.
-    case range(lower: PredicateExpression, upper: PredicateExpression, closed: Bool)
+    case range(lower: ExpressionNode, upper: ExpressionNode, closed: Bool)
 }
 
 protocol SwiftPredicateTranslatable {
@@ -93,7 +93,7 @@ protocol SwiftPredicateTranslatable {
 }
 
 struct SwiftPredicateTranslator {
-    var variables: [PredicateExpressions.VariableID: PredicateExpression] = [:]
+    var variables: [PredicateExpressions.VariableID: ExpressionNode] = [:]
     var subqueries = 0
     #if !LOGBOOK_WITHOUT_MACROS
         /// The object ID a model identifier names (in the container the fetch runs in).
@@ -124,7 +124,7 @@ struct SwiftPredicateTranslator {
         }
     }
 
-    mutating func expression(_ e: Any) throws -> PredicateExpression {
+    mutating func expression(_ e: Any) throws -> ExpressionNode {
         switch try part(e) {
         case .expression(let x): return x
         case .node, .range:
@@ -156,13 +156,13 @@ struct SwiftPredicateTranslator {
         let name = "item\(subqueries)"
         variables[variable] = .variable(name, [], column: 0)
         let condition = try node(test)
-        let counted = PredicateExpression.subquery(
+        let counted = ExpressionNode.subquery(
             collection: collection, variable: name, predicate: all ? .not(condition) : condition,
             aggregate: "count", column: 0)
         return all ? compare(counted, .equal, .value(0)) : compare(counted, .greater, .value(0))
     }
 
-    func compare(_ lhs: PredicateExpression, _ op: Comparison.Operator, _ rhs: PredicateExpression) -> TranslatedPart {
+    func compare(_ lhs: ExpressionNode, _ op: Comparison.Operator, _ rhs: ExpressionNode) -> TranslatedPart {
         .node(.comparison(Comparison(modifier: .direct, lhs: lhs, op: op, rhs: rhs, column: 0)))
     }
 
@@ -256,7 +256,7 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
             return .expression(.function(PredicateEvaluator.swiftKeyPath, [base, .value(keyPath)], column: 0))
         }
         func extended(_ path: [String]) -> [String] { path + [component == "isEmpty" ? "@count" : component] }
-        let expression: PredicateExpression
+        let expression: ExpressionNode
         switch base {
         case .keyPath(let path, let column): expression = .keyPath(extended(path), column: column)
         case .variable(let name, let path, let column): expression = .variable(name, extended(path), column: column)
@@ -508,7 +508,7 @@ extension PredicateNode {
     }
 }
 
-extension PredicateExpression {
+extension ExpressionNode {
     var formatDescription: String {
         switch self {
         case .keyPath(let path, _): return path.isEmpty ? "SELF" : path.joined(separator: ".")

@@ -82,7 +82,7 @@ enum SchemaMigration {
         guard !store.isReadOnly, storedVersion(store) != version else { return }
         var t = Transaction()
         t.put(versionKey, value: Array(version.description.utf8))
-        do { try store.commit(t) } catch { throw LogbookError.wrap(error) }
+        try StoreWriter.commit(t, to: store)
     }
 
     static func run(

@@ -1,7 +1,7 @@
 /// The engine's only door to the operating system. Every byte the engine writes, every sync,
 /// rename and removal goes through one of these calls, so that a test can put a file system
 /// in its place that fails any chosen call or forgets what was never synced.
-protocol FileSystem: Sendable {
+package protocol FileSystem: Sendable {
     /// Opens a file. `create` makes it if missing (mode 0600); `exclusive` fails if it exists.
     func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile
     func rename(_ from: String, to: String) throws
@@ -20,7 +20,7 @@ protocol FileSystem: Sendable {
 }
 
 /// An open file. Positional reads and writes only: no shared file offset.
-protocol StorageFile: AnyObject, Sendable {
+package protocol StorageFile: AnyObject, Sendable {
     var path: String { get }
     /// Reads up to `buffer.count` bytes at `offset`; returns the count read (short at end of file).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int
@@ -45,18 +45,18 @@ protocol StorageFile: AnyObject, Sendable {
 }
 
 extension StorageFile {
-    func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? { nil }
-    func preallocate(upTo size: Int) -> Bool { false }
+    package func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? { nil }
+    package func preallocate(upTo size: Int) -> Bool { false }
 }
 
 /// A held advisory lock; released by `unlock()` or when the holder goes away.
-protocol FileLock: AnyObject, Sendable {
+package protocol FileLock: AnyObject, Sendable {
     func unlock()
 }
 
 extension StorageFile {
     /// Reads exactly `count` bytes at `offset`, or fewer only at the end of the file.
-    func read(count: Int, at offset: Int) throws -> [UInt8] {
+    package func read(count: Int, at offset: Int) throws -> [UInt8] {
         var result = [UInt8](repeating: 0, count: count)
         var total = 0
         try result.withUnsafeMutableBytes { buffer in
@@ -70,7 +70,7 @@ extension StorageFile {
         return result
     }
 
-    func write(_ bytes: [UInt8], at offset: Int) throws {
+    package func write(_ bytes: [UInt8], at offset: Int) throws {
         try bytes.withUnsafeBytes { try write($0, at: offset) }
     }
 }

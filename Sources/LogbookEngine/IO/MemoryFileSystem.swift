@@ -11,7 +11,7 @@ final class MemoryFileSystem: FileSystem, Sendable {
     }
     private let state = Locked(State())
 
-    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
+    package func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
         try state.withLock { s in
             if let file = s.files[path] {
                 if exclusive { throw EngineError.systemCall("open", path: path, errno: EEXIST) }
@@ -24,7 +24,7 @@ final class MemoryFileSystem: FileSystem, Sendable {
         }
     }
 
-    func rename(_ from: String, to: String) throws {
+    package func rename(_ from: String, to: String) throws {
         try state.withLock { s in
             guard let file = s.files.removeValue(forKey: from) else {
                 throw EngineError.systemCall("rename to \(to)", path: from, errno: ENOENT)
@@ -34,11 +34,11 @@ final class MemoryFileSystem: FileSystem, Sendable {
         }
     }
 
-    func removeFile(_ path: String) throws { state.withLock { s in _ = s.files.removeValue(forKey: path) } }
+    package func removeFile(_ path: String) throws { state.withLock { s in _ = s.files.removeValue(forKey: path) } }
 
-    func syncDirectory(_ path: String) throws {}
+    package func syncDirectory(_ path: String) throws {}
 
-    func listDirectory(_ path: String) throws -> [String] {
+    package func listDirectory(_ path: String) throws -> [String] {
         try state.withLock { s in
             guard s.directories.contains(path) else {
                 throw EngineError.systemCall("opendir", path: path, errno: ENOENT)
@@ -49,15 +49,15 @@ final class MemoryFileSystem: FileSystem, Sendable {
         }
     }
 
-    func fileExists(_ path: String) -> Bool {
+    package func fileExists(_ path: String) -> Bool {
         state.withLock { s in s.files[path] != nil || s.directories.contains(path) }
     }
 
-    func isDirectory(_ path: String) -> Bool { state.withLock { s in s.directories.contains(path) } }
+    package func isDirectory(_ path: String) -> Bool { state.withLock { s in s.directories.contains(path) } }
 
-    func createDirectory(_ path: String) throws { _ = state.withLock { s in s.directories.insert(path) } }
+    package func createDirectory(_ path: String) throws { _ = state.withLock { s in s.directories.insert(path) } }
 
-    func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
+    package func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
         try state.withLock { s in
             guard s.locks.insert(path).inserted else {
                 throw EngineError(.locked, "the in-memory store is already open", path: path)
@@ -67,7 +67,7 @@ final class MemoryFileSystem: FileSystem, Sendable {
         return MemoryFileLock { state.withLock { s in _ = s.locks.remove(path) } }
     }
 
-    func availableBytes(_ path: String) -> Int? { nil }
+    package func availableBytes(_ path: String) -> Int? { nil }
 }
 
 final class MemoryFile: StorageFile, Sendable {
@@ -76,12 +76,12 @@ final class MemoryFile: StorageFile, Sendable {
 
     init(path: String) { name = Locked(path) }
 
-    var path: String {
+    package var path: String {
         get { name.withLock { $0 } }
         set { name.withLock { $0 = newValue } }
     }
 
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
         contents.withLock { bytes in
             guard offset < bytes.count else { return 0 }
             let n = min(buffer.count, bytes.count - offset)
@@ -92,7 +92,7 @@ final class MemoryFile: StorageFile, Sendable {
         }
     }
 
-    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
+    package func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
         contents.withLock { bytes in
             let end = offset + buffer.count
             if bytes.count < end { bytes.append(contentsOf: repeatElement(0, count: end - bytes.count)) }
@@ -103,9 +103,9 @@ final class MemoryFile: StorageFile, Sendable {
         }
     }
 
-    func sync() throws {}
-    func size() throws -> Int { contents.withLock { $0.count } }
-    func truncate(to size: Int) throws {
+    package func sync() throws {}
+    package func size() throws -> Int { contents.withLock { $0.count } }
+    package func truncate(to size: Int) throws {
         contents.withLock { bytes in
             if size < bytes.count {
                 bytes.removeSubrange(size...)
@@ -114,11 +114,11 @@ final class MemoryFile: StorageFile, Sendable {
             }
         }
     }
-    func close() {}
+    package func close() {}
 }
 
 final class MemoryFileLock: FileLock, Sendable {
     private let release: @Sendable () -> Void
     init(_ release: @escaping @Sendable () -> Void) { self.release = release }
-    func unlock() { release() }
+    package func unlock() { release() }
 }

@@ -11,7 +11,7 @@
 /// The real file system: POSIX calls, each wrapped so that a failure becomes an `EngineError`
 /// naming the call, the path and `errno`. `EINTR` is retried.
 struct PosixFileSystem: FileSystem {
-    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
+    package func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
         var flags: Int32 = writable ? O_RDWR : O_RDONLY
         flags |= O_CLOEXEC
         if create { flags |= O_CREAT }
@@ -21,20 +21,20 @@ struct PosixFileSystem: FileSystem {
         return PosixStorageFile(fd: fd, path: path)
     }
 
-    func rename(_ from: String, to: String) throws {
+    package func rename(_ from: String, to: String) throws {
         guard systemRename(from, to) == 0 else {
             throw EngineError.systemCall("rename to \(to)", path: from, errno: errno)
         }
     }
 
-    func removeFile(_ path: String) throws {
+    package func removeFile(_ path: String) throws {
         guard unlink(path) == 0 else {
             if errno == ENOENT { return }
             throw EngineError.systemCall("unlink", path: path, errno: errno)
         }
     }
 
-    func syncDirectory(_ path: String) throws {
+    package func syncDirectory(_ path: String) throws {
         let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard fd >= 0 else { throw EngineError.systemCall("open directory", path: path, errno: errno) }
         defer { _ = systemClose(fd) }
@@ -43,7 +43,7 @@ struct PosixFileSystem: FileSystem {
         }
     }
 
-    func listDirectory(_ path: String) throws -> [String] {
+    package func listDirectory(_ path: String) throws -> [String] {
         guard let dir = opendir(path) else { throw EngineError.systemCall("opendir", path: path, errno: errno) }
         defer { closedir(dir) }
         var names: [String] = []
@@ -56,25 +56,25 @@ struct PosixFileSystem: FileSystem {
         return names.sorted()
     }
 
-    func fileExists(_ path: String) -> Bool {
+    package func fileExists(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0
     }
 
-    func availableBytes(_ path: String) -> Int? {
+    package func availableBytes(_ path: String) -> Int? {
         var st = statvfs()
         guard statvfs(path, &st) == 0 else { return nil }
         let (bytes, overflow) = UInt64(st.f_bavail).multipliedReportingOverflow(by: UInt64(st.f_frsize))
         return overflow || bytes > UInt64(Int.max) ? Int.max : Int(bytes)
     }
 
-    func isDirectory(_ path: String) -> Bool {
+    package func isDirectory(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// Creates the directory and any missing parents.
-    func createDirectory(_ path: String) throws {
+    package func createDirectory(_ path: String) throws {
         if mkdir(path, mode_t(JournalFormat.directoryMode)) == 0 || errno == EEXIST { return }
         guard errno == ENOENT else { throw EngineError.systemCall("mkdir", path: path, errno: errno) }
         let parent = parentDirectory(path)
@@ -87,7 +87,7 @@ struct PosixFileSystem: FileSystem {
         }
     }
 
-    func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
+    package func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
         var flags = O_RDONLY | O_CLOEXEC
         if create { flags |= O_CREAT }
         let fd = retryingEINTR { open(path, flags, mode_t(JournalFormat.fileMode)) }
@@ -130,7 +130,7 @@ private func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
 /// from several threads at once (the kernel serializes what needs serializing).
 final class PosixStorageFile: StorageFile, @unchecked Sendable {
     let fd: Int32
-    let path: String
+    package let path: String
 
     init(fd: Int32, path: String) {
         self.fd = fd
@@ -139,14 +139,14 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
 
     deinit { _ = systemClose(fd) }
 
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
         guard buffer.count > 0 else { return 0 }
         let n = retryingEINTR { pread(fd, buffer.baseAddress, buffer.count, off_t(offset)) }
         guard n >= 0 else { throw EngineError.systemCall("pread", path: path, errno: errno) }
         return n
     }
 
-    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
+    package func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
         var done = 0
         while done < buffer.count {
             let n = retryingEINTR {
@@ -157,7 +157,7 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         }
     }
 
-    func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? {
+    package func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? {
         // Not populated here: whoever maps a checkpoint reads all of it at once (every
         // frame's checksum, on every core), and those reads fault its pages in, a few at a
         // time (the kernel maps the page cache's neighbours of each), in parallel. Populating
@@ -169,7 +169,7 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         return base
     }
 
-    func sync() throws {
+    package func sync() throws {
         #if os(Linux)
             guard retryingEINTR({ fdatasync(fd) }) == 0 else {
                 throw EngineError.systemCall("fdatasync", path: path, errno: errno)
@@ -187,19 +187,19 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         #endif
     }
 
-    func size() throws -> Int {
+    package func size() throws -> Int {
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw EngineError.systemCall("fstat", path: path, errno: errno) }
         return Int(st.st_size)
     }
 
-    func truncate(to size: Int) throws {
+    package func truncate(to size: Int) throws {
         guard retryingEINTR({ ftruncate(fd, off_t(size)) }) == 0 else {
             throw EngineError.systemCall("ftruncate", path: path, errno: errno)
         }
     }
 
-    func preallocate(upTo size: Int) -> Bool {
+    package func preallocate(upTo size: Int) -> Bool {
         #if os(Linux)
             guard let current = try? self.size() else { return false }
             guard size > current else { return true }
@@ -213,7 +213,7 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         #endif
     }
 
-    func close() {}
+    package func close() {}
 }
 
 /// A held `flock`. The lock goes with the descriptor, which closes on `unlock()` or deinit.
@@ -224,7 +224,7 @@ final class PosixFileLock: FileLock, @unchecked Sendable {
 
     init(fd: Int32) { self.fd = fd }
 
-    func unlock() {
+    package func unlock() {
         if released.setOnce() { _ = systemClose(fd) }
     }
 

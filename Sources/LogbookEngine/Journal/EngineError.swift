@@ -94,7 +94,7 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         EngineError(.corruption, message, path: path, offset: offset)
     }
 
-    static func systemCall(_ call: String, path: String, errno: Int32) -> EngineError {
+    package static func systemCall(_ call: String, path: String, errno: Int32) -> EngineError {
         EngineError(errno == ENOSPC ? .diskFull : .io, "\(call) failed", path: path, errno: errno)
     }
 }

@@ -69,36 +69,7 @@ struct Recovery {
         let manifestPath = path(JournalFormat.manifestFileName)
         var names = try fs.listDirectory(directory)
         if !names.contains(JournalFormat.manifestFileName) {
-            // No manifest: an empty directory, or a first open that was interrupted before its
-            // manifest was in place (it leaves at most segment 1 with nothing after its header,
-            // and temporary files). Anything else is not ours to touch.
-            let firstSegment = SegmentFile.fileName(1)
-            var leftovers: [String] = []
-            for name in names where name != JournalFormat.lockFileName {
-                if name.hasSuffix(JournalFormat.temporarySuffix) {
-                    leftovers.append(name)
-                    continue
-                }
-                if name == firstSegment,
-                    let h = try? fs.openFile(path(name), writable: false, create: false, exclusive: false),
-                    (try? h.size()) ?? Int.max <= JournalFormat.fileHeaderSize
-                {
-                    leftovers.append(name)
-                    continue
-                }
-                if Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix) != nil
-                    || Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix) != nil
-                {
-                    throw EngineError(
-                        .corruption, "the directory holds Logbook journal files but no MANIFEST", path: directory)
-                }
-                throw EngineError(
-                    .notAStore, "the directory holds files but no MANIFEST; it is not a Logbook store", path: directory)
-            }
-            if readOnly { throw EngineError(.notAStore, "the directory holds no store", path: directory) }
-            for name in leftovers { try fs.removeFile(path(name)) }
-            if !leftovers.isEmpty { report.removedFiles = leftovers }
-            try initialize()
+            try createFromNothing(names)
             names = try fs.listDirectory(directory)
         }
         let manifestHandle = try fs.openFile(manifestPath, writable: false, create: false, exclusive: false)
@@ -122,29 +93,11 @@ struct Recovery {
         var startIndex = 0
         var startOffset = JournalFormat.fileHeaderSize
         var checkpointVersion: UInt64 = 0
-        if manifest.checkpoint != 0 && !options.ignoresCheckpoint {
-            let ckptPath = path(Checkpoint.fileName(manifest.checkpoint))
-            do {
-                let replay = journalState(manifest.segments, files: segments, checkpoint: ckptPath)
-                let loaded = try Checkpoint.read(
-                    path: ckptPath, number: manifest.checkpoint, fileSystem: fs,
-                    fallback: { version, malformed throws(EngineError) in
-                        try replay(version, "the checkpoint's secondary indexes are malformed (\(malformed))").indexes
-                    }, primaryFallback: { version throws(EngineError) in try replay(version, nil).primary },
-                    log: options.log)
-                guard let index = manifest.segments.firstIndex(of: loaded.segment),
-                    let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size
-                else {
-                    throw EngineError.corruption("the checkpoint points past the journal", path: ckptPath, offset: 0)
-                }
-                state = loaded.state
-                startIndex = index
-                startOffset = loaded.offset
-                checkpointVersion = loaded.state.version
-                report.checkpoint = manifest.checkpoint
-            } catch {
-                report.checkpointProblem = "\(error)"
-            }
+        if let loaded = loadCheckpoint(manifest, files: files, segments: segments) {
+            state = loaded.state
+            startIndex = loaded.index
+            startOffset = loaded.offset
+            checkpointVersion = loaded.state.version
         }
 
         // Replay the journal after it.
@@ -192,6 +145,68 @@ struct Recovery {
         return Store(
             directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
             writer: writer, cache: cache)
+    }
+
+    /// No manifest: an empty directory, or a first open that was interrupted before its
+    /// manifest was in place (it leaves at most segment 1 with nothing after its header, and
+    /// temporary files), becomes a new store; anything else is not ours to touch.
+    private mutating func createFromNothing(_ names: [String]) throws {
+        let firstSegment = SegmentFile.fileName(1)
+        var leftovers: [String] = []
+        for name in names where name != JournalFormat.lockFileName {
+            if name.hasSuffix(JournalFormat.temporarySuffix) {
+                leftovers.append(name)
+                continue
+            }
+            if name == firstSegment,
+                let h = try? fs.openFile(path(name), writable: false, create: false, exclusive: false),
+                (try? h.size()) ?? Int.max <= JournalFormat.fileHeaderSize
+            {
+                leftovers.append(name)
+                continue
+            }
+            if Self.number(name, JournalFormat.segmentPrefix, JournalFormat.segmentSuffix) != nil
+                || Self.number(name, JournalFormat.checkpointPrefix, JournalFormat.checkpointSuffix) != nil
+            {
+                throw EngineError(
+                    .corruption, "the directory holds Logbook journal files but no MANIFEST", path: directory)
+            }
+            throw EngineError(
+                .notAStore, "the directory holds files but no MANIFEST; it is not a Logbook store", path: directory)
+        }
+        if readOnly { throw EngineError(.notAStore, "the directory holds no store", path: directory) }
+        for name in leftovers { try fs.removeFile(path(name)) }
+        if !leftovers.isEmpty { report.removedFiles = leftovers }
+        try initialize()
+    }
+
+    /// The manifest's checkpoint, loaded, with the segment (by position in the manifest) and
+    /// offset replay continues from; nil when there is none, it is ignored, or it is not sound
+    /// (the reason goes into the report, and the whole journal is replayed).
+    private mutating func loadCheckpoint(
+        _ manifest: Manifest, files: [UInt64: SegmentFile], segments: SegmentSet
+    ) -> (state: IndexState, index: Int, offset: Int)? {
+        guard manifest.checkpoint != 0 && !options.ignoresCheckpoint else { return nil }
+        let ckptPath = path(Checkpoint.fileName(manifest.checkpoint))
+        do {
+            let replay = journalState(manifest.segments, files: segments, checkpoint: ckptPath)
+            let loaded = try Checkpoint.read(
+                path: ckptPath, number: manifest.checkpoint, fileSystem: fs,
+                fallback: { version, malformed throws(EngineError) in
+                    try replay(version, "the checkpoint's secondary indexes are malformed (\(malformed))").indexes
+                }, primaryFallback: { version throws(EngineError) in try replay(version, nil).primary },
+                log: options.log)
+            guard let index = manifest.segments.firstIndex(of: loaded.segment),
+                let size = try? files[loaded.segment]!.handle.size(), loaded.offset <= size
+            else {
+                throw EngineError.corruption("the checkpoint points past the journal", path: ckptPath, offset: 0)
+            }
+            report.checkpoint = manifest.checkpoint
+            return (loaded.state, index, loaded.offset)
+        } catch {
+            report.checkpointProblem = "\(error)"
+            return nil
+        }
     }
 
     /// What gives a checkpoint's state from elsewhere when a check that an open left to
@@ -474,6 +489,19 @@ struct Recovery {
         }
         guard let (at, reason) = damage else { return lastCommitEnd }
         if following && isLast { return lastCommitEnd }
+        return try judgeDamage(
+            at: at, reason: reason, in: file, data: data, base: base, size: size, lastCommitEnd: lastCommitEnd,
+            isLast: isLast)
+    }
+
+    /// Where the replay of a segment ends when its scan stopped at damage: zeros after the last
+    /// commit (space allocated ahead) are its end; in a sealed segment, or before a commit
+    /// record that proves the damaged bytes were synced, the damage is corruption; otherwise it
+    /// is a torn tail, cut back to the last whole commit. Returns the segment's end.
+    private mutating func judgeDamage(
+        at: Int, reason: String, in file: SegmentFile, data: [UInt8], base: Int, size: Int, lastCommitEnd: Int,
+        isLast: Bool
+    ) throws -> Int {
         // Zeros from the end of the last commit to the end of the last segment are space the
         // writer allocated ahead of its commits (`Store.preallocate`), left by a process that
         // did not close the store: its end, not damage. (Zeros after frames of a transaction
@@ -552,63 +580,4 @@ func parentDirectory(_ path: String) -> String {
     while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
     guard let slash = p.lastIndex(of: "/") else { return "." }
     return slash == p.startIndex ? "/" : String(p[..<slash])
-}
-
-/// The payload of a commit frame (see `JournalFormat.commitPayloadSize`).
-struct CommitRecord {
-    var version: UInt64
-    var operationFrames: Int
-    var operations: Int
-    var firstFrameOffset: Int
-    var timestampMillis: UInt64
-    /// Every byte of the segment before this offset was synced when the record was written;
-    /// nil in a version-1 record (which says nothing about syncs).
-    var syncedOffset: Int?
-    /// CRC-32C of the transaction's operation frames as stored; nil in a version-1 record.
-    var transactionCRC: UInt32?
-
-    init(
-        version: UInt64, operationFrames: Int, operations: Int, firstFrameOffset: Int, timestampMillis: UInt64,
-        syncedOffset: Int, transactionCRC: UInt32
-    ) {
-        self.version = version
-        self.operationFrames = operationFrames
-        self.operations = operations
-        self.firstFrameOffset = firstFrameOffset
-        self.timestampMillis = timestampMillis
-        self.syncedOffset = syncedOffset
-        self.transactionCRC = transactionCRC
-    }
-
-    /// A record of either version (told apart by the payload's size); nil when it is neither
-    /// or names offsets that cannot be.
-    init?(_ raw: UnsafeRawBufferPointer) {
-        guard raw.count == JournalFormat.commitPayloadSize || raw.count == JournalFormat.commitPayloadSizeVersion1
-        else { return nil }
-        version = raw.loadLE(at: 0, as: UInt64.self)
-        operationFrames = Int(raw.loadLE(at: 8, as: UInt32.self))
-        operations = Int(raw.loadLE(at: 12, as: UInt32.self))
-        let first = raw.loadLE(at: 16, as: UInt64.self)
-        guard first <= UInt64(JournalFormat.maxSegmentSize) else { return nil }
-        firstFrameOffset = Int(first)
-        timestampMillis = raw.loadLE(at: 24, as: UInt64.self)
-        if raw.count == JournalFormat.commitPayloadSize {
-            let synced = raw.loadLE(at: 32, as: UInt64.self)
-            guard synced <= first else { return nil }
-            syncedOffset = Int(synced)
-            transactionCRC = raw.loadLE(at: 40, as: UInt32.self)
-        }
-    }
-
-    func encoded() -> [UInt8] {
-        var w = ByteWriter(capacity: JournalFormat.commitPayloadSize)
-        w.appendLE(version)
-        w.appendLE(UInt32(operationFrames))
-        w.appendLE(UInt32(truncatingIfNeeded: operations))
-        w.appendLE(UInt64(firstFrameOffset))
-        w.appendLE(timestampMillis)
-        w.appendLE(UInt64(syncedOffset ?? 0))
-        w.appendLE(transactionCRC ?? 0)
-        return w.bytes
-    }
 }

@@ -9,10 +9,41 @@ extension Store {
         return try maintenance.withLock { _ in try runCompaction() }
     }
 
-    /// Caller holds `maintenance`.
+    /// Caller holds `maintenance`. The four phases, each a function below: seal, rewrite,
+    /// switch, checkpoint.
     func runCompaction() throws -> CompactionReport {
         let floor = options.beforeCompaction?() ?? nil
         let started = ContinuousClock.now
+        guard let sealed = try sealForCompaction(floor: floor) else { return .nothing }
+        var output = CompactionWriter(store: self, version: sealed.state.version)
+        try rewriteLive(of: sealed, into: &output)
+        let switchStarted = ContinuousClock.now
+        let (bytesAfter, removedCount) = try switchToCompacted(sealed, output: &output)
+        // 4. A fresh checkpoint, so that the next open need not replay the compacted segments.
+        let checkpointStarted = ContinuousClock.now
+        let switchDuration = checkpointStarted - switchStarted
+        try writeCheckpoint()
+        let finished = ContinuousClock.now
+        func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+        return CompactionReport(
+            bytesBefore: sealed.bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
+            segmentsRemoved: removedCount, segmentsWritten: output.files.count,
+            seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted),
+            switchSeconds: seconds(switchDuration))
+    }
+
+    /// The segments a compaction rewrites, and the state at their end.
+    struct SealedSegments {
+        var state: IndexState
+        var files: [SegmentFile]
+        let all: SegmentSet
+        let numbers: Set<UInt64>
+        let bytesBefore: Int
+    }
+
+    /// Phase 1: the sealed segments to compact (nil when there are none, or none may be
+    /// folded yet), with room on the disk checked for their rewrite.
+    private func sealForCompaction(floor: UInt64?) throws -> SealedSegments? {
         // 1. Seal the active segment so that everything committed so far is in sealed segments
         //    (not when versions must stay readable: the segments that can be folded are sealed
         //    already, and a compaction that finds none would leave an empty segment behind).
@@ -41,17 +72,11 @@ extension Store {
                 // Nothing may be folded yet: wait before trying again, rather than after every
                 // commit while the dead bytes stay above the policy's ratio.
                 maintenanceSchedule.withLock { $0.notBefore = .now + .seconds(30) }
-                return CompactionReport(
-                    bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0, segmentsWritten: 0,
-                    seconds: 0)
+                return nil
             }
         }
         let bytesBefore = sealed.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }
-        guard !sealed.isEmpty else {
-            return CompactionReport(
-                bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0,
-                segmentsWritten: 0, seconds: 0)
-        }
+        guard !sealed.isEmpty else { return nil }
         // The rewrite needs room for the live part of the sealed segments (less, compressed
         // again, but never more), and some to spare: refuse it up front rather than fill the
         // disk and fail half-way (the foreground commits would share the full disk).
@@ -61,11 +86,19 @@ extension Store {
             throw EngineError(
                 .diskFull, "compaction needs about \(needed) bytes free and \(available) are", path: directory)
         }
-        let sealedNumbers = Set(sealed.map(\.number))
-        let scanner = BlockScanner(reader: BlockReader(segments: allSegments, cache: cache), caching: false)
+        return SealedSegments(
+            state: sealedState, files: sealed, all: allSegments, numbers: Set(sealed.map(\.number)),
+            bytesBefore: bytesBefore)
+    }
 
+    /// Phase 2: the live records and every set of the sealed segments written into new
+    /// segments, as commits of the sealed version.
+    private func rewriteLive(of sealed: SealedSegments, into output: inout CompactionWriter) throws {
         // 2. Rewrite the live puts and every set into new segments, as commits of the sealed version.
-        var output = CompactionWriter(store: self, version: sealedState.version)
+        let sealedState = sealed.state
+        let sealedNumbers = sealed.numbers
+        let allSegments = sealed.all
+        let scanner = BlockScanner(reader: BlockReader(segments: allSegments, cache: cache), caching: false)
         do {
             // Live records in storage order, so that each block is read (and decompressed) once,
             // whatever order their keys were written in.
@@ -147,9 +180,15 @@ extension Store {
             output.abandon()
             throw error
         }
+    }
 
+    /// Phase 3: the new segments switched in with one manifest; returns the bytes they hold
+    /// and how many sealed segments went.
+    private func switchToCompacted(_ sealed: SealedSegments, output: inout CompactionWriter) throws -> (Int, Int) {
         // 3. Switch: remap the locations that still point into sealed segments, then one manifest.
         let written = output.files
+        let sealedState = sealed.state
+        let sealedNumbers = sealed.numbers
         // The new locations are applied outside the writer's lock, to a copy of the primary
         // index taken now (copy-on-write: the copy shares every node until the remap touches
         // it); commits made meanwhile record the keys they touch, and the switch gives those
@@ -166,8 +205,7 @@ extension Store {
         }
         remapped.replaceMany(remap)
         options.beforeCompactionSwitch?()
-        let switchStarted = ContinuousClock.now
-        let (bytesAfter, removedCount) = try writer.withLock { writerState -> (Int, Int) in
+        return try writer.withLock { writerState -> (Int, Int) in
             let touched = writerState.compactionTouched ?? []
             writerState.compactionTouched = nil
             do { try writerState.checkWritable() } catch {
@@ -201,7 +239,7 @@ extension Store {
                 writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
             writerState.working.liveBytes = max(0, writerState.working.liveBytes)
             var files = writerState.segments.files
-            for file in sealed {
+            for file in sealed.files {
                 files[file.number] = nil
                 file.markObsolete()
             }
@@ -211,19 +249,8 @@ extension Store {
             writerState.checkpointVersion = 0
             publish(writerState)
             if oldCheckpoint != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(oldCheckpoint))) }
-            return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.count)
+            return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.files.count)
         }
-        // 4. A fresh checkpoint, so that the next open need not replay the compacted segments.
-        let checkpointStarted = ContinuousClock.now
-        let switchDuration = checkpointStarted - switchStarted
-        try writeCheckpoint()
-        let finished = ContinuousClock.now
-        func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
-        return CompactionReport(
-            bytesBefore: bytesBefore, bytesAfter: bytesAfter, liveBytesRewritten: output.operationBytes,
-            segmentsRemoved: removedCount, segmentsWritten: written.count,
-            seconds: seconds(finished - started), checkpointSeconds: seconds(finished - checkpointStarted),
-            switchSeconds: seconds(switchDuration))
     }
 }
 

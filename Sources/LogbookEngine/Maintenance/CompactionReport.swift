@@ -17,4 +17,8 @@ public struct CompactionReport: Sendable {
     /// How long the switch held the writer's lock (a commit arriving then waits this long at
     /// most): the new manifest, and the locations of the records moved.
     public var switchSeconds: Double = 0
+
+    /// A compaction that found nothing to rewrite.
+    static let nothing = CompactionReport(
+        bytesBefore: 0, bytesAfter: 0, liveBytesRewritten: 0, segmentsRemoved: 0, segmentsWritten: 0, seconds: 0)
 }

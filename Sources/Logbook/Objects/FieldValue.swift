@@ -2,7 +2,7 @@ import Foundation
 
 /// A stored value of an attribute or a to-one relationship, as a managed object holds it.
 @usableFromInline
-enum Slot: Sendable, Hashable {
+enum FieldValue: Sendable, Hashable {
     case null
     case string(String)
     case int(Int64)
@@ -35,7 +35,7 @@ enum Slot: Sendable, Hashable {
     /// `==`, under which canonically equivalent strings ("é" precomposed and decomposed), 0.0
     /// and -0.0, and decimals of different scale are equal. A URL or a decimal is never taken
     /// as stored the same (a batch update writes it again).
-    func isStoredIdentically(as other: Slot) -> Bool {
+    func isStoredIdentically(as other: FieldValue) -> Bool {
         switch (self, other) {
         case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
         case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
@@ -99,7 +99,7 @@ enum Slot: Sendable, Hashable {
             self = .null
             return
         }
-        func int(_ range: ClosedRange<Int64>) throws -> Slot {
+        func int(_ range: ClosedRange<Int64>) throws -> FieldValue {
             let v: Int64?
             switch value {
             case let x as Int: v = Int64(x)
@@ -198,7 +198,7 @@ enum Slot: Sendable, Hashable {
     }
 }
 
-/// Lets `Slot.init` see through `Optional<T>` boxed in `Any`.
+/// Lets `FieldValue.init` see through `Optional<T>` boxed in `Any`.
 protocol OptionalProtocol {
     var isNil: Bool { get }
     /// The wrapped value, or nil (for values of unknown optional type).

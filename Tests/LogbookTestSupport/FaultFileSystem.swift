@@ -1,6 +1,5 @@
 import Dispatch
-
-@testable import LogbookEngine
+import LogbookEngine
 
 #if canImport(Glibc)
     import Glibc
@@ -10,13 +9,13 @@ import Dispatch
 /// truncate, rename, remove, directory sync), can fail any chosen step, and can simulate a
 /// power loss: file contents fall back to what was last synced, and directory entries
 /// (creations, renames, removals) to what the last directory sync made durable.
-final class FaultFileSystem: FileSystem, @unchecked Sendable {
-    enum Fault {
+package final class FaultFileSystem: FileSystem, @unchecked Sendable {
+    package enum Fault {
         case error(Int32)
         case crash
     }
 
-    struct FileData {
+    package struct FileData {
         var current: [UInt8] = []
         var durable: [UInt8] = []
     }
@@ -24,9 +23,9 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     /// Whether files can be extended with allocated zeros (`StorageFile.preallocate`), as
     /// `posix_fallocate` extends them on Linux. Off by default: tests that measure a segment
     /// by its file's length see it end with the last commit.
-    let preallocates: Bool
+    package let preallocates: Bool
 
-    init(preallocates: Bool = false) { self.preallocates = preallocates }
+    package init(preallocates: Bool = false) { self.preallocates = preallocates }
 
     // Everything below is guarded by `mutex`.
     private let mutex = Locked(())
@@ -37,21 +36,21 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     private var locks: [String: Int] = [:]
     private var lockTokens = 0
     private var nextID = 1
-    private(set) var steps = 0
+    package private(set) var steps = 0
     private var failAt: Int?
     private var fault: Fault = .crash
-    private(set) var crashed = false
+    package private(set) var crashed = false
     /// Steps at which a fault was injected (for messages).
-    private(set) var stepNames: [String] = []
+    package private(set) var stepNames: [String] = []
 
-    func inject(_ fault: Fault, atStep step: Int) {
+    package func inject(_ fault: Fault, atStep step: Int) {
         mutex.withLock { _ in
             self.fault = fault
             failAt = step
         }
     }
 
-    func clearFaults() { mutex.withLock { _ in failAt = nil } }
+    package func clearFaults() { mutex.withLock { _ in failAt = nil } }
 
     // MARK: Pausing a step (to hold a background task in the middle of its work)
 
@@ -61,14 +60,16 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
 
     /// The next write whose path and byte count satisfy `condition` blocks its thread until
     /// `resume()`.
-    func pauseNextWrite(where condition: @escaping @Sendable (String, Int) -> Bool) {
+    package func pauseNextWrite(where condition: @escaping @Sendable (String, Int) -> Bool) {
         mutex.withLock { _ in pauseCondition = { name, path, count in name == "write" && condition(path, count) } }
     }
 
     /// Waits until a write has paused (false after `seconds`).
-    func waitUntilPaused(seconds: Int = 30) -> Bool { paused.wait(timeout: .now() + .seconds(seconds)) == .success }
+    package func waitUntilPaused(seconds: Int = 30) -> Bool {
+        paused.wait(timeout: .now() + .seconds(seconds)) == .success
+    }
 
-    func resume() { resumed.signal() }
+    package func resume() { resumed.signal() }
 
     private func pauseIfAsked(_ name: String, _ path: String, _ count: Int) {
         let pause = mutex.withLock { _ -> Bool in
@@ -87,7 +88,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     /// that differs from its synced content keeps either its new bytes or its synced bytes
     /// (zeros past the synced end), chosen by `random`. Directory entries fall back to the
     /// last directory sync, locks are released, and I/O works again.
-    func powerLoss(pageSize: Int, random: inout some RandomNumberGenerator) {
+    package func powerLoss(pageSize: Int, random: inout some RandomNumberGenerator) {
         powerLoss(
             pageSize: pageSize, keepsNewLength: { _ in Bool.random(using: &random) },
             keepsNewPage: { _, _ in Bool.random(using: &random) })
@@ -95,7 +96,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
 
     /// The same, with the choices made by the caller: `keepsNewLength(path)` and
     /// `keepsNewPage(path, pageIndex)`.
-    func powerLoss(
+    package func powerLoss(
         pageSize: Int, keepsNewLength: (String) -> Bool, keepsNewPage: (String, Int) -> Bool
     ) {
         mutex.withLock { _ in
@@ -130,7 +131,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     /// Drops everything that was never synced, releases locks, and lets I/O work again.
-    func powerLoss() {
+    package func powerLoss() {
         mutex.withLock { _ in
             entries = durableEntries
             let alive = Set(entries.values)
@@ -161,7 +162,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
+    package func openFile(_ path: String, writable: Bool, create: Bool, exclusive: Bool) throws -> any StorageFile {
         try mutex.withLock { _ in
             if let id = entries[path] {
                 if exclusive { throw EngineError.systemCall("open", path: path, errno: EEXIST) }
@@ -177,7 +178,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func rename(_ from: String, to: String) throws {
+    package func rename(_ from: String, to: String) throws {
         try mutex.withLock { _ in
             try stepLocked("rename", from)
             guard let id = entries.removeValue(forKey: from) else {
@@ -187,7 +188,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func removeFile(_ path: String) throws {
+    package func removeFile(_ path: String) throws {
         try mutex.withLock { _ in
             guard entries[path] != nil else { return }
             try stepLocked("remove", path)
@@ -195,7 +196,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func syncDirectory(_ path: String) throws {
+    package func syncDirectory(_ path: String) throws {
         try mutex.withLock { _ in
             try stepLocked("syncdir", path)
             let prefix = path.hasSuffix("/") ? path : path + "/"
@@ -208,7 +209,7 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func listDirectory(_ path: String) throws -> [String] {
+    package func listDirectory(_ path: String) throws -> [String] {
         mutex.withLock { _ in
             let prefix = path.hasSuffix("/") ? path : path + "/"
             return entries.keys.filter { $0.hasPrefix(prefix) && !$0.dropFirst(prefix.count).contains("/") }
@@ -216,16 +217,16 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
         }
     }
 
-    func fileExists(_ path: String) -> Bool {
+    package func fileExists(_ path: String) -> Bool {
         mutex.withLock { _ in entries[path] != nil || directories.contains(path) }
     }
-    func isDirectory(_ path: String) -> Bool { mutex.withLock { _ in directories.contains(path) } }
+    package func isDirectory(_ path: String) -> Bool { mutex.withLock { _ in directories.contains(path) } }
     /// What `availableBytes` answers (nil: unknown).
-    nonisolated(unsafe) var freeSpace: Int?
-    func availableBytes(_ path: String) -> Int? { mutex.withLock { _ in freeSpace } }
-    func createDirectory(_ path: String) throws { mutex.withLock { _ in _ = directories.insert(path) } }
+    package nonisolated(unsafe) var freeSpace: Int?
+    package func availableBytes(_ path: String) -> Int? { mutex.withLock { _ in freeSpace } }
+    package func createDirectory(_ path: String) throws { mutex.withLock { _ in _ = directories.insert(path) } }
 
-    func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
+    package func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock {
         try mutex.withLock { _ in
             if locks[path] != nil { throw EngineError(.locked, "locked", path: path) }
             lockTokens += 1
@@ -298,48 +299,50 @@ final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     /// The current bytes of a file (tests use this to damage files).
-    func contents(_ path: String) -> [UInt8]? { mutex.withLock { _ in entries[path].flatMap { files[$0]?.current } } }
+    package func contents(_ path: String) -> [UInt8]? {
+        mutex.withLock { _ in entries[path].flatMap { files[$0]?.current } }
+    }
 
-    func setContents(_ path: String, _ bytes: [UInt8]) {
+    package func setContents(_ path: String, _ bytes: [UInt8]) {
         mutex.withLock { _ in
             if let id = entries[path] { files[id] = FileData(current: bytes, durable: bytes) }
         }
     }
 }
 
-final class FaultStorageFile: StorageFile, @unchecked Sendable {
-    let fs: FaultFileSystem
-    let id: Int
-    let path: String
-    init(fs: FaultFileSystem, id: Int, path: String) {
+package final class FaultStorageFile: StorageFile, @unchecked Sendable {
+    package let fs: FaultFileSystem
+    package let id: Int
+    package let path: String
+    package init(fs: FaultFileSystem, id: Int, path: String) {
         self.fs = fs
         self.id = id
         self.path = path
     }
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
         fs.read(id, into: buffer, at: offset)
     }
-    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
+    package func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
         try fs.write(id, buffer, at: offset, path: path)
     }
-    func sync() throws { try fs.sync(id, path: path) }
-    func size() throws -> Int { fs.size(id) }
-    func truncate(to size: Int) throws { try fs.truncate(id, to: size, path: path) }
-    func preallocate(upTo size: Int) -> Bool { fs.preallocate(id, upTo: size, path: path) }
-    func close() {}
+    package func sync() throws { try fs.sync(id, path: path) }
+    package func size() throws -> Int { fs.size(id) }
+    package func truncate(to size: Int) throws { try fs.truncate(id, to: size, path: path) }
+    package func preallocate(upTo size: Int) -> Bool { fs.preallocate(id, upTo: size, path: path) }
+    package func close() {}
 }
 
-final class FaultLock: FileLock, @unchecked Sendable {
-    let fs: FaultFileSystem
-    let path: String
-    let token: Int
+package final class FaultLock: FileLock, @unchecked Sendable {
+    package let fs: FaultFileSystem
+    package let path: String
+    package let token: Int
     private let released = Locked(false)
-    init(fs: FaultFileSystem, path: String, token: Int) {
+    package init(fs: FaultFileSystem, path: String, token: Int) {
         self.fs = fs
         self.path = path
         self.token = token
     }
-    func unlock() {
+    package func unlock() {
         let first = released.withLock { r -> Bool in
             defer { r = true }
             return !r

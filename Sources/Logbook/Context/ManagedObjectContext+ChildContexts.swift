@@ -36,7 +36,7 @@ extension ManagedObjectContext {
 
     /// The unsaved state of `key` in this context and its ancestors: nil when none of them
     /// holds a change (read the store), `slots` nil when one deleted the object.
-    func pendingState(of key: UInt64) throws -> (slots: [Slot]?, version: UInt64)? {
+    func pendingState(of key: UInt64) throws -> (slots: [FieldValue]?, version: UInt64)? {
         if deleted[key] != nil { return (nil, 0) }
         if let o = registered(key), !o.flags.contains(.fault),
             o.flags.contains(.inserted) || o.flags.contains(.updated)
@@ -47,83 +47,23 @@ extension ManagedObjectContext {
         return nil
     }
 
-    func parentState(of key: UInt64, parent: ManagedObjectContext) throws -> (slots: [Slot]?, version: UInt64)? {
+    func parentState(of key: UInt64, parent: ManagedObjectContext) throws -> (slots: [FieldValue]?, version: UInt64)? {
         try parent.performAndWait { try parent.pendingState(of: key) }
     }
 
     /// The unsaved objects of an entity in this context and its ancestors: values of the
     /// inserted and changed ones, keys of the deleted ones.
     struct PendingOverlay {
-        var changed: [UInt64: [Slot]] = [:]
+        var changed: [UInt64: [FieldValue]] = [:]
         var deleted: Set<UInt64> = []
-    }
-
-    func pendingOverlay(entity: Int) -> PendingOverlay {
-        var overlay = parent.map { p in p.performAndWait { p.pendingOverlay(entity: entity) } } ?? PendingOverlay()
-        for o in inserted.values where o.layout.index == entity {
-            overlay.changed[o.engineKey] = o.slots
-            overlay.deleted.remove(o.engineKey)
-        }
-        for (k, o) in updated where o.layout.index == entity && !o.flags.contains(.fault) {
-            overlay.changed[k] = o.slots
-        }
-        for (k, o) in deleted where o.layout.index == entity {
-            overlay.deleted.insert(k)
-            overlay.changed[k] = nil
-        }
-        return overlay
-    }
-
-    /// A fetch in a child context: the store's objects with the parents' unsaved changes over
-    /// them, then this context's own; every condition checked on the current values.
-    func fetchInChild<T: ManagedObject>(
-        _ request: FetchRequest<T>, layout: EntityLayout, parent: ManagedObjectContext
-    ) throws -> [ManagedObject] {
-        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
-        let overlay = parent.performAndWait { parent.pendingOverlay(entity: layout.index) }
-        let snapshot = readSnapshot()
-        var keys = Set(snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index]))
-        keys.formUnion(overlay.changed.keys)
-        keys.subtract(overlay.deleted)
-        for o in inserted.values where o.layout === layout { keys.insert(o.engineKey) }
-        let ordered = keys.sorted()
-        let known = registered(keys: ordered)
-        var fromStore: [UInt64] = []
-        for (i, k) in ordered.enumerated() where known[i] == nil && overlay.changed[k] == nil { fromStore.append(k) }
-        var read: [UInt64: ManagedObject] = [:]
-        for o in try materialize(fromStore, layout: layout, snapshot: snapshot) { read[o.engineKey] = o }
-        var evaluator = PredicateEvaluator(format: request.predicate?.format ?? "")
-        var objects: [ManagedObject] = []
-        for (i, k) in ordered.enumerated() {
-            let o: ManagedObject
-            if let r = known[i] {
-                o = r
-                if o.flags.contains(.deleted) { continue }
-                if o.flags.contains(.fault) { try fulfill(o) }
-            } else if let slots = overlay.changed[k] {
-                o = materialize(key: k, layout: layout, slots: slots, version: 0)
-            } else if let r = read[k] {
-                o = r
-            } else {
-                continue
-            }
-            if let p = request.predicate, try !evaluator.test(p.node, object: o) { continue }
-            objects.append(o)
-        }
-        if !sortKeys.isEmpty { SortKey.sort(&objects, by: sortKeys) }
-        var result = objects[...]
-        if request.fetchOffset > 0 { result = result.dropFirst(request.fetchOffset) }
-        if request.fetchLimit > 0 { result = result.prefix(request.fetchLimit) }
-        lastFetchRecordsRead = read.count
-        return Array(result)
     }
 
     // MARK: Saving into the parent
 
     /// What a child's save hands its parent.
     struct ChildChanges {
-        var inserted: [(key: UInt64, entity: Int, slots: [Slot])] = []
-        var updated: [(key: UInt64, changes: [(slot: Int, value: Slot)])] = []
+        var inserted: [(key: UInt64, entity: Int, slots: [FieldValue])] = []
+        var updated: [(key: UInt64, changes: [(slot: Int, value: FieldValue)])] = []
         var deleted: [UInt64] = []
         var setAdds: [UInt64: PendingMembers] = [:]
         var setRemoves: [UInt64: Set<UInt64>] = [:]

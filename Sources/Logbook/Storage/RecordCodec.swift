@@ -10,7 +10,7 @@ final class RecordArena: @unchecked Sendable {
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// One attribute of the record at `offset` (nil when the record is malformed).
-    func slot(_ index: Int, offset: UInt32, count: UInt32, layout: EntityLayout) -> Slot? {
+    func slot(_ index: Int, offset: UInt32, count: UInt32, layout: EntityLayout) -> FieldValue? {
         bytes.withUnsafeBytes { all in
             layout.slotKinds.withUnsafeBufferPointer { kinds in
                 try? RecordCodec.decodeSlot(
@@ -21,7 +21,7 @@ final class RecordArena: @unchecked Sendable {
 
     /// The whole record at `offset`.
     func slots(offset: UInt32, count: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws
-        -> [Slot]
+        -> [FieldValue]
     {
         try bytes.withUnsafeBytes { all in
             try RecordCodec.decode(
@@ -39,7 +39,7 @@ final class RecordArena: @unchecked Sendable {
 enum RecordCodec {
     static let format: UInt8 = 1
 
-    static func encode(_ slots: [Slot], layout: EntityLayout, into out: inout [UInt8]) {
+    static func encode(_ slots: [FieldValue], layout: EntityLayout, into out: inout [UInt8]) {
         out.removeAll(keepingCapacity: true)
         out.append(format)
         let n = slots.count
@@ -54,7 +54,7 @@ enum RecordCodec {
     }
 
     /// Appends the stored form of one non-null value (slot `i` of `layout`'s records).
-    static func appendValue(_ slot: Slot, at i: Int, layout: EntityLayout, to out: inout [UInt8]) {
+    static func appendValue(_ slot: FieldValue, at i: Int, layout: EntityLayout, to out: inout [UInt8]) {
         switch slot {
         case .null: break
         case .string(var s):
@@ -98,7 +98,7 @@ enum RecordCodec {
     }
 
     /// The size `write` needs, or nil when a slot has a form `write` does not handle (boxed values).
-    static func encodedSize(_ slots: [Slot], layout: EntityLayout) -> Int? {
+    static func encodedSize(_ slots: [FieldValue], layout: EntityLayout) -> Int? {
         var size = 1 + (slots.count + 7) / 8
         // The slot kinds, not the attributes' types: a type is an enum with a payload, and
         // comparing one retained and released it for every value.
@@ -121,7 +121,7 @@ enum RecordCodec {
     }
 
     /// Writes the record into exactly `encodedSize` bytes (same layout as `encode`).
-    static func write(_ slots: [Slot], layout: EntityLayout, to out: UnsafeMutableRawBufferPointer) {
+    static func write(_ slots: [FieldValue], layout: EntityLayout, to out: UnsafeMutableRawBufferPointer) {
         let p = out.baseAddress!
         p.storeBytes(of: format, as: UInt8.self)
         let bitmapBytes = (slots.count + 7) / 8
@@ -197,7 +197,7 @@ enum RecordCodec {
 
     /// Decodes a record; `destinationKeyspace` gives the keyspace of each to-one slot.
     static func decode(_ raw: UnsafeRawBufferPointer, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws
-        -> [Slot]
+        -> [FieldValue]
     {
         try layout.slotKinds.withUnsafeBufferPointer { kinds in
             try decode(raw, kinds: kinds, destinationKeyspace: destinationKeyspace)
@@ -209,14 +209,13 @@ enum RecordCodec {
     static func decode(
         _ raw: UnsafeRawBufferPointer, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>,
         destinationKeyspace: (Int) -> UInt16
-    ) throws -> [Slot] {
+    ) throws -> [FieldValue] {
         let n = kinds.count
-        guard raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
-        var result = [Slot](repeating: .null, count: n)
+        var cursor = try RecordCursor(raw, slotCount: n)
+        var result = [FieldValue](repeating: .null, count: n)
         try result.withUnsafeMutableBufferPointer { slots in
-            var o = 1 + (n + 7) / 8
-            for i in 0..<n where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 {
-                slots[i] = try value(kinds[i], raw, &o) { destinationKeyspace(i) }
+            for i in 0..<n where cursor.isPresent(i) {
+                slots[i] = try cursor.value(kinds[i]) { destinationKeyspace(i) }
             }
         }
         return result
@@ -225,31 +224,13 @@ enum RecordCodec {
     /// One attribute's value from a record, without decoding the others.
     static func decodeSlot(
         _ raw: UnsafeRawBufferPointer, _ target: Int, kinds: UnsafeBufferPointer<EntityLayout.SlotKind>
-    ) throws -> Slot {
-        let n = kinds.count
-        guard target < n, raw.count >= 1 + (n + 7) / 8, raw[0] == format else { throw Malformed() }
-        guard raw[1 + target / 8] & UInt8(1 << (target % 8)) != 0 else { return .null }
-        var o = 1 + (n + 7) / 8
+    ) throws -> FieldValue {
+        guard target < kinds.count else { throw Malformed() }
+        var cursor = try RecordCursor(raw, slotCount: kinds.count)
+        guard cursor.isPresent(target) else { return .null }
         // Skip the values present before the target.
-        for i in 0..<target where raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0 { try skip(kinds[i], raw, &o) }
-        return try value(kinds[target], raw, &o) { 0 }
-    }
-
-    /// Moves `o` past one stored value of `kind`.
-    @inline(__always)
-    static func skip(_ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int) throws {
-        switch kind {
-        case .string, .data, .url, .decimal:
-            let length = try varint(raw, &o)
-            guard length <= UInt64(raw.count - o) else { throw Malformed() }
-            o += Int(length)
-        case .int, .object, .anyObject: _ = try varint(raw, &o)
-        case .double: o += 8
-        case .float: o += 4
-        case .bool: o += 1
-        case .uuid: o += 16
-        }
-        guard o <= raw.count else { throw Malformed() }
+        for i in 0..<target where cursor.isPresent(i) { try cursor.skip(kinds[i]) }
+        return try cursor.value(kinds[target]) { 0 }
     }
 
     /// A record with some values replaced, made from the stored bytes without decoding the
@@ -295,25 +276,24 @@ enum RecordCodec {
         changes: [(slot: Int, stored: [UInt8]?)], to out: UnsafeMutableRawBufferPointer
     ) throws -> Int? {
         let n = kinds.count
-        let bitmapCount = (n + 7) / 8
-        guard raw.count >= 1 + bitmapCount, raw[0] == format else { throw Malformed() }
+        var cursor = try RecordCursor(raw, slotCount: n)
         var w = 0
-        spliceCopy(raw, 0..<(1 + bitmapCount), to: out, at: &w)
-        var o = 1 + bitmapCount
+        spliceCopy(raw, 0..<cursor.offset, to: out, at: &w)
         var next = 0
         var changedAny = false
         // Runs of unchanged values are copied whole.
-        var runStart = o
+        var runStart = cursor.offset
         for i in 0..<n {
-            let present = raw[1 + i / 8] & UInt8(1 << (i % 8)) != 0
+            let present = cursor.isPresent(i)
             let changed = next < changes.count && changes[next].slot == i
             if !changed {
-                if present { try skip(kinds[i], raw, &o) }
+                if present { try cursor.skip(kinds[i]) }
                 continue
             }
-            spliceCopy(raw, runStart..<o, to: out, at: &w)
-            let old = o
-            if present { try skip(kinds[i], raw, &o) }
+            spliceCopy(raw, runStart..<cursor.offset, to: out, at: &w)
+            let old = cursor.offset
+            if present { try cursor.skip(kinds[i]) }
+            let o = cursor.offset
             runStart = o
             if let stored = changes[next].stored {
                 out[1 + i / 8] |= UInt8(1 << (i % 8))
@@ -332,7 +312,7 @@ enum RecordCodec {
             next += 1
         }
         guard changedAny else { return nil }
-        spliceCopy(raw, runStart..<o, to: out, at: &w)
+        spliceCopy(raw, runStart..<cursor.offset, to: out, at: &w)
         return w
     }
 
@@ -362,7 +342,7 @@ enum RecordCodec {
     static func value(
         _ kind: EntityLayout.SlotKind, _ raw: UnsafeRawBufferPointer, _ o: inout Int,
         destinationKeyspace: () -> UInt16
-    ) throws -> Slot {
+    ) throws -> FieldValue {
         func bytes(_ count: Int) throws -> UnsafeRawBufferPointer {
             guard count >= 0, count <= raw.count - o else { throw Malformed() }
             defer { o += count }
@@ -410,7 +390,7 @@ enum RecordCodec {
 
     /// The ordered index key of a slot: 0x00 for no value, else 0x01 and bytes that sort like
     /// the value (integers and floating point as 8 big-endian bytes, strings as UTF-8).
-    static func indexKey(_ slot: Slot, type: AttributeType, index: IndexID) -> IndexKey {
+    static func indexKey(_ slot: FieldValue, type: AttributeType, index: IndexID) -> IndexKey {
         switch slot {
         case .null: return IndexKey(index: index, bytes: [0])
         case .int(let v): return IndexKey(index: index, tag: 1, orderedInt64: v)

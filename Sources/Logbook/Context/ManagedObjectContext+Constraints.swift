@@ -1,0 +1,165 @@
+import Foundation
+import LogbookEngine
+
+extension ManagedObjectContext {
+    /// One constraint clash found at a save.
+    struct Clash {
+        let object: ManagedObject
+        let slots: [Int]
+        var stored: [UInt64] = []
+        var inSave: [ManagedObject] = []
+    }
+
+    /// Checks the uniqueness constraints of what the save writes, against the store (through
+    /// each constraint's index) and within the save. Under `.error` a clash is a
+    /// `.constraintConflict` error; under the other policies an inserted object that clashes
+    /// with one stored object of its entity becomes that object (an upsert, as Core Data does),
+    /// its values merged by the policy. Runs under the save lock.
+    func enforceConstraints() throws {
+        guard storeLayout.constraintIndexes.contains(where: { !$0.isEmpty }) else { return }
+        let snapshot = container.store.snapshot()
+        var candidates: [ManagedObject] = []
+        for o in inserted.values where !storeLayout.constraintIndexes[o.layout.index].isEmpty { candidates.append(o) }
+        for o in updated.values where o.recordChanged && !storeLayout.constraintIndexes[o.layout.index].isEmpty {
+            candidates.append(o)
+        }
+        guard !candidates.isEmpty else { return }
+        var seen: [IndexKey: ManagedObject] = [:]
+        var clashes: [Clash] = []
+        for o in candidates {
+            for c in storeLayout.constraintIndexes[o.layout.index]
+            where !c.slots.contains(where: { o.slots[$0].isNull }) {
+                let entry = storeLayout.constraintKey(o.slots, c.slots, entity: o.layout, index: c.index)
+                var clash = Clash(object: o, slots: c.slots)
+                if let other = seen[entry], other !== o, sameValues(other, other.slots, as: o, c.slots) {
+                    clash.inSave.append(other)
+                } else {
+                    seen[entry] = o
+                }
+                let bound = IndexBound(entry.bytes, inclusive: true)
+                for k in try snapshot.primaryKeys(index: c.index, from: bound, to: bound) where k != o.engineKey {
+                    // Objects this save deletes, or moves to other values, free theirs.
+                    if deleted[k] != nil { continue }
+                    if let moving = updated[k], moving.recordChanged { continue }
+                    guard let l = layout(forKey: k), let s = try decode(snapshot, key: k, layout: l),
+                        sameValues(o, o.slots, as: l, s, c.slots)
+                    else { continue }
+                    clash.stored.append(k)
+                }
+                if !clash.stored.isEmpty || !clash.inSave.isEmpty { clashes.append(clash) }
+            }
+        }
+        guard !clashes.isEmpty else { return }
+        let upsertable =
+            mergePolicy != .error
+            && clashes.allSatisfy { c in
+                c.inSave.isEmpty && c.stored.count == 1 && c.object.flags.contains(.inserted)
+                    && layout(forKey: c.stored[0]) === c.object.layout
+                    && !(registered(c.stored[0])?.hasChanges ?? false)
+            }
+            && Set(clashes.map { ObjectIdentifier($0.object) }).count == clashes.count
+        guard upsertable else {
+            var e = LogbookError(
+                .constraintConflict,
+                clashes.count == 1
+                    ? "1 object has the values of a uniqueness constraint another object has"
+                    : "\(clashes.count) objects have the values of uniqueness constraints other objects have")
+            e.constraintConflicts = clashes.map(describe)
+            e.objectID = clashes.first?.object.objectID
+            throw e
+        }
+        for c in clashes {
+            let k = c.stored[0]
+            guard let store = try decode(snapshot, key: k, layout: c.object.layout) else { continue }
+            try upsert(c.object, into: k, store: store, version: snapshot.version)
+        }
+    }
+
+    /// Whether `a` (with `aSlots`) and `b`'s values agree on a constraint given by `a`'s slots.
+    private func sameValues(_ a: ManagedObject, _ aSlots: [FieldValue], as b: ManagedObject, _ slots: [Int]) -> Bool {
+        sameValues(a, aSlots, as: b.layout, b.slots, slots)
+    }
+
+    private func sameValues(
+        _ a: ManagedObject, _ aSlots: [FieldValue], as l: EntityLayout, _ bSlots: [FieldValue], _ slots: [Int]
+    )
+        -> Bool
+    {
+        slots.allSatisfy { s in
+            guard let t = l.slotByName[a.layout.slotNames[s]] else { return false }
+            return aSlots[s] == bSlots[t]
+        }
+    }
+
+    private func describe(_ c: Clash) -> ConstraintConflict {
+        let o = c.object
+        var values: [String: any Sendable] = [:]
+        for s in c.slots {
+            if s < o.layout.attributeCount {
+                if let v = o.slots[s].value(type: o.layout.entity.attributes[s].type) {
+                    values[o.layout.slotNames[s]] = v
+                }
+            } else if case .object(let k) = o.slots[s] {
+                values[o.layout.slotNames[s]] = ObjectID(store: storeLayout.identity, key: k)
+            }
+        }
+        return ConstraintConflict(
+            objectID: o.objectID, entityName: o.layout.name, keys: c.slots.map { o.layout.slotNames[$0] },
+            values: values,
+            conflictingObjectIDs: c.stored.map { ObjectID(store: storeLayout.identity, key: $0) }
+                + c.inSave.map(\.objectID),
+            isWithinSave: c.stored.isEmpty)
+    }
+
+    /// An inserted object becomes the stored object `k` with the same constraint values: it
+    /// takes `k`'s identity (every pending reference to it follows), and its values are merged
+    /// with the stored ones by the merge policy.
+    func upsert(_ o: ManagedObject, into k: UInt64, store: [FieldValue], version: UInt64) throws {
+        let old = o.engineKey
+        if let x = registered(k), x !== o {
+            // An unchanged instance of the stored object gives way to the one being saved.
+            x.flags = [.invalid]
+            unregister(k)
+        }
+        func remap(_ s: FieldValue) -> FieldValue {
+            if case .object(let key) = s, key == old { return .object(k) }
+            return s
+        }
+        func remap(_ key: UInt64) -> UInt64 { key == old ? k : key }
+        for p in Array(inserted.values) + Array(updated.values) {
+            p.slots = p.slots.map(remap)
+            p.committed = p.committed?.map(remap)
+        }
+        // Pending set changes and orders: the sets the object owned, and its membership elsewhere.
+        var ownedSets: [UInt64: UInt64] = [:]
+        for r in o.layout.toMany { ownedSets[setKey(old, o.layout, r)] = setKey(k, o.layout, r) }
+        func rekey<V>(_ table: [UInt64: V], _ members: (V) -> V) -> [UInt64: V] {
+            var out: [UInt64: V] = [:]
+            for (key, value) in table { out[ownedSets[key] ?? key] = members(value) }
+            return out
+        }
+        setAdds = rekey(setAdds) { PendingMembers($0.map(remap)) }
+        setRemoves = rekey(setRemoves) { Set($0.map(remap)) }
+        orderOverrides = rekey(orderOverrides) { $0.map(remap) }
+        let local = o.slots
+        var final = local
+        for i in local.indices {
+            switch mergePolicy {
+            case .mergeByPropertyObjectTrump: final[i] = local[i].isNull ? store[i] : local[i]
+            case .overwrite: final[i] = local[i]
+            case .mergeByPropertyStoreTrump: final[i] = store[i].isNull ? local[i] : store[i]
+            case .rollback, .error: final[i] = store[i]
+            }
+        }
+        o.flags.remove(.inserted)
+        inserted.removeOne()
+        o.engineKey = k
+        o.slots = final
+        o.committed = store
+        o.baseVersion = version
+        o.flags.insert(.updated)
+        updated[k] = o
+        register(o)
+        try reconcileInverses(o, base: store, local: local, store: store)
+    }
+}

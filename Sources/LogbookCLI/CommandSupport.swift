@@ -1,0 +1,96 @@
+import ArgumentParser
+import Foundation
+import Logbook
+import LogbookEngine
+
+/// Opens a store read-only with the model it records; the context reads the store as it
+/// was at version `asOf` when one is given (`snapshot(asOf:)`).
+func openRecorded(_ directory: String, asOf: UInt64? = nil) throws -> (PersistentContainer, ManagedObjectContext) {
+    let model = try ManagedObjectModel(recordedIn: directory)
+    var options = ContainerOptions()
+    options.readOnly = true
+    let container = try PersistentContainer(name: "inspect", model: model, directory: directory, options: options)
+    if let asOf { return (container, try container.snapshot(asOf: HistoryToken(version: asOf))) }
+    return (container, container.newContext(concurrencyType: .confinement))
+}
+
+/// The help of `--as-of`, shared by the commands that read.
+let asOfHelp = ArgumentHelp(
+    "Read the store as it was at this version (`logbook history` lists them; versions before the last compaction are gone).",
+    valueName: "version")
+
+/// Prints one error line and exits non-zero (no stack trace).
+func fail(_ error: any Error, code: Int32 = 1) -> Never {
+    printError("logbook: \(error)")
+    exit(code)
+}
+
+func render(_ v: Any?) -> String {
+    switch v {
+    case nil: return "nil"
+    case let s as String: return "\"\(s)\""
+    case let d as Date: return isoFormatter.string(from: d)
+    case let d as Data: return d.base64EncodedString()
+    default: return "\(v!)"
+    }
+}
+
+func escape(_ s: String) -> String {
+    var out = ""
+    for c in s.unicodeScalars {
+        switch c {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\t": out += "\\t"
+        default:
+            if c.value < 0x20 { out += String(format: "\\u%04x", c.value) } else { out.unicodeScalars.append(c) }
+        }
+    }
+    return out
+}
+
+func jsonValue(_ v: Any?) -> String {
+    switch v {
+    case nil: return "null"
+    case let b as Bool: return b ? "true" : "false"
+    case let s as String: return "\"\(escape(s))\""
+    case let d as Date: return "\"\(isoFormatter.string(from: d))\""
+    case let d as Data: return "\"\(d.base64EncodedString())\""
+    case let x as Int16: return "\(x)"
+    case let x as Int32: return "\(x)"
+    case let x as Int64: return "\(x)"
+    case let x as Double: return x.isFinite ? "\(x)" : "null"
+    case let x as Float: return x.isFinite ? "\(x)" : "null"
+    default: return "\"\(escape("\(v!)"))\""
+    }
+}
+
+/// Standard output in 64 KiB writes.
+struct OutputBuffer {
+    private var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(1 << 16) }
+
+    mutating func write(_ s: String) {
+        bytes.append(contentsOf: s.utf8)
+        if bytes.count >= 1 << 16 { flush() }
+    }
+
+    mutating func flush() {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Foundation.write(1, $0.baseAddress!, $0.count) }
+            if n <= 0 { break }
+            offset += n
+        }
+        bytes.removeAll(keepingCapacity: true)
+    }
+}
+
+// Used from the main thread only (the tool is single-threaded).
+nonisolated(unsafe) let isoFormatter: ISO8601DateFormatter = {
+    let f = ISO8601DateFormatter()
+    f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return f
+}()

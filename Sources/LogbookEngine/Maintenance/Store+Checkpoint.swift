@@ -1,0 +1,59 @@
+import Dispatch
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+extension Store {
+    /// Writes a checkpoint of the indexes now, so that the next open replays only what follows.
+    public func checkpoint() throws {
+        if isReadOnly { throw EngineError(.readOnly, "the store was opened read-only", path: directory) }
+        try maintenance.withLock { _ in try writeCheckpoint() }
+    }
+
+    /// Caller holds `maintenance`.
+    func writeCheckpoint() throws {
+        let captured = try writer.withLock { writerState -> (IndexState, UInt64, Int, UInt64)? in
+            try writerState.checkWritable()
+            if writerState.manifest.checkpoint != 0 && writerState.checkpointVersion == writerState.working.version {
+                return nil
+            }
+            guard let active = writerState.active else { return nil }
+            // A checkpoint covers only durable commits.
+            if writerState.syncedOffset < writerState.appendOffset {
+                do { try active.handle.sync() } catch {
+                    writerState.fail(error, truncating: active, to: writerState.syncedOffset)
+                    throw error
+                }
+                writerState.syncedOffset = writerState.appendOffset
+            }
+            let number = try allocateFileNumber(&writerState.manifest)
+            return (writerState.working, active.number, writerState.appendOffset, number)
+        }
+        guard let (state, segment, offset, number) = captured else { return }
+        // Indexes or leaves that could not be had are not written out (the journal still has
+        // them).
+        try state.checkLoaded()
+        try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk, leaf in
+            Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
+        }
+        try writer.withLock { writerState in
+            try writerState.checkWritable()
+            var manifest = writerState.manifest
+            let old = manifest.checkpoint
+            manifest.checkpoint = number
+            manifest.generation += 1
+            do { try writeManifest(manifest) } catch {
+                writerState.recordFailure(error)
+                throw error
+            }
+            writerState.manifest = manifest
+            writerState.checkpointVersion = state.version
+            writerState.bytesSinceCheckpoint = max(0, writerState.appendOffset - offset)
+            if old != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(old))) }
+        }
+    }
+}

@@ -177,45 +177,73 @@ extension ModelMacro: MemberMacro {
         let unique = literal(constraints(named: "Unique", in: declaration))
         let indexes = literal(constraints(named: "Index", in: declaration))
         let list = "[\(metadata.joined(separator: ",\n"))]"
+        let shape = MemberShape(
+            access: access, typeName: typeName, superclass: superclass, list: list, unique: unique, indexes: indexes,
+            notifications: notifications, properties: properties)
+        return subclass ? subclassMembers(shape) : rootMembers(shape, isFinal: isFinal)
+    }
+    /// What the members of a `@Model` class are made of.
+    struct MemberShape {
+        let access: String
+        let typeName: String
+        let superclass: String
+        /// The persisted properties' metadata, as an array literal.
+        let list: String
+        let unique: String
+        let indexes: String
+        /// The cases of `_$notifyMutation(forKey:)`.
+        let notifications: String
+        let properties: [PersistedProperty]
+    }
+
+    /// The members of a `@Model` subclass of another: the backing data, the registrar and the
+    /// protocol's members are inherited; it adds its properties to the superclass's list.
+    static func subclassMembers(_ shape: MemberShape) -> [DeclSyntax] {
+        let (access, typeName, superclass, list) = (shape.access, shape.typeName, shape.superclass, shape.list)
+        let (unique, indexes, notifications) = (shape.unique, shape.indexes, shape.notifications)
         var members: [DeclSyntax] = []
-        if subclass {
-            // The backing data, the registrar and the protocol's members are inherited; the
-            // subclass adds its properties to the superclass's list.
-            let storage = properties.map { "self._\($0.name) = Logbook._ModelInitialValue()" }.joined(separator: "\n")
-            members += [
-                """
-                \(raw: access)override class var schemaMetadata: [Logbook.ModelPropertyMetadata] {
-                    _$persistedMetadata(\(raw: typeName).self)
+        let storage = shape.properties.map { "self._\($0.name) = Logbook._ModelInitialValue()" }.joined(separator: "\n")
+        members += [
+            """
+            \(raw: access)override class var schemaMetadata: [Logbook.ModelPropertyMetadata] {
+                _$persistedMetadata(\(raw: typeName).self)
+            }
+            """,
+            """
+            \(raw: access)static func _$persistedMetadata<S: \(raw: typeName)>(_: S.Type) -> [Logbook.ModelPropertyMetadata] {
+                \(raw: superclass)._$persistedMetadata(S.self) + \(raw: list)
+            }
+            """,
+            """
+            \(raw: access)override class var schemaConstraints: Logbook.ModelConstraints {
+                Logbook.ModelConstraints(unique: \(raw: unique), indexes: \(raw: indexes))
+            }
+            """,
+            """
+            \(raw: access)required init(backingData: Logbook.ModelBackingData) {
+                \(raw: storage)
+                super.init(backingData: backingData)
+            }
+            """,
+            """
+            \(raw: access)override nonisolated func _$notifyMutation(forKey key: String) {
+                switch key {
+                \(raw: notifications)
+                default: super._$notifyMutation(forKey: key)
                 }
-                """,
-                """
-                \(raw: access)static func _$persistedMetadata<S: \(raw: typeName)>(_: S.Type) -> [Logbook.ModelPropertyMetadata] {
-                    \(raw: superclass)._$persistedMetadata(S.self) + \(raw: list)
-                }
-                """,
-                """
-                \(raw: access)override class var schemaConstraints: Logbook.ModelConstraints {
-                    Logbook.ModelConstraints(unique: \(raw: unique), indexes: \(raw: indexes))
-                }
-                """,
-                """
-                \(raw: access)required init(backingData: Logbook.ModelBackingData) {
-                    \(raw: storage)
-                    super.init(backingData: backingData)
-                }
-                """,
-                """
-                \(raw: access)override nonisolated func _$notifyMutation(forKey key: String) {
-                    switch key {
-                    \(raw: notifications)
-                    default: super._$notifyMutation(forKey: key)
-                    }
-                }
-                """
-            ]
-            return members
-        }
-        let storage = properties.map { "self._\($0.name) = Logbook._ModelNoStorage()" }.joined(separator: "\n")
+            }
+            """
+        ]
+        return members
+    }
+
+    /// The members of a `@Model` class at the root of its hierarchy: the backing data, the
+    /// schema's metadata and constraints, the initializer from backing data, the registrar.
+    static func rootMembers(_ shape: MemberShape, isFinal: Bool) -> [DeclSyntax] {
+        let (access, typeName, list) = (shape.access, shape.typeName, shape.list)
+        let (unique, indexes, notifications) = (shape.unique, shape.indexes, shape.notifications)
+        var members: [DeclSyntax] = []
+        let storage = shape.properties.map { "self._\($0.name) = Logbook._ModelNoStorage()" }.joined(separator: "\n")
         let typeMember = isFinal ? "static" : "class"
         members += [
             "@Logbook.Transient private var _$backingData: Logbook.ModelBackingData = Logbook.ModelBackingData()",

@@ -34,3 +34,16 @@ func quietOptions(_ durability: Durability = .full) -> StoreOptions {
     o.compaction = .manual
     return o
 }
+
+/// The directory and first segment of a store on a `FaultFileSystem`.
+enum FaultStorePaths {
+    static let directory = "/store"
+    static let segment = "/store/" + JournalFormat.segmentPrefix + "000000000001" + JournalFormat.segmentSuffix
+}
+
+/// Commits one put of `text` under key `id` of keyspace 1.
+func commitOne(_ store: Store, _ id: UInt64, _ text: String) throws {
+    var t = Transaction()
+    t.put(key(1, id), value: bytes(text))
+    try store.commit(t)
+}

@@ -23,19 +23,7 @@ extension ManagedObjectContext {
         if try parent != nil || spansSubentities(fetch, model.layout(named: fetch.entityName)) {
             // A child's view is its parents' unsaved state over the store, and a fetch across
             // sub-entities merges several entities: both are fetched on the context's queue.
-            let result = AsynchronousFetchResult<T>(progress: FetchProgress())
-            let job = UncheckedSendable((self, request, result))
-            queue.async {
-                let (context, request, result) = job.value
-                do { result.finalResult = try context.fetch(request.fetchRequest) } catch let e as LogbookError {
-                    result.error = e
-                } catch {
-                    result.error = LogbookError(.store, "\(error)")
-                }
-                result.progress.update(finished: true)
-                request.completion(result)
-            }
-            return result
+            return fetchOnQueue(request, queue: queue)
         }
         let layout = try model.layout(named: fetch.entityName)
         guard layout.managedClass is T.Type else {
@@ -66,31 +54,9 @@ extension ManagedObjectContext {
             queue.async {
                 switch rows.value {
                 case .success(let found):
-                    // The objects are made in steps of `handOverStep`, each a block of its own on
-                    // the queue, so that the queue is never held for long.
-                    let keys = context.finalKeys(found, request: fetch, sortKeys: sortKeys, layout: layout)
-                    let built = UncheckedSendable(Box<[ManagedObject]>([]))
-                    built.value.value.reserveCapacity(keys.count)
-                    var paged = fetch
-                    paged.fetchBatchSize = max(fetch.fetchBatchSize, 1000)
-                    paged.window = .all
-                    let step = max(
-                        paged.fetchBatchSize, Self.handOverStep / paged.fetchBatchSize * paged.fetchBatchSize)
-                    let pagedRequest = paged
-                    @Sendable func handOver(from start: Int) {
-                        let end = min(start + step, keys.count)
-                        built.value.value.append(
-                            contentsOf: context.batchedFaults(
-                                Array(keys[start..<end]), request: pagedRequest, layout: layout, snapshot: snapshot))
-                        if end < keys.count {
-                            queue.async { handOver(from: end) }
-                            return
-                        }
-                        result.finalResult = Self.typed(built.value.value, as: T.self)
-                        result.progress.update(finished: true)
-                        request.completion(result)
-                    }
-                    handOver(from: 0)
+                    context.handOver(
+                        found, request: request, sortKeys: sortKeys, layout: layout, snapshot: snapshot, result: result,
+                        queue: queue)
                     return
                 case .failure(let e):
                     result.error = e
@@ -100,6 +66,60 @@ extension ManagedObjectContext {
             }
         }
         return result
+    }
+
+    /// An asynchronous fetch run whole on the context's queue (a child context, or a fetch
+    /// across sub-entities).
+    private func fetchOnQueue<T: ManagedObject>(_ request: AsynchronousFetchRequest<T>, queue: DispatchQueue)
+        -> AsynchronousFetchResult<T>
+    {
+        let result = AsynchronousFetchResult<T>(progress: FetchProgress())
+        let job = UncheckedSendable((self, request, result))
+        queue.async {
+            let (context, request, result) = job.value
+            do { result.finalResult = try context.fetch(request.fetchRequest) } catch let e as LogbookError {
+                result.error = e
+            } catch {
+                result.error = LogbookError(.store, "\(error)")
+            }
+            result.progress.update(finished: true)
+            request.completion(result)
+        }
+        return result
+    }
+
+    /// Hands the rows a worker found to the context on its queue: the objects are made in steps
+    /// of `handOverStep`, each a block of its own on the queue, so that the queue is never held
+    /// for long; the completion runs after the last.
+    private func handOver<T: ManagedObject>(
+        _ found: FoundRows, request: AsynchronousFetchRequest<T>, sortKeys: [SortKey], layout: EntityLayout,
+        snapshot: Snapshot, result: AsynchronousFetchResult<T>, queue: DispatchQueue
+    ) {
+        let fetch = request.fetchRequest
+        let context = UncheckedSendable(self)
+        let keys = finalKeys(found, request: request.fetchRequest, sortKeys: sortKeys, layout: layout)
+        let built = UncheckedSendable(Box<[ManagedObject]>([]))
+        built.value.value.reserveCapacity(keys.count)
+        var paged = fetch
+        paged.fetchBatchSize = max(fetch.fetchBatchSize, 1000)
+        paged.window = .all
+        let step = max(
+            paged.fetchBatchSize, Self.handOverStep / paged.fetchBatchSize * paged.fetchBatchSize)
+        let pagedRequest = paged
+        @Sendable func handOver(from start: Int) {
+            let end = min(start + step, keys.count)
+            built.value.value.append(
+                contentsOf: context.value.batchedFaults(
+                    Array(keys[start..<end]), request: pagedRequest, layout: layout, snapshot: snapshot))
+            if end < keys.count {
+                queue.async { handOver(from: end) }
+                return
+            }
+            result.finalResult = Self.typed(built.value.value, as: T.self)
+            result.progress.update(finished: true)
+            request.completion(result)
+        }
+        handOver(from: 0)
     }
 
     /// What the worker of an asynchronous fetch found: keys in order and their sort values,

@@ -70,8 +70,7 @@ struct StoredSchema: Codable, Equatable {
     /// The schema for `model`, keeping the keyspaces and index numbers of `previous` for what
     /// it still has (matched by name or renaming identifier).
     static func make(for model: ManagedObjectModel, previous: StoredSchema?) -> StoredSchema {
-        var nextKeyspace = previous?.nextKeyspace ?? 1
-        var nextIndex = previous?.nextIndex ?? 1
+        var numbers = Numbering(nextKeyspace: previous?.nextKeyspace ?? 1, nextIndex: previous?.nextIndex ?? 1)
         var made = [Entity?](repeating: nil, count: model.entities.count)
         // Parents first: a sub-entity shares the index numbers and set keyspaces of what it inherits.
         let order = model.entities.indices.sorted {
@@ -79,86 +78,15 @@ struct StoredSchema: Codable, Equatable {
         }
         for i in order {
             let e = model.flattened[i]
-            let layout = model.layouts[i]
-            let inherited = layout.ancestors.first.flatMap { made[$0] }
+            let inherited = model.layouts[i].ancestors.first.flatMap { made[$0] }
             let old = previous.flatMap { p in p.entity(e.name) ?? e.renamingIdentifier.flatMap { p.entity($0) } }
-            let keyspace: UInt16
-            if let old {
-                keyspace = old.keyspace
-            } else {
-                keyspace = nextKeyspace
-                nextKeyspace += 1
-            }
-            var attributes: [Attribute] = []
-            for (j, a) in e.attributes.enumerated() {
-                if let inherited, j < inherited.attributes.count {
-                    attributes.append(inherited.attributes[j])
-                    continue
-                }
-                let oldA = old?.attributes.first { $0.name == a.name || $0.name == a.renamingIdentifier }
-                var index: UInt32?
-                if a.isIndexed && !a.isTransient {
-                    if let i = oldA?.index {
-                        index = i
-                    } else {
-                        index = nextIndex
-                        nextIndex += 1
-                    }
-                }
-                let (type, transformer) = typeName(a.type)
-                attributes.append(
-                    Attribute(name: a.name, type: type, transformer: transformer, optional: a.isOptional, index: index))
-            }
-            var relationships: [Relationship] = []
-            for (j, r) in e.relationships.enumerated() {
-                let polymorphic: Bool? =
-                    !r.isToMany
-                        && (model.byName[r.destination].map { model.layouts[$0].descendants.count > 1 } ?? false)
-                    ? true : nil
-                if let inherited, j < inherited.relationships.count {
-                    var copy = inherited.relationships[j]
-                    copy.polymorphic = polymorphic
-                    relationships.append(copy)
-                    continue
-                }
-                let oldR = old?.relationships.first { $0.name == r.name || $0.name == r.renamingIdentifier }
-                // A keyspace the previous schema gave, else a new one.
-                func keyspace(_ wanted: Bool, _ previous: UInt16?) -> UInt16? {
-                    guard wanted else { return nil }
-                    if let previous { return previous }
-                    defer { nextKeyspace += 1 }
-                    return nextKeyspace
-                }
-                let setKeyspace = keyspace(r.isToMany, oldR?.setKeyspace)
-                let orderKeyspace = keyspace(r.isOrdered, oldR?.orderKeyspace)
-                var index: UInt32?
-                if !r.isToMany && r.isIndexed {
-                    if let i = oldR?.index {
-                        index = i
-                    } else {
-                        index = nextIndex
-                        nextIndex += 1
-                    }
-                }
-                relationships.append(
-                    Relationship(
-                        name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
-                        deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic,
-                        orderKeyspace: orderKeyspace, index: index))
-            }
-            // Key lists with an index each: the parent's for the inherited ones (first), the
-            // previous schema's for those it had, else a new number.
-            func numbered(_ lists: [[String]], inherited: [Constraint]?, previous: [Constraint]?) -> [Constraint] {
-                lists.enumerated().map { j, keys in
-                    if let inherited, j < inherited.count { return inherited[j] }
-                    if let c = previous?.first(where: { $0.keys == keys }) { return c }
-                    defer { nextIndex += 1 }
-                    return Constraint(keys: keys, index: nextIndex)
-                }
-            }
-            let constraints = numbered(
+            let keyspace = numbers.keyspace(true, old?.keyspace)!
+            let attributes = storedAttributes(of: e, inherited: inherited, old: old, numbers: &numbers)
+            let relationships = storedRelationships(
+                of: e, inherited: inherited, old: old, model: model, numbers: &numbers)
+            let constraints = numbers.numbered(
                 e.uniquenessConstraints, inherited: inherited?.constraints, previous: old?.constraints)
-            let compound = numbered(
+            let compound = numbers.numbered(
                 e.compoundIndexes, inherited: inherited?.compoundIndexes, previous: old?.compoundIndexes)
             made[i] = Entity(
                 name: e.name, constraints: constraints.isEmpty ? nil : constraints,
@@ -167,8 +95,94 @@ struct StoredSchema: Codable, Equatable {
                 relationships: relationships)
         }
         return StoredSchema(
-            storeUUID: previous?.storeUUID ?? UUID(), entities: made.map { $0! }, nextKeyspace: nextKeyspace,
-            nextIndex: nextIndex)
+            storeUUID: previous?.storeUUID ?? UUID(), entities: made.map { $0! }, nextKeyspace: numbers.nextKeyspace,
+            nextIndex: numbers.nextIndex)
+    }
+
+    /// The keyspaces and index numbers a schema hands out: the previous schema's where it had
+    /// them, else the next free ones.
+    struct Numbering {
+        var nextKeyspace: UInt16
+        var nextIndex: UInt32
+
+        /// A keyspace the previous schema gave, else a new one (nil when none is wanted).
+        mutating func keyspace(_ wanted: Bool, _ previous: UInt16?) -> UInt16? {
+            guard wanted else { return nil }
+            if let previous { return previous }
+            defer { nextKeyspace += 1 }
+            return nextKeyspace
+        }
+
+        /// An index number the previous schema gave, else a new one (nil when not indexed).
+        mutating func index(_ indexed: Bool, _ previous: UInt32?) -> UInt32? {
+            guard indexed else { return nil }
+            if let previous { return previous }
+            defer { nextIndex += 1 }
+            return nextIndex
+        }
+
+        /// Key lists with an index each: the parent's for the inherited ones (first), the
+        /// previous schema's for those it had, else a new number.
+        mutating func numbered(_ lists: [[String]], inherited: [Constraint]?, previous: [Constraint]?) -> [Constraint] {
+            lists.enumerated().map { j, keys in
+                if let inherited, j < inherited.count { return inherited[j] }
+                if let c = previous?.first(where: { $0.keys == keys }) { return c }
+                defer { nextIndex += 1 }
+                return Constraint(keys: keys, index: nextIndex)
+            }
+        }
+    }
+
+    /// An entity's attributes as stored: the inherited ones as the parent has them, the others
+    /// with the previous schema's index numbers where they had one.
+    private static func storedAttributes(
+        of e: EntityDescription, inherited: Entity?, old: Entity?, numbers: inout Numbering
+    ) -> [Attribute] {
+        var attributes: [Attribute] = []
+        for (j, a) in e.attributes.enumerated() {
+            if let inherited, j < inherited.attributes.count {
+                attributes.append(inherited.attributes[j])
+                continue
+            }
+            let oldA = old?.attributes.first { $0.name == a.name || $0.name == a.renamingIdentifier }
+            let index = numbers.index(a.isIndexed && !a.isTransient, oldA?.index)
+            let (type, transformer) = typeName(a.type)
+            attributes.append(
+                Attribute(name: a.name, type: type, transformer: transformer, optional: a.isOptional, index: index))
+        }
+        return attributes
+    }
+
+    /// An entity's relationships as stored: set and order keyspaces and index numbers kept from
+    /// the previous schema where it had them; to-one relationships to a destination with
+    /// sub-entities marked polymorphic (their records hold the keyspace too).
+    private static func storedRelationships(
+        of e: EntityDescription, inherited: Entity?, old: Entity?, model: ManagedObjectModel,
+        numbers: inout Numbering
+    ) -> [Relationship] {
+        var relationships: [Relationship] = []
+        for (j, r) in e.relationships.enumerated() {
+            let polymorphic: Bool? =
+                !r.isToMany
+                    && (model.byName[r.destination].map { model.layouts[$0].descendants.count > 1 } ?? false)
+                ? true : nil
+            if let inherited, j < inherited.relationships.count {
+                var copy = inherited.relationships[j]
+                copy.polymorphic = polymorphic
+                relationships.append(copy)
+                continue
+            }
+            let oldR = old?.relationships.first { $0.name == r.name || $0.name == r.renamingIdentifier }
+            let setKeyspace = numbers.keyspace(r.isToMany, oldR?.setKeyspace)
+            let orderKeyspace = numbers.keyspace(r.isOrdered, oldR?.orderKeyspace)
+            let index = numbers.index(!r.isToMany && r.isIndexed, oldR?.index)
+            relationships.append(
+                Relationship(
+                    name: r.name, destination: r.destination, inverse: r.inverse, toMany: r.isToMany,
+                    deleteRule: r.deleteRule.rawValue, setKeyspace: setKeyspace, polymorphic: polymorphic,
+                    orderKeyspace: orderKeyspace, index: index))
+        }
+        return relationships
     }
 
     /// Whether `other` differs from this schema in its indexes alone (single, relationship and

@@ -62,57 +62,10 @@ final class EntityLayout: Sendable {
         self.ownAttributeStart = ownAttributeStart
         self.managedClass = entity.managedClass ?? ManagedObject.self
         attributeCount = entity.attributes.count
-        var slots: [String: Int] = [:]
-        for (i, a) in entity.attributes.enumerated() {
-            guard slots.updateValue(i, forKey: a.name) == nil else {
-                throw LogbookError(
-                    .invalidModel, "two properties are named \(a.name)", entity: entity.name, key: a.name)
-            }
-            if a.isIndexed && !a.type.isIndexable {
-                throw LogbookError(
-                    .invalidModel, "a \(a.type) attribute cannot be indexed", entity: entity.name, key: a.name)
-            }
-            if let d = a.defaultValue, (try? FieldValue(d, type: a.type)) == nil {
-                throw LogbookError(
-                    .invalidModel, "the default value \(d) is not a \(a.type)", entity: entity.name, key: a.name)
-            }
-        }
-        var relByName: [String: Int] = [:]
-        var destinations: [Int] = []
-        var toOne: [Int] = []
-        var toMany: [Int] = []
-        for (i, r) in entity.relationships.enumerated() {
-            guard slots[r.name] == nil, relByName.updateValue(i, forKey: r.name) == nil else {
-                throw LogbookError(
-                    .invalidModel, "two properties are named \(r.name)", entity: entity.name, key: r.name)
-            }
-            guard let d = entityIndex[r.destination] else {
-                throw LogbookError(
-                    .invalidModel, "relationship \(r.name) points to unknown entity \(r.destination)",
-                    entity: entity.name, key: r.name)
-            }
-            destinations.append(d)
-            if r.isToMany {
-                toMany.append(i)
-            } else {
-                slots[r.name] = attributeCount + toOne.count
-                toOne.append(i)
-            }
-        }
-        var inverses: [Int?] = []
-        for r in entity.relationships {
-            guard let inv = r.inverse else {
-                inverses.append(nil)
-                continue
-            }
-            let dest = entities[entityIndex[r.destination]!]
-            guard let j = dest.relationships.firstIndex(where: { $0.name == inv }) else {
-                throw LogbookError(
-                    .invalidModel, "the inverse \(inv) of \(r.name) is not a relationship of \(r.destination)",
-                    entity: entity.name, key: r.name)
-            }
-            inverses.append(j)
-        }
+        var slots = try Self.attributeSlots(entity)
+        let (relByName, destinations, toOne, toMany) = try Self.relationships(
+            entity, slots: &slots, attributeCount: attributeCount, entityIndex: entityIndex)
+        let inverses = try Self.inverses(entity, entityIndex: entityIndex, entities: entities)
         self.slotByName = slots
         var defaults = [FieldValue](repeating: .null, count: entity.attributes.count + toOne.count)
         for (i, a) in entity.attributes.enumerated() {
@@ -139,6 +92,97 @@ final class EntityLayout: Sendable {
         self.requiredSlots = entity.attributes.indices.filter { !entity.attributes[$0].isOptional }
         self.ruleSlots = entity.attributes.indices.filter { !entity.attributes[$0].rules.isEmpty }
         self.transientSlots = entity.attributes.indices.filter { entity.attributes[$0].isTransient }
+        self.derivedSlots = try Self.derivations(entity)
+        self.constraints = try entity.uniquenessConstraints.map {
+            try Self.storedSlots($0, of: "uniqueness constraint", entity: entity, slots: slots)
+        }.filter { !$0.isEmpty }
+        for keys in entity.compoundIndexes {
+            _ = try Self.storedSlots(keys, of: "compound index", entity: entity, slots: slots)
+        }
+        self.hasRelationshipRules = entity.relationships.contains { r in
+            r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
+        }
+        self.toOne = toOne
+        self.toMany = toMany
+        self.relationshipDestination = destinations
+        self.relationshipInverse = inverses
+        self.relationshipByName = relByName
+    }
+
+    /// The attributes' slots by name, each attribute checked: a unique name, an indexable type
+    /// where indexed, a default value of its type.
+    private static func attributeSlots(_ entity: EntityDescription) throws -> [String: Int] {
+        var slots: [String: Int] = [:]
+        for (i, a) in entity.attributes.enumerated() {
+            guard slots.updateValue(i, forKey: a.name) == nil else {
+                throw LogbookError(
+                    .invalidModel, "two properties are named \(a.name)", entity: entity.name, key: a.name)
+            }
+            if a.isIndexed && !a.type.isIndexable {
+                throw LogbookError(
+                    .invalidModel, "a \(a.type) attribute cannot be indexed", entity: entity.name, key: a.name)
+            }
+            if let d = a.defaultValue, (try? FieldValue(d, type: a.type)) == nil {
+                throw LogbookError(
+                    .invalidModel, "the default value \(d) is not a \(a.type)", entity: entity.name, key: a.name)
+            }
+        }
+        return slots
+    }
+
+    /// The relationships by name, their destinations' model indexes, and which are to-one
+    /// (given slots after the attributes, added to `slots`) and to-many.
+    private static func relationships(
+        _ entity: EntityDescription, slots: inout [String: Int], attributeCount: Int, entityIndex: [String: Int]
+    ) throws -> (byName: [String: Int], destinations: [Int], toOne: [Int], toMany: [Int]) {
+        var relByName: [String: Int] = [:]
+        var destinations: [Int] = []
+        var toOne: [Int] = []
+        var toMany: [Int] = []
+        for (i, r) in entity.relationships.enumerated() {
+            guard slots[r.name] == nil, relByName.updateValue(i, forKey: r.name) == nil else {
+                throw LogbookError(
+                    .invalidModel, "two properties are named \(r.name)", entity: entity.name, key: r.name)
+            }
+            guard let d = entityIndex[r.destination] else {
+                throw LogbookError(
+                    .invalidModel, "relationship \(r.name) points to unknown entity \(r.destination)",
+                    entity: entity.name, key: r.name)
+            }
+            destinations.append(d)
+            if r.isToMany {
+                toMany.append(i)
+            } else {
+                slots[r.name] = attributeCount + toOne.count
+                toOne.append(i)
+            }
+        }
+        return (relByName, destinations, toOne, toMany)
+    }
+
+    /// Each relationship's inverse, by index in its destination (nil without one).
+    private static func inverses(
+        _ entity: EntityDescription, entityIndex: [String: Int], entities: [EntityDescription]
+    ) throws -> [Int?] {
+        var inverses: [Int?] = []
+        for r in entity.relationships {
+            guard let inv = r.inverse else {
+                inverses.append(nil)
+                continue
+            }
+            let dest = entities[entityIndex[r.destination]!]
+            guard let j = dest.relationships.firstIndex(where: { $0.name == inv }) else {
+                throw LogbookError(
+                    .invalidModel, "the inverse \(inv) of \(r.name) is not a relationship of \(r.destination)",
+                    entity: entity.name, key: r.name)
+            }
+            inverses.append(j)
+        }
+        return inverses
+    }
+
+    /// The derived attributes' expressions, parsed.
+    private static func derivations(_ entity: EntityDescription) throws -> [(slot: Int, expression: FetchExpression)] {
         var derived: [(slot: Int, expression: FetchExpression)] = []
         for (i, a) in entity.attributes.enumerated() {
             guard let format = a.derivationExpression else { continue }
@@ -148,31 +192,23 @@ final class EntityLayout: Sendable {
                     key: a.name)
             }
         }
-        self.derivedSlots = derived
-        /// The slots of keys that must each name a stored attribute or a to-one relationship.
-        func storedSlots(_ keys: [String], of what: String) throws -> [Int] {
-            try keys.map { key in
-                guard let slot = slots[key], slot >= entity.attributes.count || !entity.attributes[slot].isTransient
-                else {
-                    throw LogbookError(
-                        .invalidModel,
-                        "the \(what) (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
-                        entity: entity.name, key: key)
-                }
-                return slot
+        return derived
+    }
+
+    /// The slots of keys that must each name a stored attribute or a to-one relationship.
+    static func storedSlots(_ keys: [String], of what: String, entity: EntityDescription, slots: [String: Int]) throws
+        -> [Int]
+    {
+        try keys.map { key in
+            guard let slot = slots[key], slot >= entity.attributes.count || !entity.attributes[slot].isTransient
+            else {
+                throw LogbookError(
+                    .invalidModel,
+                    "the \(what) (\(keys.joined(separator: ", "))) names \(key), which is not a stored attribute or to-one relationship",
+                    entity: entity.name, key: key)
             }
+            return slot
         }
-        self.constraints = try entity.uniquenessConstraints.map { try storedSlots($0, of: "uniqueness constraint") }
-            .filter { !$0.isEmpty }
-        for keys in entity.compoundIndexes { _ = try storedSlots(keys, of: "compound index") }
-        self.hasRelationshipRules = entity.relationships.contains { r in
-            r.isToMany ? (r.minCount > 0 || r.maxCount < .max) : !r.isOptional
-        }
-        self.toOne = toOne
-        self.toMany = toMany
-        self.relationshipDestination = destinations
-        self.relationshipInverse = inverses
-        self.relationshipByName = relByName
     }
 
     var slotCount: Int { attributeCount + toOne.count }

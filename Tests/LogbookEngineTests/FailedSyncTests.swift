@@ -1,0 +1,79 @@
+import Dispatch
+import LogbookTestSupport
+import Testing
+
+@testable import LogbookEngine
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Failed syncs and writes: the store never acknowledges or replays what may not be on disk.
+@Suite struct FailedSyncTests {
+    // MARK: Failed syncs and writes
+
+    /// After a failed sync the page cache may hold the commit's pages as clean although they
+    /// never reached the disk. Reopening in the same boot used to replay that commit and build
+    /// on it; now the segment is cut back to the last sync, so it is never read back.
+    @Test func aFailedSyncIsCutBackSoAReopenNeverReplaysIt() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        try commitOne(store, 1, "one")
+        try commitOne(store, 2, "two")
+        let synced = fs.contents(FaultStorePaths.segment)!.count
+        // The commit's write goes through; its sync fails.
+        fs.inject(.error(EIO), atStep: fs.steps + 2)
+        #expect(throws: EngineError.self) { try commitOne(store, 3, "three") }
+        #expect(fs.contents(FaultStorePaths.segment)!.count == synced, "the unsynced commit was cut")
+        #expect { try commitOne(store, 4, "four") } throws: { ($0 as? EngineError)?.code == .failed }
+        try? store.close()
+        // No power loss: the "page cache" (the file's current bytes) is what a reopen reads.
+        let reopened = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        #expect(try contents(reopened.snapshot()) == [1: "one", 2: "two"])
+        try commitOne(reopened, 5, "five")
+        try reopened.close()
+    }
+
+    /// A transaction of more than 8 MiB goes out in several writes; a failure of any of them
+    /// poisons the store like any other failed write (it used to leave it writable).
+    @Test func aFailedPartialWriteOfALargeTransactionPoisonsTheStore() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        try commitOne(store, 1, "one")
+        let committed = fs.contents(FaultStorePaths.segment)!.count
+        var large = Transaction()
+        var random = SeededGenerator(seed: 7)
+        for i in 0..<12 {
+            large.put(key(2, UInt64(i)), value: (0..<(1 << 20)).map { _ in UInt8.random(in: 0...255, using: &random) })
+        }
+        // The first 8 MiB write goes through, the second fails.
+        fs.inject(.error(ENOSPC), atStep: fs.steps + 2)
+        #expect { try store.commit(large) } throws: { ($0 as? EngineError)?.code == .diskFull }
+        #expect { try commitOne(store, 2, "two") } throws: { ($0 as? EngineError)?.code == .failed }
+        #expect(fs.contents(FaultStorePaths.segment)!.count == committed, "the partial transaction was cut")
+        try? store.close()
+        let reopened = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        #expect(try contents(reopened.snapshot()) == [1: "one"])
+        try reopened.close()
+    }
+
+    /// `close()` used to swallow its final sync error; now it reports it, and releases the lock
+    /// all the same so that the store can be opened again.
+    @Test func closeReportsItsFinalSyncErrorAndStillReleasesTheLock() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.normal), fileSystem: fs)
+        var t = Transaction()
+        t.put(key(1, 1), value: bytes("one"))
+        try store.commit(t)
+        var unsynced = quietOptions(.none)
+        unsynced.checkpointOnClose = false
+        try store.close()
+        let second = try Store.open(at: FaultStorePaths.directory, options: unsynced, fileSystem: fs)
+        try commitOne(second, 2, "two")
+        fs.inject(.error(EIO), atStep: fs.steps + 1)
+        #expect { try second.close() } throws: { ($0 as? EngineError)?.code == .io }
+        let third = try Store.open(at: FaultStorePaths.directory, options: unsynced, fileSystem: fs)
+        #expect(try contents(third.snapshot())[1] == "one")
+        try third.close()
+    }
+}

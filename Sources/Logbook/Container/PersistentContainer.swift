@@ -290,9 +290,17 @@ public final class PersistentContainer: Sendable {
         }
     }
 
+    /// The child contexts of `parent` that are alive.
+    func children(of parent: ManagedObjectContext) -> [ManagedObjectContext] {
+        contexts.withLock { $0.compactMap(\.context) }.filter { $0.parent === parent }
+    }
+
     func didSave(_ changes: ContextChanges, from source: ManagedObjectContext) {
         let others = contexts.withLock { $0.compactMap(\.context) }.filter { $0 !== source }
-        for c in others where c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement {
+        // Child contexts hear of a save through their parent, which passes on what it merged
+        // (Core Data's `automaticallyMergesChangesFromParent`): their values come from it.
+        for c in others
+        where c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement && c.parent == nil {
             c.perform { c.mergeChanges(changes) }
         }
         for observer in source.changeObservers { observer(changes) }

@@ -68,6 +68,8 @@ extension ManagedObjectContext {
         var setAdds: [UInt64: PendingMembers] = [:]
         var setRemoves: [UInt64: Set<UInt64>] = [:]
         var orders: [UInt64: [UInt64]] = [:]
+        /// The child's merge policy: what becomes of a change to an object the store no longer holds.
+        var policy: MergePolicy = .error
     }
 
     /// A child's save: its changes become the parent's unsaved changes (property by property,
@@ -85,6 +87,7 @@ extension ManagedObjectContext {
         changes.setAdds = setAdds
         changes.setRemoves = setRemoves
         changes.orders = orderOverrides
+        changes.policy = mergePolicy
         let handed = UncheckedSendable(changes)
         try parent.performAndWait { try parent.apply(childChanges: handed.value) }
         let saved = ContextChanges(
@@ -100,7 +103,35 @@ extension ManagedObjectContext {
     }
 
     /// On the parent's queue: a child's saved changes become unsaved changes here.
-    func apply(childChanges c: ChildChanges) throws {
+    func apply(childChanges given: ChildChanges) throws {
+        var c = given
+        // A change to an object another save deleted from the store is a conflict: an error
+        // under `.error`, else the deletion wins and the change is dropped (as at a save).
+        let gone = c.updated.map(\.key).filter { key in
+            guard exists(key), let o = try? object(forKey: key) else { return true }
+            return (try? fulfill(o)) == nil
+        }
+        if !gone.isEmpty {
+            if c.policy == .error {
+                var e = LogbookError(
+                    .mergeConflict,
+                    gone.count == 1
+                        ? "1 object was deleted by another save since this context read it"
+                        : "\(gone.count) objects were deleted by other saves since this context read them")
+                e.conflicts = gone.map { key in
+                    MergeConflict(
+                        objectID: ObjectID(store: storeLayout.identity, key: key),
+                        entityName: layout(forKey: key)?.name ?? "", changedKeys: [], cachedValues: [:],
+                        storeValues: nil,
+                        isDeletedInContext: false)
+                }
+                e.objectID = e.conflicts.first?.objectID
+                throw e
+            }
+            let dropped = Set(gone)
+            c.updated.removeAll { dropped.contains($0.key) }
+        }
+        try dropLinksToMissing(&c)
         var report = ContextChanges()
         for (key, entity, slots) in c.inserted {
             let layout = model.layouts[entity]
@@ -119,15 +150,32 @@ extension ManagedObjectContext {
         for (key, slotChanges) in c.updated {
             let o = try object(forKey: key)
             try fulfill(o)
-            for (i, value) in slotChanges { setSlot(o, i, value) }
+            for (i, value) in slotChanges {
+                // A to-one value this context changed otherwise since the child read it: the
+                // destination it has here loses the object (the child's sets bring the new one).
+                if i >= o.layout.attributeCount, o.slots[i] != value, case .object(let old) = o.slots[i] {
+                    let r = o.layout.toOne[i - o.layout.attributeCount]
+                    if o.layout.relationshipInverse[r] != nil { try linkInverse(o, r, old, adding: false) }
+                }
+                setSlot(o, i, value)
+            }
             report.updated.insert(o.objectID)
         }
         for (k, members) in c.setRemoves { for m in members { removeMember(m, fromSet: k) } }
         for (k, members) in c.setAdds { for m in members { addMember(m, toSet: k) } }
-        for (k, keys) in c.orders { orderOverrides[k] = keys }
+        for (k, keys) in c.orders {
+            // The child's order, member by member over this context's own pending order.
+            if let mine = orderOverrides[k] {
+                orderOverrides[k] = Self.reconcileOrder(keys, with: mine, members: Set(keys).union(mine))
+            } else {
+                orderOverrides[k] = keys
+            }
+        }
         for key in c.deleted {
             guard let o = try? object(forKey: key) else { continue }
-            try markDeleted(o)
+            // The delete rules run again here: this context may link the object to others the
+            // child never read (the child's own nullify and cascade came with its changes).
+            do { try deleteWithRules(o) } catch { try markDeleted(o) }
             report.deleted.insert(o.objectID)
         }
         post(.objectsDidChange(report))
@@ -147,6 +195,78 @@ extension ManagedObjectContext {
     }
 
     /// Marks an object deleted without applying delete rules (a child applied them already).
+    /// Links a child's save makes to objects this context no longer has (deleted here, or
+    /// inserted here and deleted since): a conflict under the child's `.error` policy, else
+    /// dropped, as at a save to the store.
+    func dropLinksToMissing(_ c: inout ChildChanges) throws {
+        let inserted = Set(c.inserted.map(\.key))
+        var known: [UInt64: Bool] = [:]
+        func present(_ k: UInt64) -> Bool {
+            if inserted.contains(k) { return true }
+            if let p = known[k] { return p }
+            let p = exists(k)
+            known[k] = p
+            return p
+        }
+        var missing = Set<UInt64>()
+        for (_, slotChanges) in c.updated {
+            for (_, value) in slotChanges { if case .object(let k) = value, !present(k) { missing.insert(k) } }
+        }
+        for (_, _, slots) in c.inserted {
+            for value in slots { if case .object(let k) = value, !present(k) { missing.insert(k) } }
+        }
+        for (k, members) in c.setAdds {
+            for m in members where !present(m) { missing.insert(m) }
+            let owners = possibleOwners(ofSet: k)
+            if !owners.contains(where: present) { missing.formUnion(owners.prefix(1)) }
+        }
+        guard !missing.isEmpty else { return }
+        if c.policy == .error {
+            var e = LogbookError(
+                .mergeConflict,
+                missing.count == 1
+                    ? "the changes link to 1 object that is no longer there"
+                    : "the changes link to \(missing.count) objects that are no longer there")
+            e.conflicts = missing.sorted().map { key in
+                MergeConflict(
+                    objectID: ObjectID(store: storeLayout.identity, key: key),
+                    entityName: layout(forKey: key)?.name ?? "",
+                    changedKeys: [], cachedValues: [:], storeValues: nil, isDeletedInContext: false)
+            }
+            e.objectID = e.conflicts.first?.objectID
+            throw e
+        }
+        for n in c.updated.indices {
+            c.updated[n].changes = c.updated[n].changes.map { change in
+                if case .object(let k) = change.value, missing.contains(k) { return (change.slot, .null) }
+                return change
+            }
+        }
+        for n in c.inserted.indices {
+            c.inserted[n].slots = c.inserted[n].slots.map { value in
+                if case .object(let k) = value, missing.contains(k) { return .null }
+                return value
+            }
+        }
+        var adds: [UInt64: PendingMembers] = [:]
+        for (k, members) in c.setAdds {
+            let owners = possibleOwners(ofSet: k)
+            guard owners.contains(where: { !missing.contains($0) && present($0) }) else { continue }
+            adds[k] = PendingMembers(members.filter { !missing.contains($0) })
+        }
+        c.setAdds = adds
+    }
+
+    /// Whether the object of `key` exists as this context sees it: inserted here or in an
+    /// ancestor and not deleted since, or in the store and deleted by none of them.
+    func exists(_ key: UInt64) -> Bool {
+        if deleted[key] != nil { return false }
+        if let o = registered(key), o.flags.contains(.inserted) { return true }
+        if let o = registered(key), o.flags.contains(.invalid) { return false }
+        if let parent { return parent.performAndWait { parent.exists(key) } }
+        return readSnapshot().contains(key)
+    }
+
     func markDeleted(_ object: ManagedObject) throws {
         guard !object.flags.contains(.deleted) else { return }
         try fulfill(object)

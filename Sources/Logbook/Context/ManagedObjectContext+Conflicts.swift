@@ -148,3 +148,100 @@ extension ManagedObjectContext {
         unregister(o.engineKey)
     }
 }
+
+extension ManagedObjectContext {
+    /// A link this save would write to an object that is not there: another save deleted it
+    /// from the store, or this save deletes it.
+    struct DanglingLink {
+        /// The object whose to-one relationship or set holds the link.
+        let source: UInt64
+        /// The relationship's name.
+        let relationship: String
+        /// The object linked to.
+        let target: UInt64
+    }
+
+    /// The links this save would write to objects that are not there. Under `.error` they are
+    /// a `.mergeConflict` (nothing is written); under the other policies the links are dropped,
+    /// as merging the deletion would have dropped them (Core Data reports a dangling reference
+    /// at the save instead, and saves nothing). Runs under the save lock, after the conflicts.
+    func checkLinks(_ snapshot: Snapshot) throws {
+        var present = Set<UInt64>()
+        var absent = Set<UInt64>()
+        func exists(_ k: UInt64) -> Bool {
+            if present.contains(k) { return true }
+            if absent.contains(k) { return false }
+            let found = deleted[k] == nil && (inserted.lookup(k) != nil || snapshot.contains(k))
+            if found { present.insert(k) } else { absent.insert(k) }
+            return found
+        }
+        var dangling: [DanglingLink] = []
+        func checkToOne(_ o: ManagedObject, changedOnly: Bool) {
+            let layout = o.layout
+            for (n, r) in layout.toOne.enumerated() {
+                let i = layout.attributeCount + n
+                guard case .object(let k) = o.slots[i] else { continue }
+                if changedOnly, let c = o.committed, c[i] == o.slots[i] { continue }
+                if !exists(k) {
+                    dangling.append(
+                        DanglingLink(source: o.engineKey, relationship: layout.entity.relationships[r].name, target: k))
+                }
+            }
+        }
+        for o in inserted.values where !o.layout.toOne.isEmpty { checkToOne(o, changedOnly: false) }
+        for o in updated.values where !o.layout.toOne.isEmpty && o.recordChanged { checkToOne(o, changedOnly: true) }
+        var danglingSets: [(set: UInt64, member: UInt64?)] = []
+        for (k, members) in setAdds where !members.isEmpty {
+            let owners = possibleOwners(ofSet: k)
+            // The sets of objects this save deletes go with them.
+            if owners.contains(where: { deleted[$0] != nil }) { continue }
+            guard let owner = owners.first(where: exists) else {
+                let name =
+                    storeLayout.owners(ofSet: k).first.map { model.entities[$0.1].relationships[$0.2].name } ?? ""
+                for m in members {
+                    dangling.append(DanglingLink(source: m, relationship: name, target: owners.first ?? 0))
+                }
+                danglingSets.append((k, nil))
+                continue
+            }
+            for m in members where !exists(m) {
+                let name =
+                    storeLayout.owners(ofSet: k).first.map { model.entities[$0.1].relationships[$0.2].name } ?? ""
+                dangling.append(DanglingLink(source: owner, relationship: name, target: m))
+                danglingSets.append((k, m))
+            }
+        }
+        guard !dangling.isEmpty else { return }
+        if mergePolicy == .error {
+            var e = LogbookError(
+                .mergeConflict,
+                dangling.count == 1
+                    ? "1 link is to an object another save deleted"
+                    : "\(dangling.count) links are to objects other saves deleted")
+            e.conflicts = Set(dangling.map(\.target)).sorted().map { k in
+                MergeConflict(
+                    objectID: ObjectID(store: storeLayout.identity, key: k), entityName: layout(forKey: k)?.name ?? "",
+                    changedKeys: [], cachedValues: [:], storeValues: nil, isDeletedInContext: deleted[k] != nil)
+            }
+            e.objectID = ObjectID(store: storeLayout.identity, key: dangling[0].source)
+            e.key = dangling[0].relationship
+            throw e
+        }
+        // Dropped: to-one values become nil, set additions go.
+        let gone = Set(dangling.map(\.target))
+        for o in Array(inserted.values) + Array(updated.values) {
+            for n in o.layout.toOne.indices {
+                let i = o.layout.attributeCount + n
+                if case .object(let k) = o.slots[i], gone.contains(k) {
+                    if o.flags.contains(.updated) || o.flags.contains(.inserted) { o.slots[i] = .null }
+                }
+            }
+        }
+        for (k, member) in danglingSets {
+            if let member { _ = setAdds[k]?.remove(member) } else { setAdds[k] = nil }
+        }
+        for k in gone where deleted[k] == nil {
+            if let o = registered(k), !o.flags.contains(.inserted) { forgetDeletedInStore(o) }
+        }
+    }
+}

@@ -50,6 +50,38 @@ extension ManagedObjectContext {
             }
         }
         guard !clashes.isEmpty else { return }
+        // Inserted objects of one save that share constraint values become one object under
+        // the policies that resolve conflicts (Core Data's in-memory `NSConstraintConflict`);
+        // then what is left is checked against the store again.
+        if mergePolicy != .error {
+            let inSave = clashes.filter { c in
+                !c.inSave.isEmpty && c.object.flags.contains(.inserted)
+                    && c.inSave.allSatisfy { $0.flags.contains(.inserted) && $0.layout === c.object.layout }
+            }
+            if !inSave.isEmpty {
+                for c in inSave where c.object.flags.contains(.inserted) {
+                    for survivor in c.inSave where survivor.flags.contains(.inserted) {
+                        try mergeInserted(c.object, into: survivor)
+                        break
+                    }
+                }
+                return try enforceConstraints()
+            }
+        }
+        // An inserted object that clashes with a stored object this context holds with changes
+        // of its own is merged into that object, as into an object of the same save.
+        if mergePolicy != .error {
+            var merged = false
+            for c in clashes where c.inSave.isEmpty && c.stored.count == 1 && c.object.flags.contains(.inserted) {
+                if let held = registered(c.stored[0]), held.hasChanges, !held.flags.contains(.deleted),
+                    held.layout === c.object.layout
+                {
+                    try mergeInserted(c.object, into: held)
+                    merged = true
+                }
+            }
+            if merged { return try enforceConstraints() }
+        }
         let upsertable =
             mergePolicy != .error
             && clashes.allSatisfy { c in
@@ -109,6 +141,77 @@ extension ManagedObjectContext {
             conflictingObjectIDs: c.stored.map { ObjectID(store: storeLayout.identity, key: $0) }
                 + c.inSave.map(\.objectID),
             isWithinSave: c.stored.isEmpty)
+    }
+
+    /// An inserted object that shares a uniqueness constraint's values with another object
+    /// inserted earlier in the same save is merged into it: the survivor keeps its identity,
+    /// takes the values the policy chooses (the later object's under the policies that let
+    /// this context's changes win, the earlier's under the others), and every pending
+    /// reference to the later object and its relationships moves to the survivor.
+    func mergeInserted(_ later: ManagedObject, into survivor: ManagedObject) throws {
+        let old = later.engineKey
+        let before = survivor.slots
+        remapPendingReferences(from: later, to: survivor)
+        let laterSlots = later.slots
+        var final = before
+        for i in before.indices {
+            switch mergePolicy {
+            case .mergeByPropertyObjectTrump: final[i] = laterSlots[i].isNull ? before[i] : laterSlots[i]
+            case .overwrite: final[i] = laterSlots[i]
+            case .mergeByPropertyStoreTrump, .rollback, .error: final[i] = before[i].isNull ? laterSlots[i] : before[i]
+            }
+        }
+        survivor.slots = final
+        later.flags = [.invalid]
+        inserted.removeOne()
+        unregister(old)
+        try reconcileInverses(survivor, base: before, local: laterSlots, store: before)
+    }
+
+    /// Every pending reference to `from` (to-one values, set members, orders) made a reference
+    /// to `to`, and the sets `from` owns merged into those of `to`.
+    func remapPendingReferences(from: ManagedObject, to: ManagedObject) {
+        let old = from.engineKey
+        let k = to.engineKey
+        func remap(_ s: FieldValue) -> FieldValue {
+            if case .object(let key) = s, key == old { return .object(k) }
+            return s
+        }
+        func remap(_ key: UInt64) -> UInt64 { key == old ? k : key }
+        for p in Array(inserted.values) + Array(updated.values) where p !== from {
+            p.slots = p.slots.map(remap)
+            p.committed = p.committed?.map(remap)
+        }
+        from.slots = from.slots.map(remap)
+        var ownedSets: [UInt64: UInt64] = [:]
+        for r in from.layout.toMany { ownedSets[setKey(old, from.layout, r)] = setKey(k, to.layout, r) }
+        var adds: [UInt64: PendingMembers] = [:]
+        for (key, value) in setAdds {
+            let target = ownedSets[key] ?? key
+            let members = PendingMembers(value.map(remap))
+            if let existing = adds[target] {
+                adds[target] = PendingMembers(Array(existing) + Array(members))
+            } else {
+                adds[target] = members
+            }
+        }
+        setAdds = adds
+        var removes: [UInt64: Set<UInt64>] = [:]
+        for (key, value) in setRemoves { removes[ownedSets[key] ?? key, default: []].formUnion(value.map(remap)) }
+        setRemoves = removes
+        var orders: [UInt64: [UInt64]] = [:]
+        for (key, value) in orderOverrides {
+            let target = ownedSets[key] ?? key
+            let members = value.map(remap)
+            if let existing = orders[target] {
+                var seen = Set(existing)
+                orders[target] = existing + members.filter { seen.insert($0).inserted }
+            } else {
+                var seen = Set<UInt64>()
+                orders[target] = members.filter { seen.insert($0).inserted }
+            }
+        }
+        orderOverrides = orders
     }
 
     /// An inserted object becomes the stored object `k` with the same constraint values: it

@@ -129,12 +129,8 @@ extension ManagedObjectContext {
                 object.flags.remove(.deleted)
                 deleted[object.engineKey] = nil
             }
-            for r in object.layout.toMany {
-                let k = setKey(object.engineKey, object.layout, r)
-                setAdds[k] = nil
-                setRemoves[k] = nil
-                orderOverrides[k] = nil
-            }
+            // The other side of every relationship change dropped here goes back too.
+            try? dropPendingLinks(of: object)
             turnIntoFault(object)
         }
         post(.objectsDidChange(changes))
@@ -151,5 +147,49 @@ extension ManagedObjectContext {
             changes.refreshed.insert(o.objectID)
         }
         if !changes.isEmpty { post(.objectsDidChange(changes)) }
+    }
+}
+
+extension ManagedObjectContext {
+    /// Undoes the unsaved relationship changes of `object` on both sides: each to-one value it
+    /// changed goes back to the saved one (the old destination gets it back, the new one loses
+    /// it), and each member added to or removed from its sets goes back (a member's to-one
+    /// value, or its own set, with it). Its sets' pending changes and orders are dropped.
+    func dropPendingLinks(of object: ManagedObject) throws {
+        let layout = object.layout
+        if !object.flags.contains(.fault) {
+            for r in layout.toOne where layout.relationshipInverse[r] != nil { try revertToOne(object, r) }
+        }
+        for r in layout.toMany {
+            let k = setKey(object.engineKey, layout, r)
+            let added = setAdds[k].map(Array.init) ?? []
+            let removed = setRemoves[k].map(Array.init) ?? []
+            if let inv = layout.relationshipInverse[r], !added.isEmpty || !removed.isEmpty {
+                let declared = model.layouts[layout.relationshipDestination[r]]
+                for m in added + removed {
+                    let destination = declared.inTree ? (self.layout(forKey: m) ?? declared) : declared
+                    if destination.entity.relationships[inv].isToMany {
+                        // Many-to-many: the member's set goes back.
+                        try linkInverse(object, r, m, adding: removed.contains(m))
+                    } else if let member = registered(m), !member.flags.contains(.fault) {
+                        try revertToOne(member, inv)
+                    }
+                }
+            }
+            setAdds[k] = nil
+            setRemoves[k] = nil
+            orderOverrides[k] = nil
+        }
+    }
+
+    /// Sets `object`'s to-one relationship `r` back to its saved value, and its inverse with it.
+    func revertToOne(_ object: ManagedObject, _ r: Int) throws {
+        let slot = object.layout.slot(ofToOne: r)
+        let current = object.slots[slot]
+        let saved = object.committed?[slot] ?? (object.flags.contains(.inserted) ? .null : current)
+        guard current != saved else { return }
+        if case .object(let k) = current { try linkInverse(object, r, k, adding: false) }
+        object.slots[slot] = saved
+        if case .object(let k) = saved { try linkInverse(object, r, k, adding: true) }
     }
 }

@@ -13,6 +13,11 @@ extension ManagedObjectContext {
         let merged = refreshObjects(changes)
         for observer in changeObservers { observer(changes) }
         if !merged.isEmpty { post(.objectsDidChange(merged)) }
+        // Children that merge automatically take the same changes from this context.
+        for child in container.children(of: self)
+        where child.automaticallyMergesChangesFromOtherContexts && child.concurrencyType != .confinement {
+            child.perform { child.mergeChanges(changes) }
+        }
     }
 
     /// Core Data's name for `mergeChanges(_:)`.
@@ -46,6 +51,7 @@ extension ManagedObjectContext {
             merged.invalidated.insert(id)
             merged.deleted.insert(id)
         }
+        if !changes.deleted.isEmpty { unlinkPending(toDeleted: Set(changes.deleted.map(\.key))) }
         return merged
     }
 
@@ -57,7 +63,16 @@ extension ManagedObjectContext {
             turnIntoFault(o)
             return
         }
-        guard let store = try decode(snapshot, key: o.engineKey, layout: o.layout) else {
+        // A child's "store" is its parent's view: the parent's unsaved values where it has
+        // them, else the store's.
+        let parentView = try parent.flatMap { try parentState(of: o.engineKey, parent: $0) }
+        let stored: [FieldValue]?
+        if let parentView {
+            stored = parentView.slots
+        } else {
+            stored = try decode(snapshot, key: o.engineKey, layout: o.layout)
+        }
+        guard let store = stored else {
             forgetDeletedInStore(o)
             return
         }
@@ -68,6 +83,16 @@ extension ManagedObjectContext {
         o.slots = merged
         o.committed = store
         o.baseVersion = snapshot.version
+        // A to-one value changed here and by the other save: this context's value stays, so the
+        // object leaves the set of the destination the other save gave it (the inverse of a
+        // to-one and its value travel together).
+        let layout = o.layout
+        for (n, r) in layout.toOne.enumerated() where layout.relationshipInverse[r] != nil {
+            let i = layout.attributeCount + n
+            guard local[i] != base[i], store[i] != base[i], store[i] != local[i], case .object(let k) = store[i]
+            else { continue }
+            try linkInverse(o, r, k, adding: false)
+        }
     }
 
     /// Makes `o` a fault that reads the store when next touched (its cached bytes and batch
@@ -82,5 +107,39 @@ extension ManagedObjectContext {
             updated[o.engineKey] = nil
         }
         o.flags.insert(.fault)
+    }
+}
+
+extension ManagedObjectContext {
+    /// The unsaved links of this context to objects another save deleted, dropped as the
+    /// deletion's nullify rule would drop them (Core Data's merge deletes the objects in the
+    /// merging context): to-one values become nil, set additions naming them go, and the sets
+    /// they owned lose their pending changes and orders.
+    func unlinkPending(toDeleted keys: Set<UInt64>) {
+        guard !setAdds.isEmpty || !updated.isEmpty || !inserted.isEmpty || !orderOverrides.isEmpty else { return }
+        for o in Array(inserted.values) + Array(updated.values) where !o.flags.contains(.fault) {
+            let layout = o.layout
+            for n in layout.toOne.indices {
+                let i = layout.attributeCount + n
+                if case .object(let k) = o.slots[i], keys.contains(k) { o.slots[i] = .null }
+            }
+        }
+        for k in keys {
+            guard let layout = self.layout(forKey: k) else { continue }
+            for r in layout.toMany {
+                let owned = setKey(k, layout, r)
+                setAdds[owned] = nil
+                setRemoves[owned] = nil
+                orderOverrides[owned] = nil
+            }
+        }
+        for (k, members) in setAdds where members.contains(where: keys.contains) {
+            var kept = members
+            for m in members where keys.contains(m) { _ = kept.remove(m) }
+            setAdds[k] = kept.isEmpty ? nil : kept
+        }
+        for (k, order) in orderOverrides where order.contains(where: keys.contains) {
+            orderOverrides[k] = order.filter { !keys.contains($0) }
+        }
     }
 }

@@ -5,8 +5,9 @@ extension ManagedObjectContext {
     /// The members of an ordered relationship, in order, with unsaved changes.
     func orderedKeys(_ owner: UInt64, _ layout: EntityLayout, _ r: Int) throws -> [UInt64] {
         let k = setKey(owner, layout, r)
-        if let pending = orderOverrides[k] { return pending }
+        let pending = orderOverrides[k]
         let members = relatedKeys(owner, layout, r)
+        if let pending, pending.count == members.count, pending.allSatisfy(members.contains) { return pending }
         var stored: [UInt64]
         if let parent {
             stored = try parent.performAndWait { try parent.orderedKeys(owner, layout, r) }
@@ -15,6 +16,11 @@ extension ManagedObjectContext {
         } else {
             stored = []
         }
+        if let pending {
+            // A pending order that no longer has every member (a merge, or a child's save,
+            // brought others): the others keep their places next to their stored neighbours.
+            return Self.reconcileOrder(pending, with: stored, members: members)
+        }
         var seen = Set<UInt64>()
         var result: [UInt64] = []
         result.reserveCapacity(members.count)
@@ -22,6 +28,29 @@ extension ManagedObjectContext {
         if result.count < members.count {
             result += members.subtracting(seen).sorted()
         }
+        return result
+    }
+
+    /// An order of exactly `members`: `mine` (without what is no longer a member), and each
+    /// member it does not place put after the member that precedes it in `theirs` (first when
+    /// none does), the rest last in key order. Orders merge member by member this way: one
+    /// side's moves and the other side's insertions are both kept.
+    static func reconcileOrder(_ mine: [UInt64], with theirs: [UInt64], members: Set<UInt64>) -> [UInt64] {
+        var result: [UInt64] = []
+        var placed = Set<UInt64>()
+        for key in mine where members.contains(key) && placed.insert(key).inserted { result.append(key) }
+        guard placed.count < members.count else { return result }
+        var previous: UInt64?
+        for key in theirs where members.contains(key) {
+            defer { previous = key }
+            guard placed.insert(key).inserted else { continue }
+            if let previous, let at = result.firstIndex(of: previous) {
+                result.insert(key, at: at + 1)
+            } else {
+                result.insert(key, at: 0)
+            }
+        }
+        if placed.count < members.count { result += members.subtracting(placed).sorted() }
         return result
     }
 
@@ -100,10 +129,18 @@ extension ManagedObjectContext {
     func writeOrders(into t: inout Transaction, skipping deletedSets: Set<UInt64>) throws {
         guard !orderOverrides.isEmpty else { return }
         let snapshot = container.store.snapshot()
-        for (k, keys) in orderOverrides where !deletedSets.contains(k) {
+        for (k, pending) in orderOverrides where !deletedSets.contains(k) {
             guard let directoryKey = orderKey(ofSet: k) else { continue }
             let keyspace = EngineKey(rawValue: directoryKey).keyspace
             let old = try storedOrder(directoryKey, snapshot: snapshot)
+            // The order written has exactly the members the set will have after this save
+            // (another save may have added or removed some since this context's order was made).
+            var members = Set(snapshot.members(ofSet: k))
+            if let removed = setRemoves[k] { members.subtract(removed) }
+            if let added = setAdds[k] { members.formUnion(added) }
+            let keys =
+                pending.count == members.count && pending.allSatisfy(members.contains)
+                ? pending : Self.reconcileOrder(pending, with: old.flatMap(\.members), members: members)
             var startOf: [UInt64: Int] = [:]
             for (i, page) in old.enumerated() { if let first = page.members.first { startOf[first] = i } }
             var directory = OrderPages.Directory()

@@ -12,7 +12,7 @@ extension ManagedObjectContext {
     /// The phases, in order: preflight (`preflightSave`: setter errors, derived attributes,
     /// validation); into the parent for a child context; then, under the container's save lock
     /// so that no other save writes between the check and the commit, uniqueness constraints,
-    /// conflicts (`resolveConflicts`), the transaction (`buildSaveTransaction`,
+    /// conflicts (`resolveConflicts`), links to objects no longer there (`checkLinks`), the transaction (`buildSaveTransaction`,
     /// `Storage/SaveTransaction.swift`) and the commit (`StoreWriter.commit`); last, settling
     /// the objects and telling the other contexts (`settleSave`).
     public func save() throws {
@@ -23,16 +23,17 @@ extension ManagedObjectContext {
             return
         }
         post(.willSave)
-        let (version, savedUpdates) = try container.writer.withSaveLock {
-            recent -> (UInt64, [Unmanaged<ManagedObject>]) in
+        let (version, savedUpdates, unlinked) = try container.writer.withSaveLock {
+            recent -> (UInt64, [Unmanaged<ManagedObject>], [UInt64]) in
             try enforceConstraints()
             try resolveConflicts(recent)
+            try checkLinks(container.store.snapshot())
             var save = try buildSaveTransaction()
             let version = try container.writer.commit(&save.transaction) { try historyRecord() }
             recent.record(save.written, version: version)
-            return (version, save.savedUpdates)
+            return (version, save.savedUpdates, save.unlinked)
         }
-        settleSave(version: version, savedUpdates: savedUpdates)
+        settleSave(version: version, savedUpdates: savedUpdates, unlinked: unlinked)
     }
 
     /// What a save checks before it writes anything: a historical context cannot save, errors
@@ -84,12 +85,14 @@ extension ManagedObjectContext {
     /// After the commit of `version`: inserted objects join the registry (or go, when only the
     /// save held them), changed objects take the commit's version, the change sets start
     /// afresh, and the other contexts and observers hear of the save.
-    private func settleSave(version: UInt64, savedUpdates: [Unmanaged<ManagedObject>]) {
+    private func settleSave(version: UInt64, savedUpdates: [Unmanaged<ManagedObject>], unlinked: [UInt64]) {
         // The change sets, only when someone will read them.
         let changes: ContextChanges? =
             container.hasListeners(besides: self) || hasObservers
             ? ContextChanges(
-                inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
+                inserted: Set(inserted.values.map(\.objectID)),
+                updated: Set(updated.values.map(\.objectID))
+                    .union(unlinked.map { ObjectID(store: storeLayout.identity, key: $0) }),
                 deleted: Set(deleted.values.map(\.objectID)), version: version)
             : nil
         // Inserted objects that live on (someone holds them) join the registry; the others go.

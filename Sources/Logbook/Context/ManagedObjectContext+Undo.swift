@@ -44,8 +44,17 @@ extension ManagedObjectContext {
             inverse.objects[id] = .init(
                 object: s.object, slots: s.object.slots, committed: s.object.committed,
                 flags: s.object.flags, wasNew: false)
-            s.object.slots = s.slots
-            s.object.committed = s.committed
+            if let after = s.after, !s.wasNew, after.count == s.slots.count, s.object.slots.count == s.slots.count {
+                // Property by property: what the step changed goes back; values merged since
+                // (from other saves) stay, and so does the snapshot they were merged with.
+                var slots = s.object.slots
+                for i in slots.indices where s.slots[i] != after[i] { slots[i] = s.slots[i] }
+                s.object.slots = slots
+                if s.committed == nil && s.object.committed == nil { s.object.committed = nil }
+            } else {
+                s.object.slots = s.slots
+                s.object.committed = s.committed
+            }
             s.object.flags = s.wasNew ? [.invalid] : s.flags
             if s.wasNew {
                 unregister(s.object.engineKey)

@@ -18,6 +18,10 @@ public final class UndoHistory {
         let flags: ManagedObject.Flags
         /// The object did not exist before this step (undo makes it invalid again).
         let wasNew: Bool
+        /// Its values when the step closed: the properties the step changed are those that
+        /// differ from `slots`, and only those are undone (a merge after the step may have
+        /// changed others, which undo leaves as they are).
+        var after: [FieldValue]? = nil
     }
 
     struct ContextState {
@@ -60,9 +64,10 @@ public final class UndoHistory {
     }
 
     func close() {
-        guard let step = open else { return }
+        guard var step = open else { return }
         open = nil
         guard !step.objects.isEmpty else { return }
+        for (id, state) in step.objects { step.objects[id]!.after = state.object.slots }
         undoStack.append(step)
         if levelsOfUndo > 0 && undoStack.count > levelsOfUndo { undoStack.removeFirst() }
         redoStack.removeAll()

@@ -10,6 +10,7 @@ extension ManagedObjectContext {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(256)
         let layout = storeLayout
+        if !deleted.isEmpty { try unlinkDeletionsInStore(into: &save, buffer: &buffer) }
         // Inserted objects come in runs of one entity: what their records need is looked up
         // once a run.
         var writer: RecordWriter?
@@ -38,6 +39,55 @@ extension ManagedObjectContext {
             save.transaction.put(StoredSchema.countersKey, value: container.countersRecord())
         }
         return save
+    }
+
+    /// The links the store holds now to the objects this save deletes, undone: the delete
+    /// rules ran on what this context had read, and another save may have linked other objects
+    /// to them since. Each object the store relates to a deleted one forgets it (it leaves the
+    /// object's set, or its to-one value becomes nil: in the object itself when this save
+    /// writes it, else in its stored record, written again), so that no record or set is left
+    /// naming an object that is gone.
+    private func unlinkDeletionsInStore(into save: inout SaveTransaction, buffer: inout [UInt8]) throws {
+        let snapshot = container.store.snapshot()
+        let layout = storeLayout
+        var rewritten: [UInt64: (EntityLayout, [FieldValue])] = [:]
+        for object in deleted.values {
+            let l = object.layout
+            guard let stored = try decode(snapshot, key: object.engineKey, layout: l) else { continue }
+            for (r, rel) in l.entity.relationships.enumerated() {
+                guard rel.deleteRule != .noAction, let inv = l.relationshipInverse[r] else { continue }
+                for other in relatedKeys(inStore: snapshot, object.engineKey, l, r, stored) where deleted[other] == nil
+                {
+                    guard let otherLayout = self.layout(forKey: other) else { continue }
+                    if otherLayout.entity.relationships[inv].isToMany {
+                        save.transaction.removeMembers(
+                            [object.engineKey],
+                            fromSet: layout.setKey(entity: otherLayout.index, relationship: inv, owner: other))
+                        continue
+                    }
+                    let slot = otherLayout.slot(ofToOne: inv)
+                    if let o = registered(other),
+                        o.flags.contains(.inserted) || (o.flags.contains(.updated) && !o.flags.contains(.fault))
+                    {
+                        // Written by this save from its values.
+                        if o.slots[slot] == .object(object.engineKey) { o.slots[slot] = .null }
+                        continue
+                    }
+                    if rewritten[other] == nil {
+                        guard let s = try decode(snapshot, key: other, layout: otherLayout) else { continue }
+                        rewritten[other] = (otherLayout, s)
+                    }
+                    if rewritten[other]!.1[slot] == .object(object.engineKey) { rewritten[other]!.1[slot] = .null }
+                }
+            }
+        }
+        for (key, (l, slots)) in rewritten.sorted(by: { $0.key < $1.key }) {
+            RecordWriter.put(slots, key: key, entity: l, store: layout, into: &save.transaction, buffer: &buffer)
+            save.written.append(key)
+            save.unlinked.append(key)
+            // A copy this context holds reads the record again.
+            if let o = registered(key), !o.flags.contains(.inserted) { turnIntoFault(o) }
+        }
     }
 
     /// Deleted objects (their sets and orders go with them; their pending set changes are

@@ -66,4 +66,7 @@ struct SaveTransaction {
     /// The changed objects whose records it writes, unretained (the context's `updated` holds
     /// them until the save ends): their base version becomes the commit's.
     var savedUpdates: [Unmanaged<ManagedObject>] = []
+    /// Records this save writes for objects it did not change itself (another save had linked
+    /// them to an object this one deletes): the other contexts hear they were updated.
+    var unlinked: [UInt64] = []
 }

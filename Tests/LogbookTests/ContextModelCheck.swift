@@ -1,0 +1,307 @@
+import Foundation
+import LogbookEngine
+import LogbookTestSupport
+import Testing
+
+@testable import Logbook
+
+// A randomized, deterministic, model-checked test of contexts (FoundationDB's simulation tests
+// and TigerBeetle's VOPR at the scale of a unit test). A seed gives a list of random steps over
+// several contexts of one container — insert, update, link and unlink, ordered inserts and
+// moves, delete, save, rollback, reset, refresh, undo and redo, merges, batch requests,
+// reopening — and after every step the store and each context are checked against invariants
+// and against a plain reference of what each context changed. A failure prints its seed and a
+// shrunk list of steps that reproduces it.
+//
+// `LOGBOOK_MODEL_CHECK_SEEDS=N` runs N seeds (a few hundred by default);
+// `LOGBOOK_MODEL_CHECK_SEED=S` runs one seed and prints its steps;
+// `LOGBOOK_MODEL_CHECK_STEPS=K` sets the steps per seed.
+
+/// The model the checker drives: folders holding an ordered list of items (to-one `folder` on
+/// the item), items tagged with tags (many-to-many), tags with a unique code.
+enum CheckedModel {
+    static func make() throws -> ManagedObjectModel {
+        var tag = EntityDescription("Tag") {
+            AttributeDescription("code", .string)
+            RelationshipDescription("items", to: "Item", inverse: "tags", toMany: true, deleteRule: .nullify)
+        }
+        tag.uniquenessConstraints = [["code"]]
+        return try ManagedObjectModel {
+            EntityDescription("Folder") {
+                AttributeDescription("name", .string)
+                RelationshipDescription(
+                    "items", to: "Item", inverse: "folder", toMany: true, ordered: true, deleteRule: .nullify)
+            }
+            EntityDescription("Item") {
+                AttributeDescription("name", .string)
+                AttributeDescription("done", .bool, default: false)
+                RelationshipDescription("folder", to: "Folder", inverse: "items", deleteRule: .nullify)
+                RelationshipDescription("tags", to: "Tag", inverse: "items", toMany: true, deleteRule: .nullify)
+            }
+            tag
+        }
+    }
+
+    /// The attributes the reference tracks, by entity.
+    static let attributes = ["Folder": ["name"], "Item": ["name", "done"], "Tag": ["code"]]
+}
+
+/// One step of a run. Objects are named by the order of their creation (`#n`); contexts by
+/// their number in the run.
+enum CheckStep: CustomStringConvertible, Sendable {
+    case insert(context: Int, entity: String, value: String)
+    case setName(context: Int, object: Int, value: String)
+    case setDone(context: Int, object: Int, value: Bool)
+    case setFolder(context: Int, item: Int, folder: Int?)
+    case tag(context: Int, item: Int, tag: Int, add: Bool)
+    case insertInFolder(context: Int, folder: Int, item: Int, position: Int)
+    case moveInFolder(context: Int, folder: Int, from: Int, to: Int)
+    case delete(context: Int, object: Int)
+    case save(context: Int)
+    case rollback(context: Int)
+    case reset(context: Int)
+    case refresh(context: Int, object: Int, merge: Bool)
+    case undo(context: Int)
+    case redo(context: Int)
+    case mergePending(context: Int)
+    case batchUpdate(context: Int, name: String, done: Bool)
+    case batchDelete(context: Int, name: String)
+    case reopen
+
+    var description: String {
+        switch self {
+        case .insert(let c, let e, let v): "C\(c): insert \(e) \"\(v)\""
+        case .setName(let c, let o, let v): "C\(c): #\(o).name = \"\(v)\""
+        case .setDone(let c, let o, let v): "C\(c): #\(o).done = \(v)"
+        case .setFolder(let c, let i, let f): "C\(c): #\(i).folder = \(f.map { "#\($0)" } ?? "nil")"
+        case .tag(let c, let i, let t, let add): "C\(c): #\(i).tags \(add ? "add" : "remove") #\(t)"
+        case .insertInFolder(let c, let f, let i, let p): "C\(c): #\(f).items insert #\(i) at \(p)"
+        case .moveInFolder(let c, let f, let a, let b): "C\(c): #\(f).items move \(a) → \(b)"
+        case .delete(let c, let o): "C\(c): delete #\(o)"
+        case .save(let c): "C\(c): save"
+        case .rollback(let c): "C\(c): rollback"
+        case .reset(let c): "C\(c): reset"
+        case .refresh(let c, let o, let m): "C\(c): refresh #\(o) mergeChanges: \(m)"
+        case .undo(let c): "C\(c): undo"
+        case .redo(let c): "C\(c): redo"
+        case .mergePending(let c): "C\(c): merge the saves it has not merged"
+        case .batchUpdate(let c, let n, let d): "C\(c): batch update Item name == \"\(n)\" set done = \(d)"
+        case .batchDelete(let c, let n): "C\(c): batch delete Item name == \"\(n)\""
+        case .reopen: "reopen the container"
+        }
+    }
+}
+
+/// How a run's contexts are set up: each context's kind, merge policy, automatic merging and
+/// undo, drawn from the seed.
+struct CheckedContextSpec: CustomStringConvertible, Sendable {
+    enum Kind: Sendable {
+        case confined, privateQueue
+        case child(of: Int)
+    }
+    var kind: Kind
+    var policy: MergePolicy
+    var automaticMerging: Bool
+    var undo: Bool
+
+    var description: String {
+        let k: String
+        switch kind {
+        case .confined: k = "confined"
+        case .privateQueue: k = "private queue"
+        case .child(let p): k = "child of C\(p)"
+        }
+        return "\(k), \(policy)\(automaticMerging ? ", merging automatically" : "")\(undo ? ", with undo" : "")"
+    }
+
+    var parent: Int? {
+        if case .child(let p) = kind { return p }
+        return nil
+    }
+}
+
+/// A failed invariant, with what was found.
+struct CheckFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Draws a run from a seed: its contexts and its steps.
+struct CheckedRunGenerator {
+    var random: SeededGenerator
+    /// The entity of each object the steps so far create.
+    var entities: [String] = []
+
+    init(seed: UInt64) { random = SeededGenerator(seed: seed) }
+
+    static let names = ["a", "b", "c"]
+    static let codes = ["x", "y", "z"]
+
+    /// Four contexts: a confined one, two on private queues, a child of the first of those,
+    /// and a child of that child (two levels deep); a random merge policy each, automatic
+    /// merging on or off, undo on or off.
+    mutating func contexts() -> [CheckedContextSpec] {
+        let policies: [MergePolicy] = [
+            .error, .error, .mergeByPropertyObjectTrump, .mergeByPropertyStoreTrump, .overwrite, .rollback
+        ]
+        func spec(_ kind: CheckedContextSpec.Kind) -> CheckedContextSpec {
+            CheckedContextSpec(
+                kind: kind, policy: policies.randomElement(using: &random)!,
+                automaticMerging: Bool.random(using: &random), undo: Bool.random(using: &random))
+        }
+        return [spec(.confined), spec(.privateQueue), spec(.privateQueue), spec(.child(of: 1)), spec(.child(of: 3))]
+    }
+
+    mutating func pick(_ entity: String) -> Int? {
+        let candidates = entities.indices.filter { entities[$0] == entity }
+        return candidates.randomElement(using: &random)
+    }
+
+    mutating func anyObject() -> Int? { entities.indices.randomElement(using: &random) }
+
+    /// The next step, over `contexts` contexts.
+    mutating func step(contexts: Int) -> CheckStep {
+        let c = Int.random(in: 0..<contexts, using: &random)
+        let roll = Int.random(in: 0..<100, using: &random)
+        let name = Self.names.randomElement(using: &random)!
+        switch roll {
+        case 0..<14:
+            let entity = ["Item", "Item", "Folder", "Tag"].randomElement(using: &random)!
+            entities.append(entity)
+            return .insert(
+                context: c, entity: entity, value: entity == "Tag" ? Self.codes.randomElement(using: &random)! : name)
+        case 14..<26:
+            if let o = pick(Bool.random(using: &random) ? "Item" : "Folder") {
+                return .setName(context: c, object: o, value: name)
+            }
+        case 26..<34:
+            if let o = pick("Item") { return .setDone(context: c, object: o, value: Bool.random(using: &random)) }
+        case 34..<42:
+            if let o = pick("Item") {
+                return .setFolder(
+                    context: c, item: o, folder: Int.random(in: 0..<4, using: &random) == 0 ? nil : pick("Folder"))
+            }
+        case 42..<48:
+            if let o = pick("Item"), let t = pick("Tag") {
+                return .tag(context: c, item: o, tag: t, add: Int.random(in: 0..<3, using: &random) > 0)
+            }
+        case 48..<54:
+            if let f = pick("Folder"), let o = pick("Item") {
+                return .insertInFolder(context: c, folder: f, item: o, position: Int.random(in: 0..<4, using: &random))
+            }
+        case 54..<58:
+            if let f = pick("Folder") {
+                return .moveInFolder(
+                    context: c, folder: f, from: Int.random(in: 0..<4, using: &random),
+                    to: Int.random(in: 0..<4, using: &random))
+            }
+        case 58..<63:
+            if let o = anyObject() { return .delete(context: c, object: o) }
+        case 63..<78:
+            return .save(context: c)
+        case 78..<80:
+            return .rollback(context: c)
+        case 80:
+            return .reset(context: c)
+        case 81..<85:
+            if let o = anyObject() { return .refresh(context: c, object: o, merge: Bool.random(using: &random)) }
+        case 85..<89:
+            return .undo(context: c)
+        case 89..<91:
+            return .redo(context: c)
+        case 91..<96:
+            return .mergePending(context: c)
+        case 96..<98:
+            return .batchUpdate(context: c, name: name, done: Bool.random(using: &random))
+        case 98:
+            return .batchDelete(context: c, name: name)
+        default:
+            return .reopen
+        }
+        return .save(context: c)
+    }
+}
+
+/// Runs the checker: seeds, steps, and the shrinking of a failure.
+enum ContextModelChecker {
+    /// Runs `steps` on contexts made as `specs`; the failure and the index of its step, if any.
+    static func run(_ specs: [CheckedContextSpec], _ steps: [CheckStep]) -> (failure: String, at: Int, log: [String])? {
+        let run: ContextModelRun
+        do { run = try ContextModelRun(specs: specs) } catch { return ("the run could not start: \(error)", -1, []) }
+        for (n, step) in steps.enumerated() {
+            do {
+                try run.run(step)
+                try run.checkInvariants()
+            } catch {
+                return ("\(error)", n, run.log)
+            }
+        }
+        return nil
+    }
+
+    /// The seed's contexts and steps.
+    static func draw(seed: UInt64, steps count: Int) -> ([CheckedContextSpec], [CheckStep]) {
+        var generator = CheckedRunGenerator(seed: seed)
+        let specs = generator.contexts()
+        return (specs, (0..<count).map { _ in generator.step(contexts: specs.count) })
+    }
+
+    /// Removes steps while the run still fails (delta debugging: halves, then quarters, … then
+    /// single steps). Steps name objects by creation order, so a removed insert renames the
+    /// objects after it: what is kept still fails, which is all a shrunk list promises.
+    static func shrink(_ specs: [CheckedContextSpec], _ failing: [CheckStep]) -> [CheckStep] {
+        var steps = failing
+        var chunk = max(1, steps.count / 2)
+        while chunk >= 1 {
+            var start = 0
+            var removedAny = false
+            while start < steps.count {
+                var candidate = steps
+                candidate.removeSubrange(start..<min(start + chunk, steps.count))
+                if let found = run(specs, candidate) {
+                    steps = Array(candidate.prefix(found.at + 1))
+                    removedAny = true
+                } else {
+                    start += chunk
+                }
+            }
+            if !removedAny { chunk /= 2 }
+        }
+        return steps
+    }
+
+    /// A report of a failing seed: its contexts and its shrunk steps.
+    static func report(seed: UInt64, specs: [CheckedContextSpec], steps: [CheckStep]) -> String {
+        let outcome = run(specs, steps)
+        var lines = ["seed \(seed) fails: \(outcome?.failure ?? "(passes when shrunk)")", "contexts:"]
+        for (i, s) in specs.enumerated() { lines.append("  C\(i): \(s)") }
+        lines.append("steps (\(steps.count)):")
+        for (n, line) in (outcome?.log ?? steps.map(\.description)).enumerated() { lines.append("  \(n + 1). \(line)") }
+        return lines.joined(separator: "\n")
+    }
+}
+
+@Suite struct ContextModelCheckTests {
+    static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
+
+    /// Random runs of every step kind; after each step, every invariant. CI runs a few hundred
+    /// seeds; `LOGBOOK_MODEL_CHECK_SEEDS` runs more (their count and the steps run are printed).
+    @Test func randomStepsOverSeveralContextsKeepEveryInvariant() throws {
+        let first = UInt64(Self.environment("LOGBOOK_MODEL_CHECK_SEED") ?? 1)
+        let seeds =
+            Self.environment("LOGBOOK_MODEL_CHECK_SEED") != nil
+            ? 1 : (Self.environment("LOGBOOK_MODEL_CHECK_SEEDS") ?? 300)
+        let count = Self.environment("LOGBOOK_MODEL_CHECK_STEPS") ?? 40
+        var stepsRun = 0
+        for seed in first..<(first + UInt64(seeds)) {
+            let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count)
+            if let failure = ContextModelChecker.run(specs, steps) {
+                let shrunk = ContextModelChecker.shrink(specs, Array(steps.prefix(failure.at + 1)))
+                Issue.record(Comment(rawValue: ContextModelChecker.report(seed: seed, specs: specs, steps: shrunk)))
+                return
+            }
+            stepsRun += steps.count
+        }
+        print("context model check: \(seeds) seeds, \(stepsRun) steps, no failure")
+    }
+}

@@ -1,0 +1,475 @@
+import Foundation
+import LogbookEngine
+import LogbookTestSupport
+import Testing
+
+@testable import Logbook
+
+/// One run of the context checker: a container, its contexts, and the reference — per
+/// context, the attribute values it changed and has not saved, rolled back or refreshed away —
+/// that every successful save is checked against.
+final class ContextModelRun {
+    /// An attribute of an object (by creation order).
+    struct Key: Hashable, Comparable {
+        var object: Int
+        var attribute: String
+        static func < (a: Key, b: Key) -> Bool { (a.object, a.attribute) < (b.object, b.attribute) }
+    }
+
+    let store = TemporaryStore()
+    let model: ManagedObjectModel
+    let specs: [CheckedContextSpec]
+    var container: PersistentContainer
+    var contexts: [ManagedObjectContext] = []
+    /// Every object made, in order: its ID and entity.
+    var objects: [(id: ObjectID, entity: String)] = []
+    /// Objects never saved when the container was reopened: their keys may be handed out
+    /// again, so they are no longer looked up.
+    var gone = Set<Int>()
+    /// Per context: what it changed (attribute values, as text) and has not saved.
+    var dirty: [[Key: String]]
+    /// Per context: each changed property's value before the context first changed it.
+    var base: [[Key: String]]
+    /// Per context: the reference's undo and redo steps (its `dirty` before each step).
+    var undoStack: [[[Key: String]]]
+    var redoStack: [[[Key: String]]]
+    /// Per context: whether its undo history no longer matches the reference's (after a
+    /// refresh that dropped changes, or a child's save into it): undo is not tried then.
+    var undoUnknown: [Bool]
+    /// Per context: the saves of other contexts it has not merged (contexts that do not merge
+    /// automatically).
+    var unmerged: [[ContextChanges]]
+    var observations: [ContextObservation] = []
+    /// What each step did, for the report.
+    var log: [String] = []
+
+    init(specs: [CheckedContextSpec]) throws {
+        self.specs = specs
+        model = try CheckedModel.make()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        container = try PersistentContainer(name: "Check", model: model, directory: store.path)
+        dirty = Array(repeating: [:], count: specs.count)
+        base = Array(repeating: [:], count: specs.count)
+        undoStack = Array(repeating: [], count: specs.count)
+        redoStack = Array(repeating: [], count: specs.count)
+        undoUnknown = Array(repeating: false, count: specs.count)
+        unmerged = Array(repeating: [], count: specs.count)
+        makeContexts()
+    }
+
+    deinit {
+        for o in observations { o.cancel() }
+    }
+
+    func makeContexts() {
+        for o in observations { o.cancel() }
+        observations = []
+        contexts = []
+        for (i, spec) in specs.enumerated() {
+            let c: ManagedObjectContext
+            switch spec.kind {
+            case .confined: c = container.newContext(concurrencyType: .confinement)
+            case .privateQueue: c = container.newContext(concurrencyType: .privateQueue)
+            case .child(let p): c = contexts[p].newChildContext(concurrencyType: .privateQueue)
+            }
+            c.name = "C\(i)"
+            c.mergePolicy = spec.policy
+            c.automaticallyMergesChangesFromOtherContexts = spec.automaticMerging
+            if spec.undo { c.undoHistory = UndoHistory() }
+            contexts.append(c)
+            // The saves of a root context, for the contexts that merge by hand.
+            if spec.parent == nil {
+                observations.append(
+                    c.observeEvents { [unowned self] event in
+                        if case .didSave(let changes) = event { self.deliver(changes, from: i) }
+                    })
+            }
+        }
+    }
+
+    /// Hands a save of context `source` to the contexts that do not merge it automatically.
+    func deliver(_ changes: ContextChanges, from source: Int) {
+        for (i, spec) in specs.enumerated() where i != source {
+            if case .confined = spec.kind {
+                unmerged[i].append(changes)
+            } else if !spec.automaticMerging {
+                unmerged[i].append(changes)
+            }
+        }
+    }
+
+    /// Runs `body` on context `i`'s queue.
+    func on<T>(_ i: Int, _ body: (ManagedObjectContext) throws -> T) rethrows -> T {
+        let c = contexts[i]
+        return try c.performAndWait { try body(c) }
+    }
+
+    /// Waits until every context's queue has run what it was given (the merges of a save).
+    func drain() {
+        for c in contexts where c.concurrencyType != .confinement { c.performAndWait {} }
+    }
+
+    /// Object `n` in context `i`, when the context can see it and it is not deleted there.
+    func object(_ n: Int, in c: ManagedObjectContext) -> ManagedObject? {
+        guard n < objects.count, !gone.contains(n), let o = try? c.existingObject(with: objects[n].id), !o.isDeleted
+        else { return nil }
+        return o
+    }
+
+    // MARK: Steps
+
+    /// Runs one step; returns a failure when an invariant does not hold after it.
+    func run(_ step: CheckStep) throws {
+        log.append(step.description)
+        switch step {
+        case .reopen:
+            try reopen()
+        case .save(let i):
+            try save(i)
+        case .rollback(let i):
+            on(i) { $0.rollback() }
+            forgetChanges(of: i)
+        case .reset(let i):
+            on(i) { $0.reset() }
+            forgetChanges(of: i)
+        case .undo(let i):
+            guard specs[i].undo, !undoUnknown[i], let before = undoStack[i].popLast() else { return }
+            on(i) { $0.undo() }
+            redoStack[i].append(dirty[i])
+            dirty[i] = before
+        case .redo(let i):
+            guard specs[i].undo, !undoUnknown[i], let after = redoStack[i].popLast() else { return }
+            on(i) { $0.redo() }
+            undoStack[i].append(dirty[i])
+            dirty[i] = after
+        case .mergePending(let i):
+            let pending = unmerged[i]
+            unmerged[i] = []
+            on(i) { c in for changes in pending { c.mergeChanges(changes) } }
+        case .refresh(let i, let n, let merge):
+            on(i) { c in if let o = object(n, in: c) { c.refresh(o, mergeChanges: merge) } }
+            if !merge {
+                dirty[i] = dirty[i].filter { $0.key.object != n }
+                undoUnknown[i] = true
+            }
+        case .batchUpdate(let i, let name, let done):
+            try batchUpdate(i, name: name, done: done)
+        case .batchDelete(let i, let name):
+            try batchDelete(i, name: name)
+        default:
+            try change(step)
+        }
+        drain()
+    }
+
+    /// A change to objects in one context: one undo step there.
+    func change(_ step: CheckStep) throws {
+        let i: Int
+        switch step {
+        case .insert(let c, _, _), .setName(let c, _, _), .setDone(let c, _, _), .setFolder(let c, _, _),
+            .tag(let c, _, _, _), .insertInFolder(let c, _, _, _), .moveInFolder(let c, _, _, _), .delete(let c, _):
+            i = c
+        default: return
+        }
+        let before = dirty[i]
+        let (undoBefore, redoBefore) = on(i) { c in
+            (c.undoHistory?.undoStack.count ?? 0, c.undoHistory?.redoStack.count ?? 0)
+        }
+        try on(i) { c in
+            c.undoHistory?.beginUndoGrouping()
+            defer { c.undoHistory?.endUndoGrouping() }
+            try apply(step, in: c, context: i)
+        }
+        let (undoAfter, redoAfter) = on(i) { c in
+            (c.undoHistory?.undoStack.count ?? 0, c.undoHistory?.redoStack.count ?? 0)
+        }
+        if specs[i].undo {
+            if undoAfter == undoBefore + 1 || (undoAfter == undoBefore && undoAfter > 0 && redoAfter < redoBefore) {
+                undoStack[i].append(before)
+            }
+            if redoAfter == 0 { redoStack[i] = [] }
+        }
+    }
+
+    /// The change itself (on the context's queue); skipped when its objects are not there.
+    func apply(_ step: CheckStep, in c: ManagedObjectContext, context i: Int) throws {
+        switch step {
+        case .insert(_, let entity, let value):
+            let o = try c.insertNewObject(forEntityName: entity)
+            let key = entity == "Tag" ? "code" : "name"
+            try o.setValue(value, forKey: key)
+            objects.append((o.objectID, entity))
+            let n = objects.count - 1
+            dirty[i][Key(object: n, attribute: key)] = value
+            if entity == "Item" { dirty[i][Key(object: n, attribute: "done")] = "false" }
+        case .setName(_, let n, let value):
+            guard let o = object(n, in: c), objects[n].entity != "Tag" else { return }
+            // Setting the value a property holds changes nothing (Core Data's `changedValues`).
+            let current = try o.value(forKey: "name") as? String
+            try o.setValue(value, forKey: "name")
+            record(value, for: Key(object: n, attribute: "name"), was: current ?? "nil", in: i)
+        case .setDone(_, let n, let value):
+            guard let o = object(n, in: c), objects[n].entity == "Item" else { return }
+            let current = try o.value(forKey: "done") as? Bool
+            try o.setValue(value, forKey: "done")
+            record("\(value)", for: Key(object: n, attribute: "done"), was: current.map { "\($0)" } ?? "nil", in: i)
+        case .setFolder(_, let n, let f):
+            guard let item = object(n, in: c), objects[n].entity == "Item" else { return }
+            if let f {
+                guard let folder = object(f, in: c), objects[f].entity == "Folder" else { return }
+                try item.setValue(folder, forKey: "folder")
+            } else {
+                try item.setValue(nil, forKey: "folder")
+            }
+        case .tag(_, let n, let t, let add):
+            guard let item = object(n, in: c), objects[n].entity == "Item", let tag = object(t, in: c),
+                objects[t].entity == "Tag"
+            else { return }
+            if add { try item.add(tag, toRelationship: "tags") } else { try item.remove(tag, fromRelationship: "tags") }
+        case .insertInFolder(_, let f, let n, let position):
+            guard let folder = object(f, in: c), objects[f].entity == "Folder", let item = object(n, in: c),
+                objects[n].entity == "Item"
+            else { return }
+            let members = try folder.orderedObjects(forKey: "items")
+            if members.contains(where: { $0 === item }) { return }
+            try folder.insert(item, at: min(position, members.count), inRelationship: "items")
+        case .moveInFolder(_, let f, let from, let to):
+            guard let folder = object(f, in: c), objects[f].entity == "Folder" else { return }
+            let count = try folder.orderedObjects(forKey: "items").count
+            guard count > 1 else { return }
+            try folder.moveObject(at: from % count, to: to % count, inRelationship: "items")
+        case .delete(_, let n):
+            guard let o = object(n, in: c) else { return }
+            c.delete(o)
+        default:
+            break
+        }
+    }
+
+    /// Records a value set: a change, unless it gives the property back the value it had before
+    /// this context first changed it (a net change of nothing, which a save does not write).
+    func record(_ value: String, for key: Key, was current: String, in i: Int) {
+        if dirty[i][key] == nil, base[i][key] == nil { base[i][key] = current }
+        if value == base[i][key] && dirty[i][key] != nil || (dirty[i][key] == nil && value == current) {
+            dirty[i][key] = nil
+        } else {
+            dirty[i][key] = value
+        }
+    }
+
+    /// Forgets the reference's changes of context `i` (a rollback, a reset, a save).
+    func forgetChanges(of i: Int) {
+        dirty[i] = [:]
+        base[i] = [:]
+        undoStack[i] = []
+        redoStack[i] = []
+        undoUnknown[i] = false
+    }
+
+    func reopen() throws {
+        drain()
+        let stored = try storeValues()
+        for n in objects.indices where stored[n] == nil { gone.insert(n) }
+        for o in observations { o.cancel() }
+        observations = []
+        contexts = []
+        try container.close()
+        container = try PersistentContainer(name: "Check", model: model, directory: store.path)
+        for i in specs.indices {
+            forgetChanges(of: i)
+            unmerged[i] = []
+        }
+        makeContexts()
+    }
+
+    // MARK: Saves and batch requests
+
+    /// A save. A root context's save must leave every attribute it did not change as the
+    /// store held it, and (under the policies that keep local changes) every one it changed
+    /// as it set it; a conflict is an error only under `.error` (and a uniqueness conflict
+    /// within the store too); a child's save moves its changes into its parent.
+    func save(_ i: Int) throws {
+        let before = try storeValues()
+        let changed = dirty[i]
+        // For a child: what its parent holds before the push, for the parent's reference.
+        var parentHeld: [Key: String] = [:]
+        if let parent = specs[i].parent {
+            on(parent) { c in
+                for key in changed.keys where dirty[parent][key] == nil && base[parent][key] == nil {
+                    if let o = object(key.object, in: c), let v = try? o.value(forKey: key.attribute) {
+                        parentHeld[key] = "\(v)"
+                    }
+                }
+            }
+        }
+        let outcome: Result<Void, any Error> = on(i) { c in Result { try c.save() } }
+        drain()
+        switch outcome {
+        case .failure(let error):
+            guard let e = error as? LogbookError else { throw CheckFailure("save failed with \(error)") }
+            switch e.code {
+            case .mergeConflict where specs[i].policy == .error, .constraintConflict where specs[i].policy == .error:
+                log[log.count - 1] += " → \(e.code)"
+                return
+            default:
+                throw CheckFailure("C\(i)'s save failed: \(e)")
+            }
+        case .success:
+            break
+        }
+        if let parent = specs[i].parent {
+            for (key, value) in parentHeld where base[parent][key] == nil { base[parent][key] = value }
+            dirty[parent].merge(changed) { _, child in child }
+            undoUnknown[parent] = true
+            forgetChanges(of: i)
+            return
+        }
+        let after = try storeValues()
+        let policy = specs[i].policy
+        for (n, values) in after {
+            for (attribute, value) in values {
+                let key = Key(object: n, attribute: attribute)
+                if let mine = changed[key] {
+                    if [.error, .mergeByPropertyObjectTrump, .overwrite].contains(policy), value != mine {
+                        throw CheckFailure(
+                            "after C\(i)'s save #\(n).\(attribute) is \"\(value)\", not the \"\(mine)\" it set")
+                    }
+                } else if let old = before[n]?[attribute], old != value,
+                    [.error, .mergeByPropertyObjectTrump, .mergeByPropertyStoreTrump, .rollback].contains(policy)
+                {
+                    throw CheckFailure(
+                        "C\(i)'s save changed #\(n).\(attribute) from \"\(old)\" to \"\(value)\", which it did not change (a lost update)"
+                    )
+                }
+            }
+        }
+        forgetChanges(of: i)
+    }
+
+    func batchUpdate(_ i: Int, name: String, done: Bool) throws {
+        guard specs[i].parent == nil else { return }
+        var request = BatchUpdateRequest(entityName: "Item")
+        request.predicate = try FetchPredicate(format: "name == %@", name)
+        request.propertiesToUpdate = ["done": done]
+        request.resultType = .objectIDs
+        let result = try on(i) { c in try c.execute(request) }
+        deliver(ContextChanges(updated: Set(result.objectIDs)), from: i)
+    }
+
+    func batchDelete(_ i: Int, name: String) throws {
+        guard specs[i].parent == nil else { return }
+        let request = BatchDeleteRequest(entityName: "Item", predicate: try FetchPredicate(format: "name == %@", name))
+        let result = try on(i) { c in try c.execute(request) }
+        deliver(ContextChanges(deleted: Set(result.objectIDs)), from: i)
+    }
+
+    // MARK: Invariants
+
+    /// The attribute values the store holds, by object (objects not in the store are absent).
+    func storeValues() throws -> [Int: [String: String]] {
+        let c = container.newContext(concurrencyType: .confinement)
+        var result: [Int: [String: String]] = [:]
+        for (n, (id, entity)) in objects.enumerated() where !gone.contains(n) {
+            guard let o = try? c.existingObject(with: id) else { continue }
+            var values: [String: String] = [:]
+            for a in CheckedModel.attributes[entity]! {
+                values[a] = try o.value(forKey: a).map { "\($0)" } ?? "nil"
+            }
+            result[n] = values
+        }
+        return result
+    }
+
+    /// The invariants of the store (read by a new context) and of every context: inverses agree,
+    /// no reference leads to a missing object, ordered relationships are permutations of their
+    /// members, tag codes are unique in the store.
+    func checkInvariants() throws {
+        let fresh = container.newContext(concurrencyType: .confinement)
+        try checkGraph(in: fresh, name: "the store", loadedOnly: false)
+        var codes: [String: Int] = [:]
+        for (n, (id, entity)) in objects.enumerated() where entity == "Tag" && !gone.contains(n) {
+            guard let o = try? fresh.existingObject(with: id), let code = try o.value(forKey: "code") as? String else {
+                continue
+            }
+            if let other = codes.updateValue(n, forKey: code) {
+                throw CheckFailure("the store holds two tags coded \"\(code)\": #\(other) and #\(n)")
+            }
+        }
+        // A context that has not merged every save may hold objects read at different
+        // versions, which need not agree (as in Core Data): checked once it has merged them.
+        // A child context is a view of its parent as it was when the child read each object
+        // (a parent's later changes do not reach it, as in Core Data): its saves are checked in
+        // the parent and the store.
+        for (i, c) in contexts.enumerated() where specs[i].parent == nil && upToDate(i) {
+            try c.performAndWait { try checkGraph(in: c, name: "C\(i)", loadedOnly: true) }
+        }
+    }
+
+    /// Whether context `i` and its ancestors have merged every save of the other contexts.
+    func upToDate(_ i: Int) -> Bool {
+        var next: Int? = i
+        while let c = next {
+            if !unmerged[c].isEmpty { return false }
+            next = specs[c].parent
+        }
+        return true
+    }
+
+    /// The relationship invariants as `c` sees its objects (those it has loaded, for a context).
+    func checkGraph(in c: ManagedObjectContext, name: String, loadedOnly: Bool) throws {
+        // In a context, only what it holds (the check must not load objects into it).
+        let held = loadedOnly ? Dictionary(c.registeredObjects.map { ($0.objectID, $0) }) { a, _ in a } : [:]
+        for (n, (id, entity)) in objects.enumerated() where !gone.contains(n) {
+            let found = loadedOnly ? held[id] : try? c.existingObject(with: id)
+            guard let o = found, !o.isDeleted, !o.isFault || !loadedOnly else { continue }
+            do {
+                switch entity {
+                case "Folder":
+                    let ordered = try o.orderedObjects(forKey: "items")
+                    let members = try o.objects(forKey: "items")
+                    if ordered.count != members.count || Set(ordered.map(ObjectIdentifier.init)).count != ordered.count
+                        || !ordered.allSatisfy({ members.contains($0) })
+                    {
+                        throw CheckFailure(
+                            "\(name): #\(n).items reads \(ordered.count) in order but holds \(members.count) (not a permutation)"
+                        )
+                    }
+                    for m in members where !m.isDeleted && !(loadedOnly && m.isFault) {
+                        let back = try m.value(forKey: "folder") as? ManagedObject
+                        if back !== o {
+                            throw CheckFailure(
+                                "\(name): #\(n).items holds \(label(m)), whose folder is \(back.map(label) ?? "nil")")
+                        }
+                    }
+                case "Item":
+                    if let f = try o.value(forKey: "folder") as? ManagedObject, !f.isDeleted,
+                        !(loadedOnly && f.isFault)
+                    {
+                        let members = try f.objects(forKey: "items")
+                        if !members.contains(o) {
+                            throw CheckFailure("\(name): #\(n).folder is \(label(f)), whose items do not hold it")
+                        }
+                    }
+                    for t in try o.objects(forKey: "tags") where !t.isDeleted && !(loadedOnly && t.isFault) {
+                        if !(try t.objects(forKey: "items")).contains(o) {
+                            throw CheckFailure("\(name): #\(n).tags holds \(label(t)), whose items do not hold it")
+                        }
+                    }
+                default:
+                    for item in try o.objects(forKey: "items") where !item.isDeleted && !(loadedOnly && item.isFault) {
+                        if !(try item.objects(forKey: "tags")).contains(o) {
+                            throw CheckFailure("\(name): #\(n).items holds \(label(item)), whose tags do not hold it")
+                        }
+                    }
+                }
+            } catch let e as LogbookError {
+                throw CheckFailure("\(name): reading #\(n) (\(entity)) fails: \(e)")
+            }
+        }
+    }
+
+    /// `#n` for an object the run made.
+    func label(_ o: ManagedObject) -> String {
+        objects.firstIndex { $0.id == o.objectID }.map { "#\($0)" } ?? "\(o.objectID)"
+    }
+}

@@ -210,4 +210,133 @@ import Testing
         #expect(try check.existingObject(with: folder.objectID).objects(forKey: "items").isEmpty)
         #expect(try check.existingObject(with: item.objectID).value(forKey: "folder") == nil)
     }
+
+    /// Case 3: A moves a member of an ordered relationship (unsaved); B inserts a new member
+    /// first and saves; A merges: A reads three members in order, and its save keeps B's member
+    /// first and its own move.
+    @Test func orderedRelationshipsMergeMemberByMember() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        var items: [ManagedObject] = []
+        for name in ["one", "two"] {
+            let item = try setup.insertNewObject(forEntityName: "Item")
+            try item.setValue(name, forKey: "name")
+            items.append(item)
+        }
+        try folder.setValue(NSOrderedSet(array: items), forKey: "items")
+        try setup.save()
+        let a = f.context()
+        let b = f.context()
+        let mine = try a.existingObject(with: folder.objectID)
+        try mine.moveObject(at: 1, to: 0, inRelationship: "items")  // two, one
+        let theirs = try b.existingObject(with: folder.objectID)
+        let three = try b.insertNewObject(forEntityName: "Item")
+        try three.setValue("three", forKey: "name")
+        try theirs.insert(three, at: 0, inRelationship: "items")  // three, one, two
+        var saved: ContextChanges?
+        let observation = b.observeEvents { if case .didSave(let c) = $0 { saved = c } }
+        try b.save()
+        observation.cancel()
+        a.mergeChanges(try #require(saved))
+        func names(_ o: ManagedObject) throws -> [String] {
+            try o.orderedObjects(forKey: "items").map { try $0.value(forKey: "name") as! String }
+        }
+        #expect(try names(mine) == ["three", "two", "one"])
+        #expect(try mine.count(forKey: "items") == 3)
+        try a.save()
+        let check = f.context()
+        #expect(try names(check.existingObject(with: folder.objectID)) == ["three", "two", "one"])
+    }
+
+    /// Case 5: a child context counts and fetches the objects of sub-entities, as its parent does.
+    @Test func childContextsSeeSubentities() throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: InheritanceTests.model())
+        let root = container.newContext(concurrencyType: .confinement)
+        for (entity, name) in [("Car", "c"), ("SportsCar", "s"), ("Bike", "b")] {
+            let o = try root.insertNewObject(forEntityName: entity)
+            try o.setValue(name, forKey: "name")
+            try o.setValue(Int16(entity == "Bike" ? 2 : 4), forKey: "wheels")
+            if entity == "SportsCar" { try o.setValue(Int32(300), forKey: "topSpeed") }
+        }
+        try root.save()
+        let vehicles = FetchRequest<ManagedObject>(entityName: "Vehicle")
+        #expect(try root.count(for: vehicles) == 3)
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        let counts = try child.performAndWait { () throws -> [Int] in
+            let before = [try child.count(for: vehicles), try child.fetch(vehicles).count]
+            let bike = try child.insertNewObject(forEntityName: "Bike")
+            try bike.setValue("new", forKey: "name")
+            try bike.setValue(Int16(2), forKey: "wheels")
+            var cars = FetchRequest<ManagedObject>(entityName: "Car")
+            cars.predicate = try FetchPredicate(format: "wheels == 4")
+            return before + [try child.count(for: vehicles), try child.fetch(cars).count]
+        }
+        #expect(counts == [3, 3, 4, 2])
+    }
+
+    /// Case 6: the child of a context pinned to a query generation reads that generation.
+    @Test func aChildReadsItsParentsQueryGeneration() throws {
+        let f = try Fixture()
+        let writer = f.context()
+        for name in ["a", "b"] { try writer.insertNewObject(forEntityName: "Item").setValue(name, forKey: "name") }
+        try writer.save()
+        let pinned = f.container.newContext(concurrencyType: .privateQueue)
+        pinned.automaticallyMergesChangesFromOtherContexts = false
+        try pinned.performAndWait { try pinned.setQueryGeneration(.current) }
+        try writer.insertNewObject(forEntityName: "Item").setValue("c", forKey: "name")
+        try writer.save()
+        let items = FetchRequest<ManagedObject>(entityName: "Item")
+        let pinnedCount = try pinned.performAndWait { try pinned.count(for: items) }
+        #expect(pinnedCount == 2)
+        let child = pinned.newChildContext(concurrencyType: .privateQueue)
+        let (childCount, childFetched) = try child.performAndWait {
+            (try child.count(for: items), try child.fetch(items).count)
+        }
+        #expect(childCount == 2 && childFetched == 2)
+    }
+
+    /// Case 7: while an asynchronous fetch runs, another context sets `done` on every item and
+    /// the fetching context merges that save: every object handed out reads `done == true`, and
+    /// later fetches too.
+    @Test func anAsynchronousFetchsObjectsTakeMerges() async throws {
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: todoModel())
+        let setup = container.newContext(concurrencyType: .confinement)
+        let count = 20_000
+        _ = try setup.execute(
+            BatchInsertRequest(entityName: "TodoItem", count: count) { i, row in
+                row.set("Item \(i)", forKey: "name")
+                row.set(Date(timeIntervalSince1970: Double(i)), forKey: "createdAt")
+                row.set(false, forKey: "done")
+            })
+        let fetching = container.newContext(concurrencyType: .privateQueue)
+        let other = container.newContext(concurrencyType: .privateQueue)
+        var request = FetchRequest<TodoItem>()
+        request.sortDescriptors = [FetchSortDescriptor(key: "createdAt")]
+        let fetch = request
+        let notDone: Int = try await withCheckedThrowingContinuation { continuation in
+            fetching.perform {
+                do {
+                    try fetching.execute(
+                        AsynchronousFetchRequest(fetchRequest: fetch) { result in
+                            let objects = result.finalResult ?? []
+                            continuation.resume(returning: objects.filter { !$0.done }.count)
+                        })
+                    // Before the results are handed over: every item done, saved, merged.
+                    try other.performAndWait {
+                        for item in try other.fetch(fetch) { item.done = true }
+                        try other.save()
+                    }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        #expect(notDone == 0, "objects handed out after the merge read the merged values")
+        let later = try fetching.performAndWait { try fetching.fetch(fetch).filter { !$0.done }.count }
+        #expect(later == 0)
+    }
 }

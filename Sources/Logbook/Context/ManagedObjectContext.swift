@@ -143,7 +143,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     /// The snapshot reads use: the pinned query generation's, or the store's latest.
     @inline(__always)
-    func readSnapshot() -> Snapshot { pinnedSnapshot ?? container.store.snapshot() }
+    /// The store as this context reads it: its query generation, else its parent's (a child
+    /// reads the generation its parent is pinned to), else the latest.
+    func readSnapshot() -> Snapshot {
+        if let pinnedSnapshot { return pinnedSnapshot }
+        if let parent { return parent.performAndWait { parent.readSnapshot() } }
+        return container.store.snapshot()
+    }
 
     // MARK: Queues
 

@@ -97,6 +97,10 @@ extension ManagedObjectContext {
     ) {
         let fetch = request.fetchRequest
         let context = UncheckedSendable(self)
+        // The objects read the store as this context sees it now, not as the worker's snapshot
+        // held it: a save merged here while the worker ran is in what they read (their keys
+        // and order are the snapshot's).
+        let snapshot = readSnapshot()
         let keys = finalKeys(found, request: request.fetchRequest, sortKeys: sortKeys, layout: layout)
         let built = UncheckedSendable(Box<[ManagedObject]>([]))
         built.value.value.reserveCapacity(keys.count)

@@ -393,8 +393,9 @@ extension ManagedObjectContext {
     ) throws -> [ManagedObject] {
         let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
         let plan = try planned ?? plan(request, layout: layout)
-        if let parent { return try fetchInChild(request, layout: layout, parent: parent) }
+        // Sub-entities first: a child fetches each entity of the tree through its parent.
         if spansSubentities(request, layout) { return try fetchAcross(request, layout: layout, snapshot: given) }
+        if let parent { return try fetchInChild(request, layout: layout, parent: parent) }
         let snapshot = given ?? readSnapshot()
         let dirty = considersPendingChanges(request, layout)
         if request.fetchBatchSize > 0 {

@@ -31,11 +31,13 @@ enum CheckedModel {
                 AttributeDescription("name", .string)
                 RelationshipDescription(
                     "items", to: "Item", inverse: "folder", toMany: true, ordered: true, deleteRule: .nullify)
+                RelationshipDescription("owned", to: "Item", inverse: "owner", toMany: true, deleteRule: .nullify)
             }
             EntityDescription("Item") {
                 AttributeDescription("name", .string)
                 AttributeDescription("done", .bool, default: false)
                 RelationshipDescription("folder", to: "Folder", inverse: "items", deleteRule: .nullify)
+                RelationshipDescription("owner", to: "Folder", inverse: "owned", deleteRule: .nullify)
                 RelationshipDescription("tags", to: "Tag", inverse: "items", toMany: true, deleteRule: .nullify)
             }
             tag
@@ -53,6 +55,7 @@ enum CheckStep: CustomStringConvertible, Sendable {
     case setName(context: Int, object: Int, value: String)
     case setDone(context: Int, object: Int, value: Bool)
     case setFolder(context: Int, item: Int, folder: Int?)
+    case setOwner(context: Int, item: Int, folder: Int?)
     case tag(context: Int, item: Int, tag: Int, add: Bool)
     case insertInFolder(context: Int, folder: Int, item: Int, position: Int)
     case moveInFolder(context: Int, folder: Int, from: Int, to: Int)
@@ -74,6 +77,7 @@ enum CheckStep: CustomStringConvertible, Sendable {
         case .setName(let c, let o, let v): "C\(c): #\(o).name = \"\(v)\""
         case .setDone(let c, let o, let v): "C\(c): #\(o).done = \(v)"
         case .setFolder(let c, let i, let f): "C\(c): #\(i).folder = \(f.map { "#\($0)" } ?? "nil")"
+        case .setOwner(let c, let i, let f): "C\(c): #\(i).owner = \(f.map { "#\($0)" } ?? "nil")"
         case .tag(let c, let i, let t, let add): "C\(c): #\(i).tags \(add ? "add" : "remove") #\(t)"
         case .insertInFolder(let c, let f, let i, let p): "C\(c): #\(f).items insert #\(i) at \(p)"
         case .moveInFolder(let c, let f, let a, let b): "C\(c): #\(f).items move \(a) → \(b)"
@@ -176,9 +180,14 @@ struct CheckedRunGenerator {
             }
         case 26..<34:
             if let o = pick("Item") { return .setDone(context: c, object: o, value: Bool.random(using: &random)) }
-        case 34..<42:
+        case 34..<38:
             if let o = pick("Item") {
                 return .setFolder(
+                    context: c, item: o, folder: Int.random(in: 0..<4, using: &random) == 0 ? nil : pick("Folder"))
+            }
+        case 38..<42:
+            if let o = pick("Item") {
+                return .setOwner(
                     context: c, item: o, folder: Int.random(in: 0..<4, using: &random) == 0 ? nil : pick("Folder"))
             }
         case 42..<48:

@@ -160,6 +160,28 @@ final class ContextModelRun {
             try change(step)
         }
         drain()
+        try absorbMerges()
+    }
+
+    /// A context that has merged every save loses the changes the store now holds too: a
+    /// change the other save also made is no change any more (Core Data compares with the
+    /// merged snapshot), and a later save of other values is not this context's to undo.
+    func absorbMerges() throws {
+        var store: [Int: [String: String]]?
+        for i in specs.indices where specs[i].parent == nil && !dirty[i].isEmpty && upToDate(i) {
+            if case .confined = specs[i].kind, log.last?.hasPrefix("C\(i): merge") != true { continue }
+            if case .privateQueue = specs[i].kind, !specs[i].automaticMerging,
+                log.last?.hasPrefix("C\(i): merge") != true
+            {
+                continue
+            }
+            if store == nil { store = try storeValues() }
+            for (key, value) in dirty[i] where store![key.object]?[key.attribute] == value {
+                dirty[i][key] = nil
+                base[i][key] = nil
+                undoUnknown[i] = true
+            }
+        }
     }
 
     /// A change to objects in one context: one undo step there.
@@ -167,6 +189,7 @@ final class ContextModelRun {
         let i: Int
         switch step {
         case .insert(let c, _, _), .setName(let c, _, _), .setDone(let c, _, _), .setFolder(let c, _, _),
+            .setOwner(let c, _, _),
             .tag(let c, _, _, _), .insertInFolder(let c, _, _, _), .moveInFolder(let c, _, _, _), .delete(let c, _):
             i = c
         default: return
@@ -220,6 +243,14 @@ final class ContextModelRun {
                 try item.setValue(folder, forKey: "folder")
             } else {
                 try item.setValue(nil, forKey: "folder")
+            }
+        case .setOwner(_, let n, let f):
+            guard let item = object(n, in: c), objects[n].entity == "Item" else { return }
+            if let f {
+                guard let folder = object(f, in: c), objects[f].entity == "Folder" else { return }
+                try item.setValue(folder, forKey: "owner")
+            } else {
+                try item.setValue(nil, forKey: "owner")
             }
         case .tag(_, let n, let t, let add):
             guard let item = object(n, in: c), objects[n].entity == "Item", let tag = object(t, in: c),
@@ -441,6 +472,13 @@ final class ContextModelRun {
                                 "\(name): #\(n).items holds \(label(m)), whose folder is \(back.map(label) ?? "nil")")
                         }
                     }
+                    for m in try o.objects(forKey: "owned") where !m.isDeleted && !(loadedOnly && m.isFault) {
+                        let back = try m.value(forKey: "owner") as? ManagedObject
+                        if back !== o {
+                            throw CheckFailure(
+                                "\(name): #\(n).owned holds \(label(m)), whose owner is \(back.map(label) ?? "nil")")
+                        }
+                    }
                 case "Item":
                     if let f = try o.value(forKey: "folder") as? ManagedObject, !f.isDeleted,
                         !(loadedOnly && f.isFault)
@@ -449,6 +487,11 @@ final class ContextModelRun {
                         if !members.contains(o) {
                             throw CheckFailure("\(name): #\(n).folder is \(label(f)), whose items do not hold it")
                         }
+                    }
+                    if let f = try o.value(forKey: "owner") as? ManagedObject, !f.isDeleted,
+                        !(loadedOnly && f.isFault), !(try f.objects(forKey: "owned")).contains(o)
+                    {
+                        throw CheckFailure("\(name): #\(n).owner is \(label(f)), whose owned objects do not hold it")
                     }
                     for t in try o.objects(forKey: "tags") where !t.isDeleted && !(loadedOnly && t.isFault) {
                         if !(try t.objects(forKey: "items")).contains(o) {

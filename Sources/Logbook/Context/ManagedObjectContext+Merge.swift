@@ -89,9 +89,15 @@ extension ManagedObjectContext {
         let layout = o.layout
         for (n, r) in layout.toOne.enumerated() where layout.relationshipInverse[r] != nil {
             let i = layout.attributeCount + n
-            guard local[i] != base[i], store[i] != base[i], store[i] != local[i], case .object(let k) = store[i]
-            else { continue }
-            try linkInverse(o, r, k, adding: false)
+            guard local[i] != base[i], store[i] != base[i] else { continue }
+            if store[i] == local[i] {
+                // The other save made the same change: the pending inverse changes are in the
+                // store now, and go.
+                forgetPendingInverse(o, r, local[i], added: true)
+                forgetPendingInverse(o, r, base[i], added: false)
+            } else if case .object(let k) = store[i] {
+                try linkInverse(o, r, k, adding: false)
+            }
         }
     }
 
@@ -140,6 +146,23 @@ extension ManagedObjectContext {
         }
         for (k, order) in orderOverrides where order.contains(where: keys.contains) {
             orderOverrides[k] = order.filter { !keys.contains($0) }
+        }
+    }
+}
+
+extension ManagedObjectContext {
+    /// Forgets a pending change of the inverse set of `o`'s to-one relationship `r` (the
+    /// addition of `o` to `target`'s set, or its removal), without recording the opposite.
+    func forgetPendingInverse(_ o: ManagedObject, _ r: Int, _ target: FieldValue, added: Bool) {
+        guard case .object(let k) = target, let inv = o.layout.relationshipInverse[r] else { return }
+        let declared = model.layouts[o.layout.relationshipDestination[r]]
+        let destination = declared.inTree ? (layout(forKey: k) ?? declared) : declared
+        guard destination.entity.relationships[inv].isToMany else { return }
+        let set = setKey(k, destination, inv)
+        if added {
+            if setAdds[set]?.remove(o.engineKey) != nil, setAdds[set]!.isEmpty { setAdds[set] = nil }
+        } else {
+            if setRemoves[set]?.remove(o.engineKey) != nil, setRemoves[set]!.isEmpty { setRemoves[set] = nil }
         }
     }
 }

@@ -165,14 +165,20 @@ extension ManagedObjectContext {
     /// a `.mergeConflict` (nothing is written); under the other policies the links are dropped,
     /// as merging the deletion would have dropped them (Core Data reports a dangling reference
     /// at the save instead, and saves nothing). Runs under the save lock, after the conflicts.
-    func checkLinks(_ snapshot: Snapshot) throws {
-        var present = Set<UInt64>()
+    func checkLinks(_ snapshot: Snapshot, recent: RecentWrites) throws {
+        // Nothing deleted since the container opened, here or by another save: no link can
+        // lead to an object that is gone.
+        if recent.isEmpty && deleted.isEmpty { return }
         var absent = Set<UInt64>()
         func exists(_ k: UInt64) -> Bool {
-            if present.contains(k) { return true }
+            if !deleted.isEmpty && deleted[k] != nil { return false }
+            // Only an object some save wrote (or deleted) since the container opened can have
+            // been deleted under this context: the others need no look-up (a save of a hundred
+            // thousand new links, all to objects of the same save, checks none of them).
+            guard recent.mayHaveChanged(k, since: 0) else { return true }
             if absent.contains(k) { return false }
-            let found = deleted[k] == nil && (inserted.lookup(k) != nil || snapshot.contains(k))
-            if found { present.insert(k) } else { absent.insert(k) }
+            let found = snapshot.contains(k) || inserted.lookup(k) != nil
+            if !found { absent.insert(k) }
             return found
         }
         var dangling: [DanglingLink] = []

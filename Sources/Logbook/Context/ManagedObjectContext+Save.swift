@@ -27,7 +27,7 @@ extension ManagedObjectContext {
             recent -> (UInt64, [Unmanaged<ManagedObject>], [UInt64]) in
             try enforceConstraints()
             try resolveConflicts(recent)
-            try checkLinks(container.store.snapshot())
+            try checkLinks(container.store.snapshot(), recent: recent)
             var save = try buildSaveTransaction()
             let version = try container.writer.commit(&save.transaction) { try historyRecord() }
             recent.record(save.written, version: version)

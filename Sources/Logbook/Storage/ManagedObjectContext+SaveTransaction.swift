@@ -12,12 +12,16 @@ extension ManagedObjectContext {
         let layout = storeLayout
         if !deleted.isEmpty { try unlinkDeletionsInStore(into: &save, buffer: &buffer) }
         // Inserted objects come in runs of one entity: what their records need is looked up
-        // once a run.
-        var writer: RecordWriter?
-        for object in inserted.values {
-            if writer?.entity !== object.layout { writer = RecordWriter(entity: object.layout, store: layout) }
-            writer.unsafelyUnwrapped.put(
-                object.slots, key: object.engineKey, into: &save.transaction, buffer: &buffer)
+        // once a run (a writer, not an optional one: unwrapping copied it, with two retains,
+        // for each of a million objects).
+        var objects = inserted.values.makeIterator()
+        if let first = objects.next() {
+            var writer = RecordWriter(entity: first.layout, store: layout)
+            writer.put(first.slots, key: first.engineKey, into: &save.transaction, buffer: &buffer)
+            while let object = objects.next() {
+                if writer.entity !== object.layout { writer = RecordWriter(entity: object.layout, store: layout) }
+                writer.put(object.slots, key: object.engineKey, into: &save.transaction, buffer: &buffer)
+            }
         }
         // Changed objects in key order: records read together later (by key) then sit together.
         // Sorted with their objects, unretained (`updated` holds them until the save ends): no
@@ -27,10 +31,13 @@ extension ManagedObjectContext {
         for (key, object) in updated where object.recordChanged { changed.append((key, .passUnretained(object))) }
         changed.sort { $0.key < $1.key }
         save.written.reserveCapacity(changed.count + deleted.count)
+        var changedWriter: RecordWriter?
         for (key, unmanaged) in changed {
             let object = unmanaged.takeUnretainedValue()
-            if writer?.entity !== object.layout { writer = RecordWriter(entity: object.layout, store: layout) }
-            writer.unsafelyUnwrapped.put(object.slots, key: key, into: &save.transaction, buffer: &buffer)
+            if changedWriter?.entity !== object.layout {
+                changedWriter = RecordWriter(entity: object.layout, store: layout)
+            }
+            changedWriter.unsafelyUnwrapped.put(object.slots, key: key, into: &save.transaction, buffer: &buffer)
             save.written.append(key)
         }
         save.savedUpdates = changed.map(\.object)

@@ -11,6 +11,9 @@ struct RecentWrites {
     static let capacity = 1 << 20
     static let largeWrite = 1 << 16
 
+    /// Whether no save has replaced or deleted anything since the container opened.
+    var isEmpty: Bool { horizon == 0 && lastWrite.isEmpty }
+
     /// Whether a record read at `version` may have been replaced since.
     func mayHaveChanged(_ key: UInt64, since version: UInt64) -> Bool {
         if version < horizon { return true }

@@ -111,7 +111,10 @@ struct RadixMap<Value: RadixSlot> {
     /// The values of many keys (absent ones as `.absent`), in the keys' order. Keys that share a
     /// leaf one after the other (ascending ids, as fetches ask) share one walk down the trie.
     func values(forKeys keys: ArraySlice<UInt64>) -> [Value] {
-        [Value](unsafeUninitializedCapacity: keys.count) { out, made in
+        // An empty array is the shared empty storage, whose count the initializer would write
+        // (a write the thread sanitizer reports when two threads make one at once).
+        guard !keys.isEmpty else { return [] }
+        return [Value](unsafeUninitializedCapacity: keys.count) { out, made in
             var prefix = UInt64.max
             var leaf: UnsafeMutablePointer<Value>?
             for (i, key) in keys.enumerated() {

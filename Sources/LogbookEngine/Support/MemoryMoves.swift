@@ -8,7 +8,9 @@ func overlappingMove<T: BitwiseCopyable>(
 
 /// A copy with no spare capacity (`Array(slice)` may keep the whole buffer).
 func exactCopy<C: Collection>(_ source: C) -> [C.Element] where C.Element: BitwiseCopyable {
-    [C.Element](unsafeUninitializedCapacity: source.count) { buffer, count in
+    // Not the shared empty storage, whose count the initializer would write.
+    guard !source.isEmpty else { return [] }
+    return [C.Element](unsafeUninitializedCapacity: source.count) { buffer, count in
         _ = buffer.initialize(from: source)
         count = source.count
     }

@@ -218,21 +218,30 @@ extension ManagedObjectContext {
             }
         }
         guard !dangling.isEmpty else { return }
-        if mergePolicy == .error {
-            var e = LogbookError(
-                .mergeConflict,
-                dangling.count == 1
-                    ? "1 link is to an object another save deleted"
-                    : "\(dangling.count) links are to objects other saves deleted")
-            e.conflicts = Set(dangling.map(\.target)).sorted().map { k in
-                MergeConflict(
-                    objectID: ObjectID(store: storeLayout.identity, key: k), entityName: layout(forKey: k)?.name ?? "",
-                    changedKeys: [], cachedValues: [:], storeValues: nil, isDeletedInContext: deleted[k] != nil)
-            }
-            e.objectID = ObjectID(store: storeLayout.identity, key: dangling[0].source)
-            e.key = dangling[0].relationship
-            throw e
+        if mergePolicy == .error { throw danglingError(dangling) }
+        dropDangling(dangling, sets: danglingSets)
+    }
+
+    /// The `.mergeConflict` of links to objects that are not there.
+    private func danglingError(_ dangling: [DanglingLink]) -> LogbookError {
+        var e = LogbookError(
+            .mergeConflict,
+            dangling.count == 1
+                ? "1 link is to an object another save deleted"
+                : "\(dangling.count) links are to objects other saves deleted")
+        e.conflicts = Set(dangling.map(\.target)).sorted().map { k in
+            MergeConflict(
+                objectID: ObjectID(store: storeLayout.identity, key: k), entityName: layout(forKey: k)?.name ?? "",
+                changedKeys: [], cachedValues: [:], storeValues: nil, isDeletedInContext: deleted[k] != nil)
         }
+        e.objectID = ObjectID(store: storeLayout.identity, key: dangling[0].source)
+        e.key = dangling[0].relationship
+        return e
+    }
+
+    /// Links to objects that are not there, dropped: to-one values become nil, set additions
+    /// go, and the objects another save deleted are forgotten here.
+    private func dropDangling(_ dangling: [DanglingLink], sets: [(set: UInt64, member: UInt64?)]) {
         // Dropped: to-one values become nil, set additions go.
         let gone = Set(dangling.map(\.target))
         for o in Array(inserted.values) + Array(updated.values) {
@@ -243,7 +252,7 @@ extension ManagedObjectContext {
                 }
             }
         }
-        for (k, member) in danglingSets {
+        for (k, member) in sets {
             if let member { _ = setAdds[k]?.remove(member) } else { setAdds[k] = nil }
         }
         for k in gone where deleted[k] == nil {

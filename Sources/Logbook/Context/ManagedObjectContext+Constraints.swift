@@ -50,38 +50,7 @@ extension ManagedObjectContext {
             }
         }
         guard !clashes.isEmpty else { return }
-        // Inserted objects of one save that share constraint values become one object under
-        // the policies that resolve conflicts (Core Data's in-memory `NSConstraintConflict`);
-        // then what is left is checked against the store again.
-        if mergePolicy != .error {
-            let inSave = clashes.filter { c in
-                !c.inSave.isEmpty && c.object.flags.contains(.inserted)
-                    && c.inSave.allSatisfy { $0.flags.contains(.inserted) && $0.layout === c.object.layout }
-            }
-            if !inSave.isEmpty {
-                for c in inSave where c.object.flags.contains(.inserted) {
-                    for survivor in c.inSave where survivor.flags.contains(.inserted) {
-                        try mergeInserted(c.object, into: survivor)
-                        break
-                    }
-                }
-                return try enforceConstraints()
-            }
-        }
-        // An inserted object that clashes with a stored object this context holds with changes
-        // of its own is merged into that object, as into an object of the same save.
-        if mergePolicy != .error {
-            var merged = false
-            for c in clashes where c.inSave.isEmpty && c.stored.count == 1 && c.object.flags.contains(.inserted) {
-                if let held = registered(c.stored[0]), held.hasChanges, !held.flags.contains(.deleted),
-                    held.layout === c.object.layout
-                {
-                    try mergeInserted(c.object, into: held)
-                    merged = true
-                }
-            }
-            if merged { return try enforceConstraints() }
-        }
+        if mergePolicy != .error, try mergeDuplicates(clashes) { return try enforceConstraints() }
         let upsertable =
             mergePolicy != .error
             && clashes.allSatisfy { c in
@@ -105,6 +74,36 @@ extension ManagedObjectContext {
             guard let store = try decode(snapshot, key: k, layout: c.object.layout) else { continue }
             try upsert(c.object, into: k, store: store, version: snapshot.version)
         }
+    }
+
+    /// Under a policy that resolves conflicts: inserted objects of one save that share
+    /// constraint values become one object (Core Data's in-memory `NSConstraintConflict`), and
+    /// an inserted object that clashes with a stored object this context holds with changes of
+    /// its own is merged into that object. Returns whether any was merged (the constraints are
+    /// then checked again).
+    private func mergeDuplicates(_ clashes: [Clash]) throws -> Bool {
+        let inSave = clashes.filter { c in
+            !c.inSave.isEmpty && c.object.flags.contains(.inserted)
+                && c.inSave.allSatisfy { $0.flags.contains(.inserted) && $0.layout === c.object.layout }
+        }
+        if !inSave.isEmpty {
+            for c in inSave where c.object.flags.contains(.inserted) {
+                if let survivor = c.inSave.first(where: { $0.flags.contains(.inserted) }) {
+                    try mergeInserted(c.object, into: survivor)
+                }
+            }
+            return true
+        }
+        var merged = false
+        for c in clashes where c.inSave.isEmpty && c.stored.count == 1 && c.object.flags.contains(.inserted) {
+            if let held = registered(c.stored[0]), held.hasChanges, !held.flags.contains(.deleted),
+                held.layout === c.object.layout
+            {
+                try mergeInserted(c.object, into: held)
+                merged = true
+            }
+        }
+        return merged
     }
 
     /// Whether `a` (with `aSlots`) and `b`'s values agree on a constraint given by `a`'s slots.

@@ -23,26 +23,29 @@ import Testing
         }
     }
 
-    /// Another context deletes a folder after an item was put in it: the deletion's save takes
-    /// the item out of the folder in the store too, though this context never read the item.
+    /// A context deletes an object it read before another save linked it elsewhere: the
+    /// deletion's save takes it out of the store's sets too, though this context never saw the
+    /// link (checker seed 54: the folder's items named the deleted item).
     @Test func deletingAnObjectUnlinksWhatAnotherSaveLinkedToIt() throws {
-        // Checker seed 131: C2 saves a folder, C1 puts a new item in it and saves, C2 deletes
-        // the folder and saves. The store's item pointed at the deleted folder.
         let f = try Fixture()
-        let c1 = f.context(.mergeByPropertyObjectTrump)
-        let c2 = f.context(.mergeByPropertyStoreTrump)
-        let folder = try c2.insertNewObject(forEntityName: "Folder")
-        try folder.setValue("a", forKey: "name")
-        let item = try c1.insertNewObject(forEntityName: "Item")
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
         try item.setValue("a", forKey: "name")
-        try c2.save()
-        try c1.existingObject(with: folder.objectID).insert(item, at: 0, inRelationship: "items")
-        try c1.save()
-        c2.delete(folder)
-        try c2.save()
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        try setup.save()
+        let deleting = f.context(.overwrite)
+        let stale = try deleting.existingObject(with: item.objectID)
+        try stale.setValue(true, forKey: "done")  // read (and changed) before the link
+        let linking = f.context()
+        try linking.existingObject(with: item.objectID).setValue(
+            try linking.existingObject(with: folder.objectID), forKey: "folder")
+        try linking.save()
+        deleting.delete(stale)
+        try deleting.save()
         let check = f.context()
-        let stored = try check.existingObject(with: item.objectID)
-        #expect(try stored.value(forKey: "folder") == nil)
+        #expect(try check.existingObject(with: folder.objectID).objects(forKey: "items").isEmpty)
+        #expect(try check.existingObject(with: folder.objectID).orderedObjects(forKey: "items").isEmpty)
     }
 
     // MARK: The cases of the contexts issue, each with Core Data's default settings

@@ -342,4 +342,33 @@ import Testing
         let later = try fetching.performAndWait { try fetching.fetch(fetch).filter { !$0.done }.count }
         #expect(later == 0)
     }
+
+    /// A context's automatic merging is read by the thread of every context that saves: turning
+    /// it on and off while another context saves is safe (the thread sanitizer run in CI checks
+    /// it), and every save lands.
+    @Test func theMergeFlagCanBeSetWhileOthersSave() throws {
+        let f = try Fixture()
+        let toggled = f.container.newContext(concurrencyType: .privateQueue)
+        let saving = f.container.newContext(concurrencyType: .privateQueue)
+        let group = DispatchGroup()
+        let done = Locked(false)
+        onOwnThread(group: group) {
+            var n = 0
+            while !done.withLock({ $0 }) {
+                toggled.automaticallyMergesChangesFromOtherContexts = n.isMultiple(of: 2)
+                n += 1
+            }
+        }
+        try saving.performAndWait {
+            for n in 0..<50 {
+                try saving.insertNewObject(forEntityName: "Item").setValue("\(n)", forKey: "name")
+                try saving.save()
+            }
+        }
+        done.withLock { $0 = true }
+        group.wait()
+        toggled.performAndWait {}
+        let items = FetchRequest<ManagedObject>(entityName: "Item")
+        #expect(try f.context().count(for: items) == 50)
+    }
 }

@@ -43,7 +43,14 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public var transactionAuthor: String?
     /// Merge the saves of other contexts of the container into this one (on this context's
     /// queue). Core Data's `automaticallyMergesChangesFromParent`; on by default here.
-    public var automaticallyMergesChangesFromOtherContexts = true
+    ///
+    /// Read by the thread of whichever context saves, so it is kept in an atomic: set it on any
+    /// thread.
+    public var automaticallyMergesChangesFromOtherContexts: Bool {
+        get { mergesAutomatically.load(ordering: .acquiring) }
+        set { mergesAutomatically.store(newValue, ordering: .releasing) }
+    }
+    private let mergesAutomatically = Atomic<Bool>(true)
     /// How a save resolves conflicts with other saves (`.error` by default, as in Core Data).
     public var mergePolicy: MergePolicy = .error
     /// The context a child context saves into (nil for a context that saves to the store).

@@ -371,4 +371,29 @@ import Testing
         let items = FetchRequest<ManagedObject>(entityName: "Item")
         #expect(try f.context().count(for: items) == 50)
     }
+
+    /// Touching one member of a large to-many relationship reads a batch of members, not every
+    /// one of them (it read all 20,000 records for one name).
+    @Test func touchingOneMemberReadsOneBatch() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let tag = try setup.insertNewObject(forEntityName: "Tag")
+        try tag.setValue("t", forKey: "code")
+        for n in 0..<20_000 {
+            let item = try setup.insertNewObject(forEntityName: "Item")
+            try item.setValue("\(n)", forKey: "name")
+            try item.add(tag, toRelationship: "tags")
+        }
+        try setup.save()
+        let c = f.context()
+        let members = try c.existingObject(with: tag.objectID).objects(forKey: "items")
+        #expect(members.count == 20_000)
+        #expect(members.allSatisfy { $0.isFault })
+        _ = try members.first!.value(forKey: "name")
+        let loaded = members.filter { !$0.isFault }.count
+        #expect(loaded >= 1 && loaded <= 1_000, "one batch read, not \(loaded) records")
+        // Walking all of them still reads each record once.
+        for m in members { _ = try m.value(forKey: "name") }
+        #expect(members.allSatisfy { !$0.isFault })
+    }
 }

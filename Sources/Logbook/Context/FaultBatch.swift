@@ -1,13 +1,16 @@
 import LogbookEngine
 
-/// Faults of one batch of a batched fetch: touching one loads them all, from the snapshot of
-/// the fetch. Members are unretained; a fault that goes away clears its own place (it knows
+/// Faults of one batch of a batched fetch (or of a to-many relationship's members, a few hundred
+/// at a time): touching one loads them all, from the snapshot they were made at. Members are unretained; a fault that goes away clears its own place (it knows
 /// it), so releasing a million faults costs a million constant-time steps.
 final class FaultBatch {
     let snapshot: Snapshot
     private var members: [Unmanaged<ManagedObject>?] = []
 
     init(snapshot: Snapshot) { self.snapshot = snapshot }
+
+    /// How many faults joined the batch.
+    var count: Int { members.count }
 
     func append(_ o: ManagedObject) {
         o.batch = self

@@ -79,18 +79,27 @@ extension ManagedObjectContext {
     /// The related objects, ordered by key. Objects the context does not hold yet come back as
     /// faults that load together (from one snapshot) when the first of them is touched, so
     /// counting or walking a relationship reads no record it does not need.
+    /// How many members of a to-many relationship load together when one of them is touched.
+    static let relationshipFaultBatch = 256
+
     func relatedObjects(_ owner: ManagedObject, relationship r: Int) throws -> [ManagedObject] {
         let keys = relatedKeys(owner.engineKey, owner.layout, r).sorted()
         let declared = model.layouts[owner.layout.relationshipDestination[r]]
         var batch: FaultBatch?
         var result: [ManagedObject] = []
         result.reserveCapacity(keys.count)
+        var snapshot: Snapshot?
         for key in keys {
             if let o = registered(key) {
                 result.append(o)
                 continue
             }
-            if batch == nil { batch = FaultBatch(snapshot: readSnapshot()) }
+            // Members load together in batches of `relationshipFaultBatch`, not all at once:
+            // touching one member of a hundred thousand reads its batch, not every record.
+            if batch == nil || batch!.count >= Self.relationshipFaultBatch {
+                if snapshot == nil { snapshot = readSnapshot() }
+                batch = FaultBatch(snapshot: snapshot!)
+            }
             // A member may be of a sub-entity of the declared destination.
             let destination = declared.inTree ? (layout(forKey: key) ?? declared) : declared
             let o = destination.managedClass.init(

@@ -69,6 +69,8 @@ enum CheckStep: CustomStringConvertible, Sendable {
     case mergePending(context: Int)
     case batchUpdate(context: Int, name: String, done: Bool)
     case batchDelete(context: Int, name: String)
+    case pinGeneration(context: Int)
+    case asynchronousFetch(context: Int)
     case reopen
 
     var description: String {
@@ -91,6 +93,8 @@ enum CheckStep: CustomStringConvertible, Sendable {
         case .mergePending(let c): "C\(c): merge the saves it has not merged"
         case .batchUpdate(let c, let n, let d): "C\(c): batch update Item name == \"\(n)\" set done = \(d)"
         case .batchDelete(let c, let n): "C\(c): batch delete Item name == \"\(n)\""
+        case .pinGeneration(let c): "C\(c): pin the current query generation"
+        case .asynchronousFetch(let c): "C\(c): asynchronous fetch of every Item"
         case .reopen: "reopen the container"
         }
     }
@@ -223,7 +227,9 @@ struct CheckedRunGenerator {
         case 96..<98:
             return .batchUpdate(context: c, name: name, done: Bool.random(using: &random))
         case 98:
-            return .batchDelete(context: c, name: name)
+            return Int.random(in: 0..<3, using: &random) == 0
+                ? .batchDelete(context: c, name: name)
+                : (Bool.random(using: &random) ? .pinGeneration(context: c) : .asynchronousFetch(context: c))
         default:
             return .reopen
         }

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import LogbookEngine
 import LogbookTestSupport
@@ -156,6 +157,11 @@ final class ContextModelRun {
             try batchUpdate(i, name: name, done: done)
         case .batchDelete(let i, let name):
             try batchDelete(i, name: name)
+        case .pinGeneration(let i):
+            // A child cannot be pinned (it reads its parent's generation): an error, as documented.
+            on(i) { c in _ = try? c.setQueryGeneration(.current) }
+        case .asynchronousFetch(let i):
+            try asynchronousFetch(i)
         default:
             try change(step)
         }
@@ -387,6 +393,43 @@ final class ContextModelRun {
         deliver(ContextChanges(updated: Set(result.objectIDs)), from: i)
     }
 
+    /// An asynchronous fetch of every item on a context with a queue: it completes, without an
+    /// error, none of its objects unusable, and (on a context without unsaved changes) with as
+    /// many objects as a fetch on the same context then finds.
+    func asynchronousFetch(_ i: Int) throws {
+        guard contexts[i].concurrencyType != .confinement else { return }
+        let request = FetchRequest<ManagedObject>(entityName: "Item")
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Locked<(count: Int, unusable: Int, error: String?)?>(nil)
+        _ = try on(i) { c in
+            try c.execute(
+                AsynchronousFetchRequest(fetchRequest: request) { result in
+                    let objects = result.finalResult ?? []
+                    outcome.withLock {
+                        $0 = (
+                            objects.count, objects.filter { $0.managedObjectContext == nil }.count,
+                            result.error.map { "\($0)" }
+                        )
+                    }
+                    done.signal()
+                })
+        }
+        guard done.wait(timeout: .now() + 30) == .success else {
+            throw CheckFailure("C\(i)'s asynchronous fetch did not complete")
+        }
+        guard let found = outcome.withLock({ $0 }) else { return }
+        if let error = found.error { throw CheckFailure("C\(i)'s asynchronous fetch failed: \(error)") }
+        if found.unusable > 0 {
+            throw CheckFailure("C\(i)'s asynchronous fetch handed out \(found.unusable) unusable objects")
+        }
+        // With unsaved changes the two may differ by design (a changed object another save
+        // deleted is matched in memory by a fetch, not found by the asynchronous fetch's scan).
+        let (expected, changed) = try on(i) { c in (try c.count(for: request), c.hasChanges) }
+        if !changed && found.count != expected {
+            throw CheckFailure("C\(i)'s asynchronous fetch found \(found.count) items, a fetch then \(expected)")
+        }
+    }
+
     func batchDelete(_ i: Int, name: String) throws {
         guard specs[i].parent == nil else { return }
         let request = BatchDeleteRequest(entityName: "Item", predicate: try FetchPredicate(format: "name == %@", name))
@@ -436,11 +479,13 @@ final class ContextModelRun {
         }
     }
 
-    /// Whether context `i` and its ancestors have merged every save of the other contexts.
+    /// Whether context `i` and its ancestors have merged every save of the other contexts (and
+    /// none reads a pinned query generation).
     func upToDate(_ i: Int) -> Bool {
         var next: Int? = i
         while let c = next {
             if !unmerged[c].isEmpty { return false }
+            if on(c, { $0.queryGenerationToken != nil }) { return false }
             next = specs[c].parent
         }
         return true

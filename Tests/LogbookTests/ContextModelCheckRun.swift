@@ -356,7 +356,10 @@ final class ContextModelRun {
         }
         if let parent = specs[i].parent {
             for (key, value) in parentHeld where base[parent][key] == nil { base[parent][key] = value }
-            dirty[parent].merge(changed) { _, child in child }
+            // A value the parent held before it changed it is no change of the parent's any more.
+            for (key, value) in changed {
+                dirty[parent][key] = base[parent][key] == value ? nil : value
+            }
             undoUnknown[parent] = true
             forgetChanges(of: i)
             return

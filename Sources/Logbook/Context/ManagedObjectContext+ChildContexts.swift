@@ -113,20 +113,9 @@ extension ManagedObjectContext {
         }
         if !gone.isEmpty {
             if c.policy == .error {
-                var e = LogbookError(
-                    .mergeConflict,
-                    gone.count == 1
-                        ? "1 object was deleted by another save since this context read it"
-                        : "\(gone.count) objects were deleted by other saves since this context read them")
-                e.conflicts = gone.map { key in
-                    MergeConflict(
-                        objectID: ObjectID(store: storeLayout.identity, key: key),
-                        entityName: layout(forKey: key)?.name ?? "", changedKeys: [], cachedValues: [:],
-                        storeValues: nil,
-                        isDeletedInContext: false)
-                }
-                e.objectID = e.conflicts.first?.objectID
-                throw e
+                throw goneObjectsConflict(
+                    gone, "1 object was deleted by another save since this context read it",
+                    "objects were deleted by other saves since this context read them")
             }
             let dropped = Set(gone)
             c.updated.removeAll { dropped.contains($0.key) }
@@ -222,19 +211,9 @@ extension ManagedObjectContext {
         }
         guard !missing.isEmpty else { return }
         if c.policy == .error {
-            var e = LogbookError(
-                .mergeConflict,
-                missing.count == 1
-                    ? "the changes link to 1 object that is no longer there"
-                    : "the changes link to \(missing.count) objects that are no longer there")
-            e.conflicts = missing.sorted().map { key in
-                MergeConflict(
-                    objectID: ObjectID(store: storeLayout.identity, key: key),
-                    entityName: layout(forKey: key)?.name ?? "",
-                    changedKeys: [], cachedValues: [:], storeValues: nil, isDeletedInContext: false)
-            }
-            e.objectID = e.conflicts.first?.objectID
-            throw e
+            throw goneObjectsConflict(
+                missing.sorted(), "the changes link to 1 object that is no longer there",
+                "objects the changes link to are no longer there")
         }
         for n in c.updated.indices {
             c.updated[n].changes = c.updated[n].changes.map { change in

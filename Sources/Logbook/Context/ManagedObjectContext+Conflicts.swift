@@ -224,18 +224,24 @@ extension ManagedObjectContext {
 
     /// The `.mergeConflict` of links to objects that are not there.
     private func danglingError(_ dangling: [DanglingLink]) -> LogbookError {
-        var e = LogbookError(
-            .mergeConflict,
-            dangling.count == 1
-                ? "1 link is to an object another save deleted"
-                : "\(dangling.count) links are to objects other saves deleted")
-        e.conflicts = Set(dangling.map(\.target)).sorted().map { k in
+        var e = goneObjectsConflict(
+            Set(dangling.map(\.target)).sorted(), "1 link is to an object another save deleted",
+            "links are to objects other saves deleted")
+        e.objectID = ObjectID(store: storeLayout.identity, key: dangling[0].source)
+        e.key = dangling[0].relationship
+        return e
+    }
+
+    /// A `.mergeConflict` naming objects that are no longer there (another save deleted them,
+    /// or this one does), each a conflict with no store values; `many` follows the count.
+    func goneObjectsConflict(_ keys: [UInt64], _ one: String, _ many: String) -> LogbookError {
+        var e = LogbookError(.mergeConflict, keys.count == 1 ? one : "\(keys.count) \(many)")
+        e.conflicts = keys.map { k in
             MergeConflict(
                 objectID: ObjectID(store: storeLayout.identity, key: k), entityName: layout(forKey: k)?.name ?? "",
                 changedKeys: [], cachedValues: [:], storeValues: nil, isDeletedInContext: deleted[k] != nil)
         }
-        e.objectID = ObjectID(store: storeLayout.identity, key: dangling[0].source)
-        e.key = dangling[0].relationship
+        e.objectID = e.conflicts.first?.objectID
         return e
     }
 

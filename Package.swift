@@ -56,9 +56,17 @@ let package = Package(
             dependencies: ["LogbookEngine"],
             path: "Tests/LogbookTestSupport"
         ),
+        // The context checker (a seeded generator of steps over several contexts, and the run
+        // that checks invariants after each): the tests run it, the crash helper runs it to be
+        // killed.
+        .target(
+            name: "LogbookContextCheck",
+            dependencies: ["Logbook", "LogbookEngine", "LogbookTestSupport"],
+            path: "Tests/LogbookContextCheck"
+        ),
         .testTarget(
             name: "LogbookTests",
-            dependencies: ["Logbook", "LogbookEngine", "LogbookTestSupport"]
+            dependencies: ["Logbook", "LogbookEngine", "LogbookTestSupport", "LogbookContextCheck", "LogbookCrashHelper"]
         ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(
@@ -76,7 +84,7 @@ let package = Package(
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(
             name: "LogbookCrashHelper",
-            dependencies: ["LogbookEngine"]
+            dependencies: ["LogbookEngine", "LogbookContextCheck"]
         ),
         .testTarget(
             name: "LogbookEngineTests",

@@ -6,6 +6,14 @@
 // pair of keys (2i, 2i+1) and a few padding records of varying size, and prints "i" on
 // standard output after each commit returns. The parent kills it at a random moment and then
 // checks that every acknowledged commit survived and that no commit survived in part.
+//
+//   LogbookCrashHelper contexts SEED STEPS STORE_PATH
+//
+// Runs the context checker's steps for SEED over a new store at STORE_PATH, printing
+// "begin k" before step k and "end k" after it; the parent kills it during a step it chose
+// (Tests/LogbookTests/ContextCrashCheckTests.swift) and compares the store with the checker's
+// run of the same steps.
+import LogbookContextCheck
 import LogbookEngine
 
 #if canImport(Glibc)
@@ -17,7 +25,27 @@ func printError(_ message: String) {
     _ = line.withCString { write(2, $0, strlen($0)) }
 }
 
+func printLine(_ text: String) {
+    let line = text + "\n"
+    _ = line.withCString { write(1, $0, strlen($0)) }
+}
+
 let arguments = CommandLine.arguments
+if arguments.count == 5, arguments[1] == "contexts", let seed = UInt64(arguments[2]), let count = Int(arguments[3]) {
+    let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count)
+    do {
+        let run = try ContextModelRun(specs: specs, path: arguments[4])
+        for (k, step) in steps.enumerated() {
+            printLine("begin \(k)")
+            try run.run(step)
+            printLine("end \(k)")
+        }
+        exit(0)
+    } catch {
+        printError("LogbookCrashHelper contexts: \(error)")
+        exit(3)
+    }
+}
 guard arguments.count >= 2 else {
     printError("usage: LogbookCrashHelper STORE_DIR")
     exit(2)

@@ -1,4 +1,5 @@
 import Foundation
+import LogbookContextCheck
 import LogbookEngine
 import LogbookTestSupport
 import Testing
@@ -46,6 +47,130 @@ import Testing
         let check = f.context()
         #expect(try check.existingObject(with: folder.objectID).objects(forKey: "items").isEmpty)
         #expect(try check.existingObject(with: folder.objectID).orderedObjects(forKey: "items").isEmpty)
+    }
+
+    /// A context links an item to a folder and unlinks it again (a net change of nothing)
+    /// while another context saves the same link: the first context's save leaves the link
+    /// as the other saved it, on both sides (checker seed 11248: the folder lost the item,
+    /// the item kept the folder).
+    @Test func aLinkMadeAndUndoneBeforeASaveChangesNothing() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        let undecided = f.context()
+        let mine = try undecided.existingObject(with: item.objectID)
+        try mine.setValue(try undecided.existingObject(with: folder.objectID), forKey: "folder")
+        let other = f.context()
+        try other.existingObject(with: folder.objectID).insert(
+            try other.existingObject(with: item.objectID), at: 0, inRelationship: "items")
+        try other.save()
+        try mine.setValue(nil, forKey: "folder")
+        try undecided.save()
+        let check = f.context()
+        let savedItem = try check.existingObject(with: item.objectID)
+        #expect((try savedItem.value(forKey: "folder") as? ManagedObject)?.objectID == folder.objectID)
+        #expect(
+            try check.existingObject(with: folder.objectID).orderedObjects(forKey: "items").map(\.objectID) == [
+                item.objectID
+            ])
+    }
+
+    /// Two contexts tag an item with the same tag; one of them then refreshes the tag without
+    /// merging and saves: both sides of the many-to-many link agree in the store (checker
+    /// seed 11310: the tag held the item, the item not the tag).
+    @Test func aRefreshedManyToManyLinkStaysConsistent() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let tag = try setup.insertNewObject(forEntityName: "Tag")
+        try tag.setValue("x", forKey: "code")
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        let first = f.context(.overwrite)
+        let second = f.context()
+        try first.existingObject(with: item.objectID).add(
+            try first.existingObject(with: tag.objectID), toRelationship: "tags")
+        try second.existingObject(with: item.objectID).add(
+            try second.existingObject(with: tag.objectID), toRelationship: "tags")
+        try second.save()
+        first.refresh(try first.existingObject(with: tag.objectID), mergeChanges: false)
+        try first.save()
+        let check = f.context()
+        let tags = try check.existingObject(with: item.objectID).objects(forKey: "tags").map(\.objectID)
+        let items = try check.existingObject(with: tag.objectID).objects(forKey: "items").map(\.objectID)
+        #expect(tags.contains(tag.objectID) == items.contains(item.objectID))
+    }
+
+    /// A grandchild deletes a folder whose items (in the root context) hold an item its parent
+    /// deleted: the delete rule has nothing to unlink there, and the save goes through
+    /// (checker seed 19330: the save failed with objectNotFound).
+    @Test func deletingAFolderWhoseItemTheParentDeletedSaves() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        let folderID = try child.performAndWait {
+            let folder = try child.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("f", forKey: "name")
+            try child.save()
+            return folder.objectID
+        }
+        let itemID = try root.performAndWait {
+            let item = try root.insertNewObject(forEntityName: "Item")
+            try item.setValue("c", forKey: "name")
+            return item.objectID
+        }
+        try child.performAndWait { child.delete(try child.existingObject(with: itemID)) }
+        try root.performAndWait {
+            try root.existingObject(with: folderID).insert(
+                try root.existingObject(with: itemID), at: 0, inRelationship: "items")
+        }
+        try grandchild.performAndWait {
+            grandchild.delete(try grandchild.existingObject(with: folderID))
+            try grandchild.save()
+        }
+        try child.performAndWait {
+            #expect(child.deletedObjects.map(\.objectID).contains(folderID))
+            try child.save()
+        }
+        try root.performAndWait {
+            try root.save()
+            #expect(throws: LogbookError.self) { try root.existingObject(with: folderID) }
+            #expect(throws: LogbookError.self) { try root.existingObject(with: itemID) }
+        }
+    }
+
+    /// A redone insertion of a constrained tag that a save then merges into the stored tag
+    /// of the same code, the tag released by the save: looking its old ID up finds nothing,
+    /// and never the freed object (checker seed 20816: the registry kept an entry under the
+    /// old key, and the lookup read freed memory).
+    @Test func aRedoneInsertionMergedIntoAStoredDuplicateLeavesNoStaleEntry() throws {
+        let f = try Fixture()
+        let c = f.context(.mergeByPropertyStoreTrump)
+        c.undoHistory = UndoHistory()
+        func insertTag() throws -> ObjectID {
+            c.undoHistory?.beginUndoGrouping()
+            defer { c.undoHistory?.endUndoGrouping() }
+            let tag = try c.insertNewObject(forEntityName: "Tag")
+            try tag.setValue("y", forKey: "code")
+            return tag.objectID
+        }
+        let oldID = try insertTag()
+        c.undo()
+        c.redo()
+        let other = f.context()
+        let stored = try other.insertNewObject(forEntityName: "Tag")
+        try stored.setValue("y", forKey: "code")
+        try other.save()
+        try c.save()
+        #expect(c.registeredObjects.allSatisfy { $0.managedObjectContext === c })
+        #expect(throws: LogbookError.self) { try c.existingObject(with: oldID) }
+        let tags = try f.context().fetch(FetchRequest<ManagedObject>(entityName: "Tag"))
+        #expect(tags.count == 1)
     }
 
     // MARK: The cases of the contexts issue, each with Core Data's default settings

@@ -170,16 +170,24 @@ extension ManagedObjectContext {
         post(.objectsDidChange(report))
     }
 
-    /// Adds `member` to the set `k` as an unsaved change (the owner, if here, is changed).
+    /// Adds `member` to the set `k` as an unsaved change (the owner, if here, is changed): a
+    /// net change, as `addMember(_:owner:_:_:)` records it.
     func addMember(_ member: UInt64, toSet k: UInt64) {
-        if setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
-        setAdds[k, default: []].insert(member)
         for owner in possibleOwners(ofSet: k) { if let o = registered(owner) { touch(o) } }
+        if setRemoves[k]?.remove(member) != nil {
+            if setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+            return
+        }
+        if baseHasMember(member, ofSet: k) { return }
+        setAdds[k, default: []].insert(member)
     }
 
     func removeMember(_ member: UInt64, fromSet k: UInt64) {
-        if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
-        setRemoves[k, default: []].insert(member)
+        if setAdds[k]?.remove(member) != nil {
+            if setAdds[k]!.isEmpty { setAdds[k] = nil }
+        } else {
+            setRemoves[k, default: []].insert(member)
+        }
         for owner in possibleOwners(ofSet: k) { if let o = registered(owner) { touch(o) } }
     }
 

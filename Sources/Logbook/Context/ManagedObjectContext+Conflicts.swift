@@ -144,7 +144,7 @@ extension ManagedObjectContext {
         o.batch?.forget(o)
         o.batch = nil
         o.rawArena = nil
-        o.flags = [.deleted, .invalid]
+        o.resetFlags([.deleted, .invalid])
         unregister(o.engineKey)
     }
 }

@@ -161,7 +161,7 @@ extension ManagedObjectContext {
             }
         }
         survivor.slots = final
-        later.flags = [.invalid]
+        later.resetFlags([.invalid])
         inserted.removeOne()
         unregister(old)
         try reconcileInverses(survivor, base: before, local: laterSlots, store: before)
@@ -220,7 +220,7 @@ extension ManagedObjectContext {
         let old = o.engineKey
         if let x = registered(k), x !== o {
             // An unchanged instance of the stored object gives way to the one being saved.
-            x.flags = [.invalid]
+            x.resetFlags([.invalid])
             unregister(k)
         }
         func remap(_ s: FieldValue) -> FieldValue {
@@ -255,6 +255,9 @@ extension ManagedObjectContext {
         }
         o.flags.remove(.inserted)
         inserted.removeOne()
+        // The object takes the stored object's key: an entry under its own key (a redone
+        // insertion registers one) must not outlive it (checker seed 20816).
+        if o.flags.contains(.registered) { unregister(o.engineKey, ifItIs: Unmanaged.passUnretained(o).toOpaque()) }
         o.engineKey = k
         o.slots = final
         o.committed = store

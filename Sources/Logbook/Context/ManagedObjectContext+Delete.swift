@@ -66,7 +66,7 @@ extension ManagedObjectContext {
         let dropped = hasObservers ? Array(inserted.values) : []
         let refreshed = hasObservers ? Array(updated.values) + Array(deleted.values) : []
         for o in inserted.values {
-            o.flags = [.invalid]
+            o.resetFlags([.invalid])
             unregister(o.engineKey)
         }
         for o in Array(updated.values) + Array(deleted.values) {
@@ -98,8 +98,8 @@ extension ManagedObjectContext {
     /// Forgets everything: unsaved changes, and every registered object, which can no longer
     /// be used (reading it by key is an `.objectInvalidated` error).
     public func reset() {
-        for o in registeredObjects { o.flags = [.invalid] }
-        for o in inserted.values { o.flags = [.invalid] }
+        for o in registeredObjects { o.resetFlags([.invalid]) }
+        for o in inserted.values { o.resetFlags([.invalid]) }
         registry.withLock { $0 = RegistryTable() }
         clearChanges()
         advancePinnedSnapshot()

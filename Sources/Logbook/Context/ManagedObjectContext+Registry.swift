@@ -27,6 +27,14 @@ extension ManagedObjectContext {
         registry.withLock { $0.remove(key) }
     }
 
+    /// Removes the entry of `key` only when it is `object` (an object that goes leaves its
+    /// own entry, never another object's registered since under the same key).
+    func unregister(_ key: UInt64, ifItIs object: UnsafeMutableRawPointer) {
+        registry.withLock { table in
+            if table[key]?.toOpaque() == object { table.remove(key) }
+        }
+    }
+
     func registered(_ key: UInt64) -> ManagedObject? {
         if !inserted.isEmpty, let o = inserted.lookup(key) { return o }
         return registry.withLock { table in

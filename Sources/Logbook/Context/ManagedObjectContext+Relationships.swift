@@ -112,23 +112,53 @@ extension ManagedObjectContext {
         return result
     }
 
-    /// `ownerObject`, when the caller has it, saves looking the owner up by key.
+    /// `ownerObject`, when the caller has it, saves looking the owner up by key; `memberIsNew`
+    /// says the member was inserted in this context (no stored set can hold it).
     func addMember(
-        _ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int, ownerObject: ManagedObject? = nil
+        _ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int, ownerObject: ManagedObject? = nil,
+        memberIsNew: Bool = false
     ) {
-        addMember(member, toSet: setKey(owner, layout, r), owner: ownerObject ?? registered(owner))
+        addMember(
+            member, toSet: setKey(owner, layout, r), owner: ownerObject ?? registered(owner), memberIsNew: memberIsNew)
     }
 
     /// `addMember` for a set whose key the caller has; `owner` is its owner when registered.
-    private func addMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject?) {
-        if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+    ///
+    /// A set's unsaved changes are net changes against what the context saw when it made
+    /// them (Core Data compares with the object's snapshot): adding back a member this
+    /// context removed, or adding one the set held already, records no addition, and
+    /// removing a member this context added records no removal (`removeMember`). A save then
+    /// writes no membership the context did not change, and a member added and removed again
+    /// here stays as another context saved it (its to-one inverse, unchanged here, agrees).
+    private func addMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject?, memberIsNew: Bool = false) {
+        if let owner { touch(owner) }
+        if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil {
+            if setRemoves[k]!.isEmpty { setRemoves[k] = nil }
+            if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
+            return
+        }
+        if !memberIsNew && !(owner?.flags.contains(.inserted) ?? false) && baseHasMember(member, ofSet: k) { return }
         setAdds[k, default: []].insert(member)
         if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
-        if let owner { touch(owner) }
+    }
+
+    /// Whether the set `k` holds `member` in what this context reads, without its own
+    /// changes: the store's snapshot, or the parent's view for a child.
+    func baseHasMember(_ member: UInt64, ofSet k: UInt64) -> Bool {
+        guard let parent else { return readSnapshot().isMember(member, ofSet: k) }
+        return parent.performAndWait { parent.viewHasMember(member, ofSet: k) }
+    }
+
+    /// Whether the set `k` holds `member` in this context's view (with its changes).
+    func viewHasMember(_ member: UInt64, ofSet k: UInt64) -> Bool {
+        if setAdds[k]?.contains(member) == true { return true }
+        if setRemoves[k]?.contains(member) == true { return false }
+        return baseHasMember(member, ofSet: k)
     }
 
     /// `addMember` for a member that may be there already: false (and nothing done) when it
-    /// is; the set's changes are looked up once.
+    /// is; the set's changes are looked up once. Only for a set of an inserted owner (nothing
+    /// stored).
     private func addNewMember(_ member: UInt64, toSet k: UInt64, owner: ManagedObject) -> Bool {
         guard setAdds[k, default: []].insert(member) else { return false }
         if !setRemoves.isEmpty, setRemoves[k]?.remove(member) != nil, setRemoves[k]!.isEmpty { setRemoves[k] = nil }
@@ -138,11 +168,19 @@ extension ManagedObjectContext {
     }
 
     func removeMember(_ member: UInt64, owner: UInt64, _ layout: EntityLayout, _ r: Int) {
-        let k = setKey(owner, layout, r)
-        if setAdds[k]?.remove(member) != nil, setAdds[k]!.isEmpty { setAdds[k] = nil }
-        setRemoves[k, default: []].insert(member)
+        removeMember(member, fromSet: setKey(owner, layout, r), owner: registered(owner))
+    }
+
+    /// Removes `member` from the set `k` as an unsaved change: a member this context added is
+    /// simply no longer added (see `addMember`).
+    private func removeMember(_ member: UInt64, fromSet k: UInt64, owner: ManagedObject?) {
+        if setAdds[k]?.remove(member) != nil {
+            if setAdds[k]!.isEmpty { setAdds[k] = nil }
+        } else {
+            setRemoves[k, default: []].insert(member)
+        }
         if !orderOverrides.isEmpty { orderMemberRemoved(member, setKey: k) }
-        if let o = registered(owner) { touch(o) }
+        if let owner { touch(owner) }
     }
 
     /// The inverse side: `other`'s relationship `inverse` gains or loses `owner`. `otherObject`
@@ -157,13 +195,22 @@ extension ManagedObjectContext {
         let destLayout = declared.inTree ? (otherObject?.layout ?? layout(forKey: otherKey) ?? declared) : declared
         if destLayout.entity.relationships[inv].isToMany {
             if adding {
-                addMember(owner.engineKey, owner: otherKey, destLayout, inv, ownerObject: otherObject)
+                addMember(
+                    owner.engineKey, owner: otherKey, destLayout, inv, ownerObject: otherObject,
+                    memberIsNew: owner.flags.contains(.inserted))
             } else {
                 removeMember(owner.engineKey, owner: otherKey, destLayout, inv)
             }
         } else {
-            let other = try object(forKey: otherKey)
-            try fulfill(other)
+            let other: ManagedObject
+            do {
+                other = try object(forKey: otherKey)
+                try fulfill(other)
+            } catch let error as LogbookError where error.code == .objectNotFound && !adding {
+                // An object deleted where this context reads from (its parent, or the store
+                // since it was related here) has no link left to take away (checker seed 19330).
+                return
+            }
             let slot = destLayout.slot(ofToOne: inv)
             if adding {
                 // `other` pointed elsewhere before: that object loses it.
@@ -227,13 +274,13 @@ extension ManagedObjectContext {
                         touch(owner)
                         for (i, o) in objects.enumerated() where added & (1 << UInt64(i)) != 0 {
                             let inverseKey = EngineKey(rawValue: o.engineKey).inKeyspace(inverseKeyspace).rawValue
-                            addMember(owner.engineKey, toSet: inverseKey, owner: o)
+                            addMember(owner.engineKey, toSet: inverseKey, owner: o, memberIsNew: true)
                         }
                         return
                     }
                     for o in objects where addNewMember(o.engineKey, toSet: k, owner: owner) {
                         let inverseKey = EngineKey(rawValue: o.engineKey).inKeyspace(inverseKeyspace).rawValue
-                        addMember(owner.engineKey, toSet: inverseKey, owner: o)
+                        addMember(owner.engineKey, toSet: inverseKey, owner: o, memberIsNew: true)
                     }
                     return
                 }
@@ -245,7 +292,9 @@ extension ManagedObjectContext {
         }
         let current = relatedKeys(owner.engineKey, owner.layout, r)
         for o in objects where !current.contains(o.engineKey) {
-            addMember(o.engineKey, owner: owner.engineKey, owner.layout, r, ownerObject: owner)
+            addMember(
+                o.engineKey, owner: owner.engineKey, owner.layout, r, ownerObject: owner,
+                memberIsNew: o.flags.contains(.inserted))
             try linkInverse(owner, r, o.engineKey, adding: true, otherObject: o)
         }
     }

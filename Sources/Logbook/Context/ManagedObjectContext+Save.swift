@@ -133,7 +133,7 @@ extension ManagedObjectContext {
             o.committed = nil
         }
         for o in deleted.values {
-            o.flags = [.invalid, .deleted]
+            o.resetFlags([.invalid, .deleted])
             unregister(o.engineKey)
         }
         updated = [:]

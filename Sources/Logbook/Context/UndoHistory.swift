@@ -40,6 +40,9 @@ public final class UndoHistory {
 
     var undoStack: [Step] = []
     var redoStack: [Step] = []
+    /// The steps that can be undone and redone (what tests check).
+    package var undoCount: Int { undoStack.count }
+    package var redoCount: Int { redoStack.count }
     var open: Step?
     var explicitDepth = 0
     /// How many steps are kept (0: no limit).

@@ -54,6 +54,13 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     var batchSlot: Int32 = -1
     @exclusivity(unchecked) var flags: Flags
 
+    /// Sets the state flags, keeping `.registered` as it is: only registering and deinit
+    /// change it, and an object still in its context's registry must leave it when it goes
+    /// (it leaves only its own entry: `unregister(_:ifItIs:)`).
+    final func resetFlags(_ new: Flags) {
+        flags = new.subtracting(.registered).union(flags.intersection(.registered))
+    }
+
     struct Flags: OptionSet {
         let rawValue: UInt8
         static let inserted = Flags(rawValue: 1)
@@ -93,7 +100,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     deinit {
         if flags.contains(.registered) {
             let key = engineKey
-            _ = token.withContext { $0.unregister(key) }
+            let me = Unmanaged.passUnretained(self).toOpaque()
+            _ = token.withContext { $0.unregister(key, ifItIs: me) }
         }
         batch?.forget(self)
     }

@@ -1,9 +1,7 @@
 import Foundation
+import Logbook
 import LogbookEngine
 import LogbookTestSupport
-import Testing
-
-@testable import Logbook
 
 // A randomized, deterministic, model-checked test of contexts (FoundationDB's simulation tests
 // and TigerBeetle's VOPR at the scale of a unit test). A seed gives a list of random steps over
@@ -14,13 +12,14 @@ import Testing
 // shrunk list of steps that reproduces it.
 //
 // `LOGBOOK_MODEL_CHECK_SEEDS=N` runs N seeds (a few hundred by default);
-// `LOGBOOK_MODEL_CHECK_SEED=S` runs one seed and prints its steps;
-// `LOGBOOK_MODEL_CHECK_STEPS=K` sets the steps per seed.
+// `LOGBOOK_MODEL_CHECK_SEED=S` runs one seed and prints its steps (with `…_SEEDS`, the first seed);
+// `LOGBOOK_MODEL_CHECK_STEPS=K` sets the steps per seed; `LOGBOOK_MODEL_CHECK_PROGRESS=1` prints each
+// seed as it starts (on standard error).
 
 /// The model the checker drives: folders holding an ordered list of items (to-one `folder` on
 /// the item), items tagged with tags (many-to-many), tags with a unique code.
-enum CheckedModel {
-    static func make() throws -> ManagedObjectModel {
+package enum CheckedModel {
+    package static func make() throws -> ManagedObjectModel {
         var tag = EntityDescription("Tag") {
             AttributeDescription("code", .string)
             RelationshipDescription("items", to: "Item", inverse: "tags", toMany: true, deleteRule: .nullify)
@@ -45,12 +44,12 @@ enum CheckedModel {
     }
 
     /// The attributes the reference tracks, by entity.
-    static let attributes = ["Folder": ["name"], "Item": ["name", "done"], "Tag": ["code"]]
+    package static let attributes = ["Folder": ["name"], "Item": ["name", "done"], "Tag": ["code"]]
 }
 
 /// One step of a run. Objects are named by the order of their creation (`#n`); contexts by
 /// their number in the run.
-enum CheckStep: CustomStringConvertible, Sendable {
+package enum CheckStep: CustomStringConvertible, Sendable {
     case insert(context: Int, entity: String, value: String)
     case setName(context: Int, object: Int, value: String)
     case setDone(context: Int, object: Int, value: Bool)
@@ -73,7 +72,19 @@ enum CheckStep: CustomStringConvertible, Sendable {
     case asynchronousFetch(context: Int)
     case reopen
 
-    var description: String {
+    /// The objects the step names (by their number in the run).
+    package var objects: [Int] {
+        switch self {
+        case .setName(_, let o, _), .setDone(_, let o, _), .delete(_, let o), .refresh(_, let o, _): [o]
+        case .setFolder(_, let i, let f), .setOwner(_, let i, let f): [i] + (f.map { [$0] } ?? [])
+        case .tag(_, let i, let t, _): [i, t]
+        case .insertInFolder(_, let f, let i, _): [f, i]
+        case .moveInFolder(_, let f, _, _): [f]
+        default: []
+        }
+    }
+
+    package var description: String {
         switch self {
         case .insert(let c, let e, let v): "C\(c): insert \(e) \"\(v)\""
         case .setName(let c, let o, let v): "C\(c): #\(o).name = \"\(v)\""
@@ -102,17 +113,17 @@ enum CheckStep: CustomStringConvertible, Sendable {
 
 /// How a run's contexts are set up: each context's kind, merge policy, automatic merging and
 /// undo, drawn from the seed.
-struct CheckedContextSpec: CustomStringConvertible, Sendable {
-    enum Kind: Sendable {
+package struct CheckedContextSpec: CustomStringConvertible, Sendable {
+    package enum Kind: Sendable {
         case confined, privateQueue
         case child(of: Int)
     }
-    var kind: Kind
-    var policy: MergePolicy
-    var automaticMerging: Bool
-    var undo: Bool
+    package var kind: Kind
+    package var policy: MergePolicy
+    package var automaticMerging: Bool
+    package var undo: Bool
 
-    var description: String {
+    package var description: String {
         let k: String
         switch kind {
         case .confined: k = "confined"
@@ -122,16 +133,16 @@ struct CheckedContextSpec: CustomStringConvertible, Sendable {
         return "\(k), \(policy)\(automaticMerging ? ", merging automatically" : "")\(undo ? ", with undo" : "")"
     }
 
-    var parent: Int? {
+    package var parent: Int? {
         if case .child(let p) = kind { return p }
         return nil
     }
 }
 
 /// A failed invariant, with what was found.
-struct CheckFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+package struct CheckFailure: Error, CustomStringConvertible {
+    package var description: String
+    package init(_ description: String) { self.description = description }
 }
 
 /// Draws a run from a seed: its contexts and its steps.
@@ -238,9 +249,11 @@ struct CheckedRunGenerator {
 }
 
 /// Runs the checker: seeds, steps, and the shrinking of a failure.
-enum ContextModelChecker {
+package enum ContextModelChecker {
     /// Runs `steps` on contexts made as `specs`; the failure and the index of its step, if any.
-    static func run(_ specs: [CheckedContextSpec], _ steps: [CheckStep]) -> (failure: String, at: Int, log: [String])? {
+    package static func run(_ specs: [CheckedContextSpec], _ steps: [CheckStep]) -> (
+        failure: String, at: Int, log: [String]
+    )? {
         let run: ContextModelRun
         do { run = try ContextModelRun(specs: specs) } catch { return ("the run could not start: \(error)", -1, []) }
         for (n, step) in steps.enumerated() {
@@ -255,7 +268,7 @@ enum ContextModelChecker {
     }
 
     /// The seed's contexts and steps.
-    static func draw(seed: UInt64, steps count: Int) -> ([CheckedContextSpec], [CheckStep]) {
+    package static func draw(seed: UInt64, steps count: Int) -> ([CheckedContextSpec], [CheckStep]) {
         var generator = CheckedRunGenerator(seed: seed)
         let specs = generator.contexts()
         return (specs, (0..<count).map { _ in generator.step(contexts: specs.count) })
@@ -264,7 +277,7 @@ enum ContextModelChecker {
     /// Removes steps while the run still fails (delta debugging: halves, then quarters, … then
     /// single steps). Steps name objects by creation order, so a removed insert renames the
     /// objects after it: what is kept still fails, which is all a shrunk list promises.
-    static func shrink(_ specs: [CheckedContextSpec], _ failing: [CheckStep]) -> [CheckStep] {
+    package static func shrink(_ specs: [CheckedContextSpec], _ failing: [CheckStep]) -> [CheckStep] {
         var steps = failing
         var chunk = max(1, steps.count / 2)
         while chunk >= 1 {
@@ -286,37 +299,12 @@ enum ContextModelChecker {
     }
 
     /// A report of a failing seed: its contexts and its shrunk steps.
-    static func report(seed: UInt64, specs: [CheckedContextSpec], steps: [CheckStep]) -> String {
+    package static func report(seed: UInt64, specs: [CheckedContextSpec], steps: [CheckStep]) -> String {
         let outcome = run(specs, steps)
         var lines = ["seed \(seed) fails: \(outcome?.failure ?? "(passes when shrunk)")", "contexts:"]
         for (i, s) in specs.enumerated() { lines.append("  C\(i): \(s)") }
         lines.append("steps (\(steps.count)):")
         for (n, line) in (outcome?.log ?? steps.map(\.description)).enumerated() { lines.append("  \(n + 1). \(line)") }
         return lines.joined(separator: "\n")
-    }
-}
-
-@Suite struct ContextModelCheckTests {
-    static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
-
-    /// Random runs of every step kind; after each step, every invariant. CI runs a few hundred
-    /// seeds; `LOGBOOK_MODEL_CHECK_SEEDS` runs more (their count and the steps run are printed).
-    @Test func randomStepsOverSeveralContextsKeepEveryInvariant() throws {
-        let first = UInt64(Self.environment("LOGBOOK_MODEL_CHECK_SEED") ?? 1)
-        let seeds =
-            Self.environment("LOGBOOK_MODEL_CHECK_SEED") != nil
-            ? 1 : (Self.environment("LOGBOOK_MODEL_CHECK_SEEDS") ?? 300)
-        let count = Self.environment("LOGBOOK_MODEL_CHECK_STEPS") ?? 40
-        var stepsRun = 0
-        for seed in first..<(first + UInt64(seeds)) {
-            let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count)
-            if let failure = ContextModelChecker.run(specs, steps) {
-                let shrunk = ContextModelChecker.shrink(specs, Array(steps.prefix(failure.at + 1)))
-                Issue.record(Comment(rawValue: ContextModelChecker.report(seed: seed, specs: specs, steps: shrunk)))
-                return
-            }
-            stepsRun += steps.count
-        }
-        print("context model check: \(seeds) seeds, \(stepsRun) steps, no failure")
     }
 }

@@ -1,0 +1,41 @@
+import Foundation
+import Logbook
+import LogbookContextCheck
+import Testing
+
+@Suite struct ContextModelCheckTests {
+    static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
+
+    /// Random runs of every step kind; after each step, every invariant. CI runs a few hundred
+    /// seeds; `LOGBOOK_MODEL_CHECK_SEEDS` runs more (their count and the steps run are printed).
+    @Test func randomStepsOverSeveralContextsKeepEveryInvariant() throws {
+        let first = UInt64(Self.environment("LOGBOOK_MODEL_CHECK_SEED") ?? 1)
+        let seeds =
+            Self.environment("LOGBOOK_MODEL_CHECK_SEEDS")
+            ?? (Self.environment("LOGBOOK_MODEL_CHECK_SEED") != nil ? 1 : 300)
+        let count = Self.environment("LOGBOOK_MODEL_CHECK_STEPS") ?? 40
+        var stepsRun = 0
+        var failures = 0
+        let progress = ProcessInfo.processInfo.environment["LOGBOOK_MODEL_CHECK_PROGRESS"] != nil
+        for seed in first..<(first + UInt64(seeds)) {
+            // A long run can name the seed it is on (a crash of the process names no seed).
+            if progress { FileHandle.standardError.write(Data("seed \(seed)\n".utf8)) }
+            let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count)
+            if progress && seeds == 1 {
+                // Every step of the one seed, before it runs (when it crashes the process).
+                let lines = specs.enumerated().map { "C\($0): \($1)" } + steps.enumerated().map { "\($0 + 1). \($1)" }
+                FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+            }
+            if let failure = ContextModelChecker.run(specs, steps) {
+                let shrunk = ContextModelChecker.shrink(specs, Array(steps.prefix(failure.at + 1)))
+                Issue.record(Comment(rawValue: ContextModelChecker.report(seed: seed, specs: specs, steps: shrunk)))
+                // A long run goes on past a failure (up to ten), to find the next defect too.
+                failures += 1
+                if failures == 10 { return }
+                continue
+            }
+            stepsRun += steps.count
+        }
+        print("context model check: \(seeds) seeds, \(stepsRun) steps without failure, \(failures) failing seeds")
+    }
+}

@@ -173,6 +173,130 @@ import Testing
         #expect(tags.count == 1)
     }
 
+    /// A private child of the view context, used from `@MainActor` code after an `await`:
+    /// its reads of the parent run inline on the main thread (the review's worry was a
+    /// `DispatchQueue.main.sync` from the main thread, a deadlock); fetch, fault, save and the
+    /// parent's save all complete.
+    @MainActor @Test func aPrivateChildOfTheViewContextWorksFromTheMainActorAfterAnAwait() async throws {
+        let f = try Fixture()
+        let view = f.container.viewContext
+        let folder = try view.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        try view.save()
+        await Task.yield()
+        try await Task.sleep(nanoseconds: 1_000_000)
+        let child = view.newChildContext(concurrencyType: .privateQueue)
+        let names = try child.performAndWait {
+            let found = try child.fetch(FetchRequest<ManagedObject>(entityName: "Folder"))
+            try found.first?.setValue("g", forKey: "name")
+            try child.save()
+            return try found.map { try $0.value(forKey: "name") as? String }
+        }
+        #expect(names == ["g"])
+        #expect(try folder.value(forKey: "name") as? String == "g")
+        try view.save()
+        let check = f.context()
+        #expect(try check.existingObject(with: folder.objectID).value(forKey: "name") as? String == "g")
+    }
+
+    /// A grandchild used inside its parent's `performAndWait` reads its parent inline (Core
+    /// Data's `performAndWait` is reentrant): before, the read `sync`ed onto the queue its own
+    /// thread held, which libdispatch stops with a crash.
+    @Test func aChildUsedInsideItsParentsPerformAndWaitReadsItInline() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        let count = try child.performAndWait {
+            let folder = try child.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("f", forKey: "name")
+            return try grandchild.performAndWait {
+                try grandchild.fetch(FetchRequest<ManagedObject>(entityName: "Folder")).count
+            }
+        }
+        #expect(count == 1)
+    }
+
+    /// An asynchronous fetch's result released on another thread releases its objects on
+    /// their context's queue, where the context looks objects up: while that queue is busy
+    /// the objects stay alive, and they go once it runs (before, they were freed on the
+    /// releasing thread, racing a lookup on the queue that could hand out a freed object).
+    @Test func anAsynchronousResultReleasedElsewhereReleasesItsObjectsOnTheQueue() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        for i in 0..<10 { try setup.insertNewObject(forEntityName: "Item").setValue("\(i)", forKey: "name") }
+        try setup.save()
+        let c = f.container.newContext(concurrencyType: .privateQueue)
+        let done = DispatchSemaphore(value: 0)
+        var result: AsynchronousFetchResult<ManagedObject>? = try c.performAndWait {
+            try c.execute(
+                AsynchronousFetchRequest(fetchRequest: FetchRequest<ManagedObject>(entityName: "Item")) { _ in
+                    done.signal()
+                })
+        }
+        done.wait()
+        final class Weak: @unchecked Sendable {
+            weak var object: ManagedObject?
+            init(_ object: ManagedObject) { self.object = object }
+        }
+        let weak = c.performAndWait { (result?.finalResult ?? []).map(Weak.init) }
+        #expect(weak.count == 10)
+        let hold = DispatchSemaphore(value: 0)
+        c.perform { hold.wait() }  // the queue is busy
+        result = nil  // released on this thread
+        #expect(weak.allSatisfy { $0.object != nil })
+        hold.signal()
+        c.performAndWait {}
+        c.performAndWait {}
+        #expect(weak.allSatisfy { $0.object == nil })
+        _ = result
+    }
+
+    /// Faults a batched fetch made and nobody fired keep the fetch's state (one fetch reads
+    /// one state) only until their context moves on: once it merges a save of other objects,
+    /// the batches give their snapshot up, and the old segments leave the disk at the next
+    /// compaction while the faults live on (before, each batch held the fetch's snapshot as
+    /// long as one of its faults lived, and with it every segment of that state).
+    @Test func unfiredFaultsPinNoOldSegments() throws {
+        let store = TemporaryStore()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        var options = ContainerOptions()
+        options.segmentSize = 64 << 10
+        options.compaction = .manual
+        let container = try PersistentContainer(
+            name: "Check", model: CheckedModel.make(), directory: store.path, options: options)
+        defer { try? container.close() }
+        let writer = container.newContext(concurrencyType: .confinement)
+        let padding = String(repeating: "x", count: 60)
+        for i in 0..<2_000 {
+            try writer.insertNewObject(forEntityName: "Item").setValue("item \(i) \(padding)", forKey: "name")
+            try writer.insertNewObject(forEntityName: "Folder").setValue("old \(i) \(padding)", forKey: "name")
+        }
+        try writer.save()
+        let reader = container.newContext(concurrencyType: .confinement)
+        var request = FetchRequest<ManagedObject>(entityName: "Item")
+        request.fetchBatchSize = 100
+        let faults = try reader.fetch(request)
+        #expect(faults.count == 2_000)
+        func segments() throws -> [String] {
+            try FileManager.default.contentsOfDirectory(atPath: store.path).filter { $0.hasSuffix(".lbj") }.sorted()
+        }
+        let before = try segments()
+        // Other objects change: the faults' own records stay, only the state moves on.
+        let folders = try writer.fetch(FetchRequest<ManagedObject>(entityName: "Folder"))
+        for folder in folders { try folder.setValue("new", forKey: "name") }
+        try writer.save()
+        reader.mergeChanges(ContextChanges(updated: Set(folders.map(\.objectID))))
+        _ = try container.store.compact()
+        let after = try segments()
+        #expect(
+            Set(after).isDisjoint(with: before),
+            "old segments still on disk: \(Set(after).intersection(before).sorted())")
+        #expect(faults[1_234].isFault)
+        let name = try faults[1_234].value(forKey: "name") as? String
+        #expect(name?.hasPrefix("item ") == true, "\(String(describing: name))")
+    }
+
     // MARK: The cases of the contexts issue, each with Core Data's default settings
 
     /// Two contexts of the document model (Manager, Employee) that merge automatically.

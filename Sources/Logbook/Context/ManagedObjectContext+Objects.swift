@@ -163,20 +163,24 @@ extension ManagedObjectContext {
             return
         }
         if let batch = object.batch {
-            // Load the whole batch from the fetch's snapshot.
+            // Load the whole batch, from one state of the store.
             let members = batch.take()
+            let source = snapshot ?? batch.snapshot ?? readSnapshot()
             var read = 0
             for o in members where o.flags.contains(.fault) {
                 o.batch = nil
-                if let slots = try decode(batch.snapshot, key: o.engineKey, layout: o.layout) {
+                if let slots = try decode(source, key: o.engineKey, layout: o.layout) {
                     o.slots = slots
-                    o.baseVersion = batch.snapshot.version
+                    o.baseVersion = source.version
                     o.flags.remove(.fault)
                     read += 1
                 }
             }
             lastFetchRecordsRead += read
             if !object.flags.contains(.fault) { return }
+            throw LogbookError(
+                .objectNotFound, "the object was deleted from the store", entity: object.layout.name,
+                objectID: object.objectID)
         }
         let source = snapshot ?? readSnapshot()
         guard let slots = try decode(source, key: object.engineKey, layout: object.layout) else {

@@ -98,7 +98,7 @@ extension ManagedObjectContext {
             // touching one member of a hundred thousand reads its batch, not every record.
             if batch == nil || batch!.count >= Self.relationshipFaultBatch {
                 if snapshot == nil { snapshot = readSnapshot() }
-                batch = FaultBatch(snapshot: snapshot!)
+                batch = makeFaultBatch(snapshot!)
             }
             // A member may be of a sub-entity of the declared destination.
             let destination = declared.inTree ? (layout(forKey: key) ?? declared) : declared

@@ -105,6 +105,9 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// Errors of typed property setters (which cannot throw), reported by the next save.
     var pendingErrors: [LogbookError] = []
     @exclusivity(unchecked) var groupDepth = 0
+    /// The fault batches that may still hold a snapshot (see `releaseBatchSnapshots`).
+    var faultBatches: [FaultBatch.Weak] = []
+    var faultBatchesPruneAt = 64
     /// How many records the last fetch read from the store (0 when the index answered alone):
     /// a diagnostic that shows whether a request used its index.
     public internal(set) var lastFetchRecordsRead = 0
@@ -123,6 +126,28 @@ public final class ManagedObjectContext: @unchecked Sendable {
     /// reads a past version stays where it is.
     func advancePinnedSnapshot() {
         if pinnedSnapshot != nil && !isHistorical { pinnedSnapshot = container.store.snapshot() }
+        releaseBatchSnapshots()
+    }
+
+    /// A fault batch over `snapshot`, listed so that it gives the snapshot up when the
+    /// context moves on.
+    func makeFaultBatch(_ snapshot: Snapshot) -> FaultBatch {
+        let batch = FaultBatch(snapshot: snapshot)
+        if faultBatches.count >= faultBatchesPruneAt {
+            faultBatches.removeAll { $0.batch == nil }
+            faultBatchesPruneAt = max(64, faultBatches.count * 2)
+        }
+        faultBatches.append(FaultBatch.Weak(batch: batch))
+        return batch
+    }
+
+    /// The context moved to a newer state: its fault batches load that state from now on,
+    /// and the snapshots they held (and the journal segments those read) are released.
+    func releaseBatchSnapshots() {
+        guard !faultBatches.isEmpty, pinnedSnapshot == nil || !isHistorical else { return }
+        for weak in faultBatches { weak.batch?.snapshot = nil }
+        faultBatches.removeAll()
+        faultBatchesPruneAt = 64
     }
 
     /// Calls `handler` (on the context's queue) with the changes of each save of this context
@@ -179,18 +204,27 @@ public final class ManagedObjectContext: @unchecked Sendable {
     public func performAndWait<T>(_ body: () throws -> T) rethrows -> T {
         guard let queue else { return try body() }
         if isOnQueue { return try body() }
-        return try queue.sync { try body() }
+        // The queues this thread holds now stay reachable inline from inside (`HeldQueues`).
+        let main = DispatchQueue.getSpecific(key: Self.mainQueueKey) != nil
+        let outer = DispatchQueue.getSpecific(key: Self.queueKey)?.context.map(ObjectIdentifier.init)
+        let caller = pthread_self()
+        return try queue.sync { try HeldQueues.holding(main: main, context: outer, caller: caller, body) }
     }
 
-    /// True when running on the context's own queue. Told by a queue-specific value, not by
-    /// the thread: after an `await`, the main queue may run on a thread that is not the main one.
+    /// True when running on the context's own queue, or inside a `performAndWait` entered from
+    /// it on this thread. Told by a queue-specific value and `HeldQueues`, not by the thread:
+    /// after `dispatchMain` (and after an `await` in `@MainActor` code) the main queue runs on
+    /// a worker thread.
     var isOnQueue: Bool {
         guard queue != nil else { return true }
         if concurrencyType == .mainQueue {
             // (Not `queue === DispatchQueue.main`: on Linux that is a new wrapper each time.)
             return DispatchQueue.getSpecific(key: Self.mainQueueKey) != nil || Thread.isMainThread
+                || (HeldQueues.existing?.main ?? 0) > 0
         }
-        return DispatchQueue.getSpecific(key: Self.queueKey)?.context === self
+        if DispatchQueue.getSpecific(key: Self.queueKey)?.context === self { return true }
+        guard let held = HeldQueues.existing, !held.contexts.isEmpty else { return false }
+        return held.contexts.contains(ObjectIdentifier(self))
     }
 
     /// Marks the main queue once, so that code running on it knows it.

@@ -87,7 +87,10 @@ public final class AsynchronousFetchRequest<Result: ManagedObject>: Sendable {
 /// A running or finished asynchronous fetch.
 public final class AsynchronousFetchResult<Result: ManagedObject>: @unchecked Sendable {
     // @unchecked: `finalResult` and `error` are written once, on the context's queue, before
-    // the completion runs there; read them on that queue. `progress` is Sendable.
+    // the completion runs there; read them on that queue. `progress` is Sendable. The result
+    // may still be released on any thread (it is returned, and kept, by code anywhere): its
+    // objects are then released on their context's queue (`deinit`), where their context
+    // looks them up, so that no lookup can find an object in the middle of its deinit.
     /// How many records the fetch has examined; cancel through it.
     public let progress: FetchProgress
     /// The objects, in the request's order, once the fetch succeeded (objects of the context,
@@ -96,7 +99,21 @@ public final class AsynchronousFetchResult<Result: ManagedObject>: @unchecked Se
     /// Why the fetch produced no result (`.cancelled` when it was cancelled).
     public internal(set) var error: LogbookError?
 
-    init(progress: FetchProgress) { self.progress = progress }
+    /// The queue of the context the objects belong to (nil for a confined context).
+    let queue: DispatchQueue?
+
+    init(progress: FetchProgress, queue: DispatchQueue? = nil) {
+        self.progress = progress
+        self.queue = queue
+    }
+
+    deinit {
+        guard let queue, let objects = finalResult, !objects.isEmpty else { return }
+        finalResult = nil
+        // The last references go on the context's queue (the objects leave its registry there).
+        let release = UncheckedSendable(objects)
+        queue.async { _ = release }
+    }
 
     /// Cancels the fetch (see `FetchProgress.cancel()`).
     public func cancel() { progress.cancel() }

@@ -33,7 +33,7 @@ extension ManagedObjectContext {
         let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout)
         let plan = try plan(fetch, layout: layout)
         let snapshot = readSnapshot()
-        let result = AsynchronousFetchResult<T>(progress: FetchProgress())
+        let result = AsynchronousFetchResult<T>(progress: FetchProgress(), queue: queue)
         // A context of its own reads on the worker thread (objects never cross threads).
         let worker = container.newContext(concurrencyType: .confinement)
         let job = UncheckedSendable((self, worker, request, result))
@@ -73,7 +73,7 @@ extension ManagedObjectContext {
     private func fetchOnQueue<T: ManagedObject>(_ request: AsynchronousFetchRequest<T>, queue: DispatchQueue)
         -> AsynchronousFetchResult<T>
     {
-        let result = AsynchronousFetchResult<T>(progress: FetchProgress())
+        let result = AsynchronousFetchResult<T>(progress: FetchProgress(), queue: queue)
         let job = UncheckedSendable((self, request, result))
         queue.async {
             let (context, request, result) = job.value

@@ -153,7 +153,7 @@ extension ManagedObjectContext {
         result.reserveCapacity(slice.count)
         var batch: FaultBatch?
         for (n, key) in slice.enumerated() {
-            if n % request.fetchBatchSize == 0 { batch = FaultBatch(snapshot: snapshot) }
+            if n % request.fetchBatchSize == 0 { batch = makeFaultBatch(snapshot) }
             if let o = registered(key) {
                 result.append(o)
                 continue

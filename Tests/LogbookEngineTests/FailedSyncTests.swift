@@ -34,6 +34,23 @@ import Testing
         try reopened.close()
     }
 
+    /// Under `.none`, commits are acknowledged before any sync; a checkpoint's sync then
+    /// fails and drops their pages (fsyncgate). The close must not return as if they were on
+    /// disk (it did: a caller that closed cleanly found them gone). Found by the crash-state
+    /// explorer ("single commits, no sync, then a checkpoint").
+    @Test func closingAStoreWhoseSyncFailedThrows() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.none), fileSystem: fs)
+        try commitOne(store, 1, "one")
+        fs.inject(.failedSync, atStep: fs.steps + 1)
+        #expect(throws: EngineError.self) { try store.checkpoint() }
+        #expect { try store.close() } throws: { ($0 as? EngineError)?.code == .failed }
+        fs.processCrash()
+        let reopened = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.none), fileSystem: fs)
+        #expect(try contents(reopened.snapshot()).isEmpty, "what the failed sync covered is not replayed")
+        try reopened.close()
+    }
+
     /// A transaction of more than 8 MiB goes out in several writes; a failure of any of them
     /// poisons the store like any other failed write (it used to leave it writable).
     @Test func aFailedPartialWriteOfALargeTransactionPoisonsTheStore() throws {

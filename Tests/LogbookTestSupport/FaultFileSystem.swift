@@ -13,12 +13,22 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
     package enum Fault {
         case error(Int32)
         case crash
+        /// At a sync: `EIO`, and the pages the sync should have written are dropped as Linux
+        /// drops them (PostgreSQL's "fsyncgate"): marked clean, never written by a later sync
+        /// unless written again; a power loss finds their old bytes.
+        case failedSync
     }
 
     package struct FileData {
         var current: [UInt8] = []
         var durable: [UInt8] = []
+        /// Pages (of `droppedPageSize`) a failed sync dropped.
+        var dropped: Set<Int> = []
     }
+
+    /// The page size of `FileData.dropped`.
+    package static let droppedPageSize = 4096
+    private var dropsAtThisSync = false
 
     /// Whether files can be extended with allocated zeros (`StorageFile.preallocate`), as
     /// `posix_fallocate` extends them on Linux. Off by default: tests that measure a segment
@@ -71,6 +81,16 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
 
     package func resume() { resumed.signal() }
 
+    /// Forgets a pause not reached yet and wakes `waitUntilPaused` (the task that would have
+    /// paused ended first, for instance stopped by an injected fault).
+    package func cancelPause() {
+        let pending = mutex.withLock { _ -> Bool in
+            defer { pauseCondition = nil }
+            return pauseCondition != nil
+        }
+        if pending { paused.signal() }
+    }
+
     private func pauseIfAsked(_ name: String, _ path: String, _ count: Int) {
         let pause = mutex.withLock { _ -> Bool in
             guard let condition = pauseCondition, condition(name, path, count) else { return false }
@@ -95,12 +115,16 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     /// The same, with the choices made by the caller: `keepsNewLength(path)` and
-    /// `keepsNewPage(path, pageIndex)`.
+    /// `keepsNewPage(path, pageIndex)`; `keepsNewEntries` keeps the directory entries as the
+    /// last operations left them (creations, renames and removals not yet made durable by a
+    /// directory sync reached the disk) instead of falling back to the last directory sync.
     package func powerLoss(
-        pageSize: Int, keepsNewLength: (String) -> Bool, keepsNewPage: (String, Int) -> Bool
+        pageSize: Int, keepsNewEntries: Bool = false, keepsNewLength: (String) -> Bool,
+        keepsNewPage: (String, Int) -> Bool
     ) {
         mutex.withLock { _ in
-            entries = durableEntries
+            if !keepsNewEntries { entries = durableEntries }
+            durableEntries = entries
             let pathOf = Dictionary(entries.map { ($0.value, $0.key) }, uniquingKeysWith: { a, _ in a })
             files = files.filter { pathOf[$0.key] != nil }
             for id in files.keys.sorted() {
@@ -112,7 +136,9 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
                 var start = 0
                 while start < length {
                     let end = min(start + pageSize, length)
-                    let keepsNewBytes = keepsNewPage(path, start / pageSize)
+                    // A page a failed sync dropped is never written back: the disk keeps its old bytes.
+                    let keepsNewBytes =
+                        !file.dropped.contains(start / Self.droppedPageSize) && keepsNewPage(path, start / pageSize)
                     for i in start..<end {
                         if keepsNewBytes && i < file.current.count {
                             result[i] = file.current[i]
@@ -124,6 +150,59 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
                 }
                 files[id] = FileData(current: result, durable: result)
             }
+            locks = [:]
+            crashed = false
+            failAt = nil
+        }
+    }
+
+    // MARK: Crash states (the crash-state explorer)
+
+    /// A file system in the same state as this one (files, entries, what is durable), with no
+    /// fault armed: each crash state the explorer opens is made on a copy.
+    package func copy() -> FaultFileSystem {
+        let other = FaultFileSystem(preallocates: preallocates)
+        mutex.withLock { _ in
+            other.files = files
+            other.entries = entries
+            other.durableEntries = durableEntries
+            other.directories = directories
+            other.nextID = nextID
+        }
+        return other
+    }
+
+    /// What a power loss may keep or lose now: each file's pages (of `pageSize`) whose
+    /// current bytes differ from the synced ones, the files whose length differs, and whether
+    /// the directory entries differ from the last directory sync.
+    package func unsynced(pageSize: Int) -> (pages: [(path: String, page: Int)], lengths: [String], entries: Bool) {
+        mutex.withLock { _ in
+            var pages: [(String, Int)] = []
+            var lengths: [String] = []
+            for (path, id) in entries.sorted(by: { $0.key < $1.key }) {
+                guard let file = files[id], file.current != file.durable else { continue }
+                if file.current.count != file.durable.count { lengths.append(path) }
+                let end = max(file.current.count, file.durable.count)
+                var start = 0
+                while start < end {
+                    let stop = min(start + pageSize, end)
+                    let new = file.current[min(start, file.current.count)..<min(stop, file.current.count)]
+                    let old = file.durable[min(start, file.durable.count)..<min(stop, file.durable.count)]
+                    if !new.elementsEqual(old) && !file.dropped.contains(start / Self.droppedPageSize) {
+                        pages.append((path, start / pageSize))
+                    }
+                    start = stop
+                }
+            }
+            return (pages, lengths, entries != durableEntries)
+        }
+    }
+
+    /// The process died, the machine did not: every write is still in the page cache (also
+    /// the pages a failed sync dropped, until they are evicted), locks are released, and I/O
+    /// works again. A reopen in the same boot reads this.
+    package func processCrash() {
+        mutex.withLock { _ in
             locks = [:]
             crashed = false
             failAt = nil
@@ -158,6 +237,9 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
                 throw EngineError.systemCall(name, path: path, errno: EIO)
             case .error(let code):
                 throw EngineError.systemCall(name, path: path, errno: code)
+            case .failedSync:
+                dropsAtThisSync = name == "sync"
+                throw EngineError.systemCall(name, path: path, errno: EIO)
             }
         }
     }
@@ -262,13 +344,44 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
             files[id]!.current.withUnsafeMutableBytes { dst in
                 UnsafeMutableRawBufferPointer(rebasing: dst[offset..<offset + bytes.count]).copyMemory(from: bytes)
             }
+            if !files[id]!.dropped.isEmpty, bytes.count > 0 {
+                // Written again: dirty again, and a sync writes it.
+                let p = Self.droppedPageSize
+                for page in (offset / p)...((offset + bytes.count - 1) / p) { files[id]!.dropped.remove(page) }
+            }
         }
     }
 
     fileprivate func sync(_ id: Int, path: String) throws {
         try mutex.withLock { _ in
-            try stepLocked("sync", path)
-            if let current = files[id]?.current { files[id]!.durable = current }
+            do {
+                try stepLocked("sync", path)
+            } catch {
+                if dropsAtThisSync, let file = files[id] {
+                    dropsAtThisSync = false
+                    let p = Self.droppedPageSize
+                    let end = max(file.current.count, file.durable.count)
+                    for page in 0..<((end + p - 1) / p) {
+                        let range = (page * p)..<min((page + 1) * p, end)
+                        let new = file.current[
+                            min(range.lowerBound, file.current.count)..<min(range.upperBound, file.current.count)]
+                        let old = file.durable[
+                            min(range.lowerBound, file.durable.count)..<min(range.upperBound, file.durable.count)]
+                        if !new.elementsEqual(old) { files[id]!.dropped.insert(page) }
+                    }
+                }
+                throw error
+            }
+            guard let file = files[id] else { return }
+            var durable = file.current
+            for page in file.dropped where page * Self.droppedPageSize < durable.count {
+                // A dropped page keeps what the disk had (zeros past its old end).
+                let p = Self.droppedPageSize
+                for i in (page * p)..<min((page + 1) * p, durable.count) {
+                    durable[i] = i < file.durable.count ? file.durable[i] : 0
+                }
+            }
+            files[id]!.durable = durable
         }
     }
 
@@ -299,6 +412,13 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
     }
 
     /// The current bytes of a file (tests use this to damage files).
+    /// The names of the files in `directory` now.
+    package func files(in directory: String) -> [String] {
+        mutex.withLock { _ in
+            entries.keys.filter { $0.hasPrefix(directory + "/") }.map { String($0.dropFirst(directory.count + 1)) }
+        }
+    }
+
     package func contents(_ path: String) -> [UInt8]? {
         mutex.withLock { _ in entries[path].flatMap { files[$0]?.current } }
     }

@@ -136,7 +136,15 @@ struct Recovery {
             // the disk's cache at times much more, of every open.)
             let onlyTheCheckpoint =
                 report.checkpoint != nil && startIndex == manifest.segments.count - 1 && appendOffset == startOffset
-            if !onlyTheCheckpoint { try active.handle.sync() }
+            if !onlyTheCheckpoint {
+                try active.handle.sync()
+                // The directory's entries too: a process that crashed between creating a file
+                // (a segment, the manifest's rename) and syncing the directory left an entry a
+                // power loss can still take away; commits written into that file now would go
+                // with it (found by the crash-state explorer: crash at the directory sync of a
+                // rollover, reopen in the same boot, commit, power loss).
+                try fs.syncDirectory(directory)
+            }
             writer.syncedOffset = appendOffset
             // Zeros after the last commit (space allocated ahead of commits) are overwritten.
             writer.allocatedEnd = max(appendOffset, (try? active.handle.size()) ?? appendOffset)

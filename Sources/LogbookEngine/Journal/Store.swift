@@ -366,6 +366,15 @@ public final class Store: Sendable {
                 if writerState.failure == nil, let active = writerState.active {
                     writerState.trimAllocation(of: active)
                 }
+                // A store that failed earlier closes, and says so: what it acknowledged
+                // without a sync since its last successful one may not be on disk (a failed
+                // sync cut it back), and a close that returned would vouch for it.
+                if firstError == nil, let failure = writerState.failure {
+                    firstError = EngineError(
+                        .failed,
+                        "the store failed earlier; commits acknowledged since its last successful sync may be lost: \(failure)"
+                    )
+                }
             }
             if let firstError { throw firstError }
         }

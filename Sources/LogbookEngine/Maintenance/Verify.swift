@@ -40,6 +40,11 @@ extension Store {
     /// print(report.isSound ? "sound" : report.problems.joined(separator: "\n"))
     /// ```
     public static func verify(at directory: String) throws -> VerificationReport {
+        try verify(at: directory, fileSystem: PosixFileSystem())
+    }
+
+    /// `verify(at:)` through a file system of the caller's (the crash-state explorer's).
+    package static func verify(at directory: String, fileSystem: any FileSystem) throws -> VerificationReport {
         var options = StoreOptions()
         options.readOnly = true
         options.createIfMissing = false
@@ -50,7 +55,7 @@ extension Store {
         // The journal alone, from its first byte.
         var fromJournal = options
         fromJournal.ignoresCheckpoint = true
-        let journal = try Store.open(at: directory, options: fromJournal)
+        let journal = try Store.open(at: directory, options: fromJournal, fileSystem: fileSystem)
         defer { try? journal.close() }
         let stats = journal.statistics()
         report.segments = stats.segments.count
@@ -60,7 +65,7 @@ extension Store {
         report.uncommittedTailBytes = journal.recoveryReport.truncatedBytes
 
         // The checkpoint and the journal after it, as a normal open reads the store.
-        let opened = try Store.open(at: directory, options: options)
+        let opened = try Store.open(at: directory, options: options, fileSystem: fileSystem)
         defer { try? opened.close() }
         report.checkpoint = opened.recoveryReport.checkpoint
         if let problem = opened.recoveryReport.checkpointProblem {

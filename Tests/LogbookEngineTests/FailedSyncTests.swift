@@ -51,6 +51,51 @@ import Testing
         try reopened.close()
     }
 
+    /// A checkpoint that fails at any of its steps leaves no temporary file behind (each
+    /// failed attempt used to leave a `checkpoint-N.lbc.tmp` holding its space until the next
+    /// open), and a failure of its manifest write, where nothing on disk changed, does not stop
+    /// the commits that follow (it used to mark the whole store failed).
+    @Test func aFailedCheckpointLeavesNoTemporaryFileAndCommitsGoOn() throws {
+        for k in 1...8 {
+            let fs = FaultFileSystem()
+            let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+            for i in 0..<20 { try commitOne(store, UInt64(i), "value \(i)") }
+            try store.checkpoint()
+            try commitOne(store, 100, "after the first checkpoint")
+            fs.inject(.error(EIO), atStep: fs.steps + k)
+            let failed = (try? store.checkpoint()) == nil
+            let name = fs.stepNames.last ?? ""
+            let leftovers = fs.files(in: FaultStorePaths.directory).filter {
+                $0.hasSuffix(JournalFormat.temporarySuffix)
+            }
+            #expect(leftovers.isEmpty, "step \(k) (\(name)): \(leftovers)")
+            if failed {
+                // The journal holds every commit and either manifest names a sound checkpoint.
+                #expect(throws: Never.self, "step \(k) (\(name))") { try commitOne(store, 101, "after the failure") }
+            }
+            try? store.close()
+            let reopened = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+            #expect(try contents(reopened.snapshot())[100] == "after the first checkpoint")
+            try reopened.close()
+        }
+    }
+
+    /// A checkpoint that cannot fit on the disk (about the size of the last one) fails before
+    /// it writes anything.
+    @Test func aCheckpointChecksFreeSpaceFirst() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        for i in 0..<20 { try commitOne(store, UInt64(i), "value \(i)") }
+        try store.checkpoint()
+        try commitOne(store, 100, "more")
+        fs.freeSpace = 1_000
+        let steps = fs.steps
+        #expect { try store.checkpoint() } throws: { ($0 as? EngineError)?.code == .diskFull }
+        #expect(fs.steps == steps, "nothing was written")
+        try commitOne(store, 101, "commits go on")
+        try store.close()
+    }
+
     /// A transaction of more than 8 MiB goes out in several writes; a failure of any of them
     /// poisons the store like any other failed write (it used to leave it writable).
     @Test func aFailedPartialWriteOfALargeTransactionPoisonsTheStore() throws {

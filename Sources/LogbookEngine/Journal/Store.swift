@@ -455,11 +455,17 @@ public final class Store: Sendable {
     func writeManifest(_ manifest: Manifest) throws {
         let tmp = path(JournalFormat.manifestFileName + JournalFormat.temporarySuffix)
         try? fileSystem.removeFile(tmp)
-        let handle = try fileSystem.openFile(tmp, writable: true, create: true, exclusive: true)
-        try handle.write(manifest.encoded(), at: 0)
-        try handle.sync()
-        handle.close()
-        try fileSystem.rename(tmp, to: path(JournalFormat.manifestFileName))
+        do {
+            let handle = try fileSystem.openFile(tmp, writable: true, create: true, exclusive: true)
+            defer { handle.close() }
+            try handle.write(manifest.encoded(), at: 0)
+            try handle.sync()
+            try fileSystem.rename(tmp, to: path(JournalFormat.manifestFileName))
+        } catch {
+            // Nothing changed on disk: the old manifest stands; the temporary file goes.
+            try? fileSystem.removeFile(tmp)
+            throw error
+        }
         try fileSystem.syncDirectory(directory)
     }
 

@@ -34,13 +34,37 @@ extension Checkpoint {
     /// bytes (each a compressed frame as it comes) and whose whole leaves it hands out one at
     /// a time (gathered into `checkpointSlots` frames). The file is written as it grows, a
     /// few hundred KiB at a time: neither it nor the stream is ever whole in memory.
+    ///
+    /// A failure removes the temporary file (it would hold its space until the next open: on a
+    /// full disk, the space a user frees). `estimatedBytes` is checked against the free space
+    /// first, so that a checkpoint that cannot fit fails before it writes anything.
     static func write(
-        number: UInt64, directory: String, fileSystem fs: any FileSystem,
+        number: UInt64, directory: String, fileSystem fs: any FileSystem, estimatedBytes: Int = 0,
         stream produce: (_ chunk: (UnsafeRawBufferPointer) -> Void, _ leaf: (UnsafePointer<UInt64>) -> Void) -> Void
     ) throws {
+        if estimatedBytes > 0, let available = fs.availableBytes(directory), available < estimatedBytes {
+            throw EngineError(
+                .diskFull, "a checkpoint needs about \(estimatedBytes) bytes free and \(available) are", path: directory
+            )
+        }
         let final = joinPath(directory, fileName(number))
         let tmp = final + JournalFormat.temporarySuffix
         try? fs.removeFile(tmp)
+        do {
+            try writeTemporary(tmp, number: number, fileSystem: fs, stream: produce)
+            try fs.rename(tmp, to: final)
+        } catch {
+            try? fs.removeFile(tmp)
+            throw error
+        }
+        try fs.syncDirectory(directory)
+    }
+
+    /// The file of `write`, under its temporary name, synced.
+    private static func writeTemporary(
+        _ tmp: String, number: UInt64, fileSystem fs: any FileSystem,
+        stream produce: (_ chunk: (UnsafeRawBufferPointer) -> Void, _ leaf: (UnsafePointer<UInt64>) -> Void) -> Void
+    ) throws {
         let handle = try fs.openFile(tmp, writable: true, create: true, exclusive: true)
         defer { handle.close() }
         let salt = FileHeader.randomSalt()
@@ -106,8 +130,6 @@ extension Checkpoint {
         drain(&out, force: true)
         if let failure { throw failure }
         try handle.sync()
-        try fs.rename(tmp, to: final)
-        try fs.syncDirectory(directory)
     }
 
     /// Reads and checks a checkpoint file.

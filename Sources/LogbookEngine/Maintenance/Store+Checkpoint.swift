@@ -37,7 +37,20 @@ extension Store {
         // Indexes or leaves that could not be had are not written out (the journal still has
         // them).
         try state.checkLoaded()
-        try Checkpoint.write(number: number, directory: directory, fileSystem: fileSystem) { chunk, leaf in
+        // Room for a file about the size of the last one, and some to spare.
+        let previous = writer.withLock { $0.manifest.checkpoint }
+        let previousBytes =
+            previous == 0
+            ? 0
+            : ((try? fileSystem.openFile(
+                path(Checkpoint.fileName(previous)), writable: false, create: false, exclusive: false)).map { file in
+                    defer { file.close() }
+                    return (try? file.size()) ?? 0
+                } ?? 0)
+        try Checkpoint.write(
+            number: number, directory: directory, fileSystem: fileSystem,
+            estimatedBytes: previousBytes > 0 ? previousBytes + (1 << 20) : 0
+        ) { chunk, leaf in
             Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
         }
         try writer.withLock { writerState in
@@ -47,7 +60,11 @@ extension Store {
             manifest.checkpoint = number
             manifest.generation += 1
             do { try writeManifest(manifest) } catch {
-                writerState.recordFailure(error)
+                // The store's committed state is intact (the journal holds every commit, and
+                // either manifest on disk names a sound checkpoint): commits go on, and the
+                // checkpoint is tried again later. The old checkpoint stays (the manifest on
+                // disk may still name it); the generation is not used again.
+                writerState.manifest.generation = manifest.generation
                 throw error
             }
             writerState.manifest = manifest

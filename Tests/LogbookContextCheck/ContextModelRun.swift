@@ -158,6 +158,29 @@ package final class ContextModelRun {
             if !merge {
                 dirty[i] = dirty[i].filter { $0.key.object != n }
                 undoUnknown[i] = true
+            } else {
+                // Merged: a change that now equals what the context reads beneath it (its
+                // parent's value, or the store's) is no change any more (Core Data compares
+                // with the refreshed snapshot).
+                let beneath: [String: String]
+                if let parent = specs[i].parent {
+                    beneath = on(parent) { c in
+                        var values: [String: String] = [:]
+                        if let o = object(n, in: c), n < objects.count {
+                            for a in CheckedModel.attributes[objects[n].entity]! {
+                                values[a] = (try? o.value(forKey: a)).flatMap { $0.map { "\($0)" } } ?? "nil"
+                            }
+                        }
+                        return values
+                    }
+                } else {
+                    beneath = try storeValues()[n] ?? [:]
+                }
+                for (key, value) in dirty[i] where key.object == n && beneath[key.attribute] == value {
+                    dirty[i][key] = nil
+                    base[i][key] = nil
+                    undoUnknown[i] = true
+                }
             }
         case .batchUpdate(let i, let name, let done):
             try batchUpdate(i, name: name, done: done)
@@ -220,8 +243,18 @@ package final class ContextModelRun {
             // A fault of an object another save deleted, in a context that has not merged that
             // save yet, cannot be fired (Core Data raises "could not fulfill a fault"): the
             // change fails as a whole, and the invariants after the step check it left nothing.
+            // The same for an object its parent (or grandparent) deleted since this context
+            // read it (a fault of it cannot be fired from the parent either).
             let stored = try storeValues()
-            guard step.objects.contains(where: { stored[$0] == nil }) else { throw error }
+            func goneAbove(_ n: Int) -> Bool {
+                var p = specs[i].parent
+                while let parent = p {
+                    if on(parent, { object(n, in: $0) }) == nil { return true }
+                    p = specs[parent].parent
+                }
+                return false
+            }
+            guard step.objects.contains(where: { stored[$0] == nil || goneAbove($0) }) else { throw error }
         }
         let (undoAfter, redoAfter) = on(i) { c in
             (c.undoHistory?.undoCount ?? 0, c.undoHistory?.redoCount ?? 0)

@@ -297,6 +297,164 @@ import Testing
         #expect(name?.hasPrefix("item ") == true, "\(String(describing: name))")
     }
 
+    /// Undo after a merged deletion does not bring the deleted object back: its changes are
+    /// not saved again (checker seed 64331: a later save wrote the record again).
+    @Test func undoAfterAMergedDeletionDoesNotResurrectTheObject() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        let editing = f.context(.mergeByPropertyObjectTrump)
+        editing.undoHistory = UndoHistory()
+        try editing.existingObject(with: item.objectID).setValue("b", forKey: "name")
+        editing.undoHistory?.beginUndoGrouping()
+        try editing.insertNewObject(forEntityName: "Item").setValue("c", forKey: "name")
+        editing.undoHistory?.endUndoGrouping()
+        let deleting = f.context()
+        var saved: ContextChanges?
+        deleting.observeChanges { saved = $0 }
+        deleting.delete(try deleting.existingObject(with: item.objectID))
+        try deleting.save()
+        editing.mergeChanges(try #require(saved))
+        editing.undo()
+        try editing.save()
+        let check = f.context()
+        #expect(throws: LogbookError.self) { try check.existingObject(with: item.objectID) }
+    }
+
+    /// A deletion unlinks what the store links to the deleted object even when this context
+    /// linked the same member and unlinked it again (a change of nothing, so the member's
+    /// record is not written by the save: checker seeds 49098, 62950 left it pointing at the
+    /// deleted folder).
+    @Test func aDeletionUnlinksAMemberThisContextLinkedAndUnlinked() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("i", forKey: "name")
+        try setup.save()
+        let stale = f.context(.mergeByPropertyObjectTrump)
+        let staleItem = try stale.existingObject(with: item.objectID)
+        try staleItem.setValue(try stale.existingObject(with: folder.objectID), forKey: "folder")
+        let linking = f.context()
+        try linking.existingObject(with: folder.objectID).insert(
+            try linking.existingObject(with: item.objectID), at: 0, inRelationship: "items")
+        try linking.save()
+        stale.delete(try stale.existingObject(with: folder.objectID))
+        try stale.save()
+        let check = f.context()
+        #expect(try check.existingObject(with: item.objectID).value(forKey: "folder") == nil)
+    }
+
+    /// Undo of a link that a merge brought from the store too: the undo unlinks on both sides
+    /// and the save writes both (checker seeds 38536, 64553: the item lost its folder, the
+    /// folder kept the item).
+    @Test func undoOfALinkAnotherSaveAlsoMadeUnlinksBothSides() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("i", forKey: "name")
+        try setup.save()
+        let undoing = f.context(.mergeByPropertyObjectTrump)
+        undoing.undoHistory = UndoHistory()
+        try undoing.existingObject(with: item.objectID).setValue(
+            try undoing.existingObject(with: folder.objectID), forKey: "folder")
+        let other = f.context()
+        var saved: ContextChanges?
+        other.observeChanges { saved = $0 }
+        try other.existingObject(with: folder.objectID).insert(
+            try other.existingObject(with: item.objectID), at: 0, inRelationship: "items")
+        try other.save()
+        undoing.mergeChanges(try #require(saved))
+        undoing.undo()
+        let hereItem = try undoing.existingObject(with: item.objectID)
+        let hereFolder = try undoing.existingObject(with: folder.objectID)
+        let linked = (try hereItem.value(forKey: "folder") as? ManagedObject) != nil
+        #expect(try hereFolder.orderedObjects(forKey: "items").contains { $0 === hereItem } == linked)
+        try undoing.save()
+        let check = f.context()
+        let storedItem = try check.existingObject(with: item.objectID)
+        let storedLinked = (try storedItem.value(forKey: "folder") as? ManagedObject) != nil
+        #expect(
+            try check.existingObject(with: folder.objectID).orderedObjects(forKey: "items").contains {
+                $0 === storedItem
+            } == storedLinked)
+    }
+
+    /// Deleting a fault of an object the parent deleted is done already: the save goes
+    /// through (checker seed 55824: it failed with objectNotFound).
+    @Test func deletingAFaultOfAnObjectTheParentDeletedSaves() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        let id = try child.performAndWait {
+            let item = try child.insertNewObject(forEntityName: "Item")
+            try item.setValue("c", forKey: "name")
+            return item.objectID
+        }
+        let fault = try grandchild.performAndWait {
+            let o = try grandchild.existingObject(with: id)
+            try o.setValue(true, forKey: "done")
+            grandchild.refresh(o, mergeChanges: false)
+            return o
+        }
+        try child.performAndWait { child.delete(try child.existingObject(with: id)) }
+        try grandchild.performAndWait {
+            #expect(fault.isFault)
+            grandchild.delete(fault)
+            try grandchild.save()
+        }
+    }
+
+    /// An inserted tag that a save merges into the stored tag of the same code, while a
+    /// child's save had already linked the stored tag: both links are kept on both sides
+    /// (checker seed 55697: the stored tag's pending members were overwritten).
+    @Test func aMergedDuplicateKeepsTheStoredObjectsPendingLinks() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        root.mergePolicy = .mergeByPropertyStoreTrump
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        child.mergePolicy = .overwrite
+        let storedTag = try root.performAndWait {
+            let tag = try root.insertNewObject(forEntityName: "Tag")
+            try tag.setValue("y", forKey: "code")
+            try root.save()
+            return tag.objectID
+        }
+        let (newTag, first, second) = try child.performAndWait {
+            let tag = try child.insertNewObject(forEntityName: "Tag")
+            try tag.setValue("y", forKey: "code")
+            let a = try child.insertNewObject(forEntityName: "Item")
+            try a.setValue("a", forKey: "name")
+            let b = try child.insertNewObject(forEntityName: "Item")
+            try b.setValue("b", forKey: "name")
+            try child.save()
+            return (tag.objectID, a.objectID, b.objectID)
+        }
+        try root.performAndWait {
+            try root.existingObject(with: first).add(try root.existingObject(with: newTag), toRelationship: "tags")
+        }
+        try child.performAndWait {
+            try child.existingObject(with: second).add(
+                try child.existingObject(with: storedTag), toRelationship: "tags")
+            try child.save()
+        }
+        try root.performAndWait { try root.save() }
+        let check = f.context()
+        let tags = try check.fetch(FetchRequest<ManagedObject>(entityName: "Tag"))
+        #expect(tags.count == 1)
+        let members = Set(try tags[0].objects(forKey: "items").map(\.objectID))
+        #expect(members == [first, second])
+        for id in [first, second] {
+            #expect(try check.existingObject(with: id).objects(forKey: "tags").map(\.objectID) == [tags[0].objectID])
+        }
+    }
+
     // MARK: The cases of the contexts issue, each with Core Data's default settings
 
     /// Two contexts of the document model (Manager, Employee) that merge automatically.

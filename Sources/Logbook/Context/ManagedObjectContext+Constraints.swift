@@ -235,14 +235,23 @@ extension ManagedObjectContext {
         // Pending set changes and orders: the sets the object owned, and its membership elsewhere.
         var ownedSets: [UInt64: UInt64] = [:]
         for r in o.layout.toMany { ownedSets[setKey(old, o.layout, r)] = setKey(k, o.layout, r) }
-        func rekey<V>(_ table: [UInt64: V], _ members: (V) -> V) -> [UInt64: V] {
+        // The stored object's own pending changes (a child's save may have brought some)
+        // join the ones moved onto it (checker seed 55697: they were overwritten).
+        func rekey<V>(_ table: [UInt64: V], _ members: (V) -> V, _ join: (V, V) -> V) -> [UInt64: V] {
             var out: [UInt64: V] = [:]
-            for (key, value) in table { out[ownedSets[key] ?? key] = members(value) }
+            for (key, value) in table {
+                let target = ownedSets[key] ?? key
+                let moved = members(value)
+                out[target] = out[target].map { join($0, moved) } ?? moved
+            }
             return out
         }
-        setAdds = rekey(setAdds) { PendingMembers($0.map(remap)) }
-        setRemoves = rekey(setRemoves) { Set($0.map(remap)) }
-        orderOverrides = rekey(orderOverrides) { $0.map(remap) }
+        setAdds = rekey(setAdds, { PendingMembers($0.map(remap)) }) { PendingMembers(Array($0) + Array($1)) }
+        setRemoves = rekey(setRemoves, { Set($0.map(remap)) }) { $0.union($1) }
+        orderOverrides = rekey(orderOverrides, { $0.map(remap) }) { a, b in
+            var seen = Set(a)
+            return a + b.filter { seen.insert($0).inserted }
+        }
         let local = o.slots
         var final = local
         for i in local.indices {

@@ -12,6 +12,10 @@ extension ManagedObjectContext {
         }
         do {
             try undoable { try deleteWithRules(object) }
+        } catch let error as LogbookError where error.code == .objectNotFound && object.flags.contains(.fault) {
+            // A fault of an object that is no longer there (another save, or the parent,
+            // deleted it): what the deletion asks is done already (checker seed 55824).
+            forgetDeletedInStore(object)
         } catch let error as LogbookError {
             recordError(error)
         } catch {

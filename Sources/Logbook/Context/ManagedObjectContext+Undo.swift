@@ -40,7 +40,33 @@ extension ManagedObjectContext {
 
     private func restore(_ step: UndoHistory.Step) -> UndoHistory.Step {
         var inverse = UndoHistory.Step(context: contextState)
-        for (id, s) in step.objects {
+        // Objects another save deleted since (merged here): undo does not bring them back,
+        // nor their changes (a later save would have written them again: checker seed 64331).
+        var gone: [UInt64: ManagedObject] = [:]
+        for o in step.context.updated.values where Self.isGoneFromStore(o) { gone[o.engineKey] = o }
+        for o in step.context.deleted.values where Self.isGoneFromStore(o) { gone[o.engineKey] = o }
+        for s in step.objects.values where Self.isGoneFromStore(s.object) { gone[s.object.engineKey] = s.object }
+        defer {
+            for o in gone.values { forgetDeletedInStore(o) }
+            if !gone.isEmpty { unlinkPending(toDeleted: Set(gone.keys)) }
+        }
+        // Objects whose to-one values went back property by property: their inverse sets are
+        // put in step with them once the context's changes are restored (a merge since may
+        // have brought the same link from the store: checker seeds 38536, 64553).
+        var relinked: [(ManagedObject, candidates: [FieldValue])] = []
+        // And objects that, property by property, now differ from the values they were merged
+        // with are changes to save, whatever the restored context state says.
+        var stillChanged: [ManagedObject] = []
+        defer {
+            for o in stillChanged where !o.flags.contains(.invalid) && !o.flags.contains(.inserted) {
+                if let committed = o.committed, committed != o.slots {
+                    o.flags.insert(.updated)
+                    updated[o.engineKey] = o
+                }
+            }
+            for (o, candidates) in relinked { relinkToOneInverses(o, candidates) }
+        }
+        for (id, s) in step.objects where gone[s.object.engineKey] !== s.object {
             inverse.objects[id] = .init(
                 object: s.object, slots: s.object.slots, committed: s.object.committed,
                 flags: s.object.flags, wasNew: false)
@@ -49,6 +75,10 @@ extension ManagedObjectContext {
                 // (from other saves) stay, and so does the snapshot they were merged with.
                 var slots = s.object.slots
                 for i in slots.indices where s.slots[i] != after[i] { slots[i] = s.slots[i] }
+                if !s.object.layout.toOne.isEmpty && slots != s.object.slots {
+                    relinked.append((s.object, s.object.slots + after + (s.object.committed ?? [])))
+                }
+                if s.object.committed != nil { stillChanged.append(s.object) }
                 s.object.slots = slots
                 if s.committed == nil && s.object.committed == nil { s.object.committed = nil }
             } else {
@@ -69,6 +99,44 @@ extension ManagedObjectContext {
         setRemoves = step.context.setRemoves
         orderOverrides = step.context.orderOverrides
         return inverse
+    }
+
+    /// Makes the inverse sets of `o`'s to-one relationships agree with its values: it is a
+    /// member of its destination's set and of no other set among `candidates` (the values it
+    /// may have been linked to).
+    func relinkToOneInverses(_ o: ManagedObject, _ candidates: [FieldValue]) {
+        let layout = o.layout
+        guard !o.flags.contains(.invalid) else { return }
+        for (n, r) in layout.toOne.enumerated() {
+            guard let inv = layout.relationshipInverse[r] else { continue }
+            let declared = model.layouts[layout.relationshipDestination[r]]
+            guard declared.entity.relationships[inv].isToMany else { continue }
+            let slot = layout.attributeCount + n
+            var others = Set<UInt64>()
+            var i = slot
+            while i < candidates.count {
+                if case .object(let k) = candidates[i] { others.insert(k) }
+                i += layout.slotCount
+            }
+            let target: UInt64? = if case .object(let k) = o.slots[slot] { k } else { nil }
+            if let target { others.remove(target) }
+            for other in others.sorted() {
+                let destination = declared.inTree ? (self.layout(forKey: other) ?? declared) : declared
+                let k = setKey(other, destination, inv)
+                if viewHasMember(o.engineKey, ofSet: k) { removeMember(o.engineKey, fromSet: k) }
+            }
+            if let target {
+                let destination = declared.inTree ? (self.layout(forKey: target) ?? declared) : declared
+                let k = setKey(target, destination, inv)
+                if !viewHasMember(o.engineKey, ofSet: k) { addMember(o.engineKey, toSet: k) }
+            }
+        }
+    }
+
+    /// Deleted by another save and merged here (`forgetDeletedInStore`), or by this context's
+    /// saved deletion: either way, not in the store any more.
+    static func isGoneFromStore(_ o: ManagedObject) -> Bool {
+        o.flags.contains(.deleted) && o.flags.contains(.invalid)
     }
 
     /// Undoes the last undo step.

@@ -74,9 +74,12 @@ extension ManagedObjectContext {
                     }
                     let slot = otherLayout.slot(ofToOne: inv)
                     if let o = registered(other),
-                        o.flags.contains(.inserted) || (o.flags.contains(.updated) && !o.flags.contains(.fault))
+                        o.flags.contains(.inserted)
+                            || (o.flags.contains(.updated) && !o.flags.contains(.fault) && o.recordChanged)
                     {
-                        // Written by this save from its values.
+                        // Written by this save from its values (an object changed and changed
+                        // back is not written: the store's record is rewritten below, checker
+                        // seed 49098).
                         if o.slots[slot] == .object(object.engineKey) { o.slots[slot] = .null }
                         continue
                     }

@@ -237,7 +237,7 @@ extension ManagedObjectContext {
         for r in o.layout.toMany { ownedSets[setKey(old, o.layout, r)] = setKey(k, o.layout, r) }
         // The stored object's own pending changes (a child's save may have brought some)
         // join the ones moved onto it (checker seed 55697: they were overwritten).
-        func rekey<V>(_ table: [UInt64: V], _ members: (V) -> V, _ join: (V, V) -> V) -> [UInt64: V] {
+        func rekey<V>(_ table: [UInt64: V], members: (V) -> V, join: (V, V) -> V) -> [UInt64: V] {
             var out: [UInt64: V] = [:]
             for (key, value) in table {
                 let target = ownedSets[key] ?? key
@@ -246,12 +246,15 @@ extension ManagedObjectContext {
             }
             return out
         }
-        setAdds = rekey(setAdds, { PendingMembers($0.map(remap)) }) { PendingMembers(Array($0) + Array($1)) }
-        setRemoves = rekey(setRemoves, { Set($0.map(remap)) }) { $0.union($1) }
-        orderOverrides = rekey(orderOverrides, { $0.map(remap) }) { a, b in
-            var seen = Set(a)
-            return a + b.filter { seen.insert($0).inserted }
-        }
+        setAdds = rekey(
+            setAdds, members: { PendingMembers($0.map(remap)) }, join: { PendingMembers(Array($0) + Array($1)) })
+        setRemoves = rekey(setRemoves, members: { Set($0.map(remap)) }, join: { $0.union($1) })
+        orderOverrides = rekey(
+            orderOverrides, members: { $0.map(remap) },
+            join: { a, b in
+                var seen = Set(a)
+                return a + b.filter { seen.insert($0).inserted }
+            })
         let local = o.slots
         var final = local
         for i in local.indices {

@@ -15,6 +15,45 @@ import Testing
 
     /// A put with 17,000 index keys of 1 KiB used to commit and sync, and the next open failed
     /// on it. Now every limit is checked before anything is written, with an error naming it.
+    /// Random bytes LZ4 cannot shrink.
+    static func noise(_ count: Int, seed: UInt64) -> [UInt8] {
+        var random = SeededGenerator(seed: seed)
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &random) }
+    }
+
+    /// The size limit of a segment (lowered here from a gigabyte) is checked before anything
+    /// is written: a transaction that does not fit what is left of the active segment goes
+    /// into a fresh one (it used to be written up to the limit and refused, though it fits a
+    /// fresh store), and one no segment can hold is refused with nothing written.
+    @Test func theSegmentLimitIsCheckedBeforeWriting() throws {
+        let fs = FaultFileSystem()
+        var options = quietOptions(.full)
+        options.segmentSize = 32 << 10
+        options.segmentLimit = 64 << 10
+        let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+        var first = Transaction()
+        first.put(key(1, 1), value: Self.noise(30 << 10, seed: 1))
+        try store.commit(first)
+        var fitsAFreshSegment = Transaction()
+        fitsAFreshSegment.put(key(1, 2), value: Self.noise(50 << 10, seed: 2))
+        try store.commit(fitsAFreshSegment)
+        var tooLarge = Transaction()
+        tooLarge.put(key(1, 3), value: Self.noise(40 << 10, seed: 3))
+        tooLarge.put(key(1, 4), value: Self.noise(40 << 10, seed: 4))
+        try commitOne(store, 9, "into a fresh segment")  // the full segment is sealed first
+        let steps = fs.steps
+        #expect { try store.commit(tooLarge) } throws: { ($0 as? EngineError)?.code == .transactionTooLarge }
+        #expect(fs.steps == steps, "nothing was written")
+        try commitOne(store, 5, "the store takes commits")
+        try store.close()
+        let reopened = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+        let s = reopened.snapshot()
+        #expect(try s.value(forKey: key(1, 2))?.count == 50 << 10)
+        #expect(try s.value(forKey: key(1, 3)) == nil)
+        #expect(string(try s.value(forKey: key(1, 5))) == "the store takes commits")
+        try reopened.close()
+    }
+
     @Test func everyLimitIsCheckedAtWriteTimeAndTheStoreStillOpens() throws {
         let fs = FaultFileSystem()
         let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(), fileSystem: fs)

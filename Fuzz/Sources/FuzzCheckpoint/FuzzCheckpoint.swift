@@ -10,6 +10,7 @@ public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutableP
 
 func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let stream = Array(UnsafeBufferPointer(start: data, count: size))
+    fuzzWholeLeaves(stream)
     // Both layouts of the primary section: files of version 3 (whole leaves named; none
     // here, where no file holds them) and of versions 1 and 2 (every key in the stream).
     for form in [Checkpoint.PrimaryForm.leaves, .entries] {
@@ -51,4 +52,34 @@ func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         }
     }
     return 0
+}
+
+/// The whole-leaf path of a version-3 file: the input's first byte says how many whole leaves
+/// (0–16) follow it, 512 bytes each, as a file's slot frames hold them; the rest is the
+/// stream, whose primary section names them. The decode either rejects the input or gives a
+/// map whose every entry can be read (nothing read from disk may reach a trap).
+func fuzzWholeLeaves(_ input: [UInt8]) {
+    guard let first = input.first else { return }
+    let leafCount = Int(first) % 17
+    let leafBytes = leafCount * JournalFormat.wholeLeafSize
+    guard input.count >= 1 + leafBytes else { return }
+    let fs = MemoryFileSystem()
+    guard let file = try? fs.openFile("/leaves", writable: true, create: true, exclusive: false) else { return }
+    defer { file.close() }
+    if leafBytes > 0 { try? file.write(Array(input[1..<(1 + leafBytes)]), at: 0) }
+    guard let image = try? FileImage(file, size: leafBytes) else { return }
+    let stream = Array(input[(1 + leafBytes)...])
+    let source = Checkpoint.LeafSource(image: image, frames: leafCount > 0 ? [(0, leafCount)] : [])
+    let loaded = stream.withUnsafeBytes { raw -> Checkpoint.Loaded? in
+        try? Checkpoint.decode(raw, form: .leaves, leaves: source)
+    }
+    guard let loaded else { return }
+    var n = 0
+    for keyspace in loaded.state.primary.keyspaces {
+        _ = loaded.state.primary.forEach(inKeyspace: keyspace) { _, _ in
+            n += 1
+            return true
+        }
+    }
+    withExtendedLifetime(image) { precondition(n >= 0) }
 }

@@ -46,6 +46,19 @@ try! state.apply(
 state.version = 1
 write(Checkpoint.encode(state, segment: 1, offset: 4096), "checkpoint", "small-store")
 
+// A version-3 checkpoint's whole leaves and stream, as FuzzCheckpoint's whole-leaf path reads
+// its input: the number of leaves, the leaves (512 bytes each), then the stream.
+var dense = IndexState()
+for i in 0..<160 { _ = dense.primary.set(EngineKey(keyspace: 1, id: UInt64(i)).rawValue, UInt64(32 + i * 16)) }
+dense.version = 1
+var leafBytes: [UInt8] = []
+var leafStream: [UInt8] = []
+Checkpoint.encode(
+    dense, segment: 1, offset: 4096,
+    leaf: { leafBytes += UnsafeRawBufferPointer(start: $0, count: JournalFormat.wholeLeafSize) },
+    chunk: { leafStream += $0 })
+write([UInt8(leafBytes.count / JournalFormat.wholeLeafSize)] + leafBytes + leafStream, "checkpoint", "whole-leaves")
+
 // A manifest and a segment header.
 var manifest = Manifest()
 manifest.segments = [1, 2, 5]

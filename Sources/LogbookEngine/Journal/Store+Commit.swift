@@ -63,7 +63,6 @@ extension Store {
             if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version {
                 try rollover(&state)
             }
-            guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
             let version = state.working.version + 1
             if let expectingVersion, expectingVersion != version {
                 throw EngineError(
@@ -71,6 +70,18 @@ extension Store {
             }
 
             var payloads = Self.framePayloads(&transaction, blocks)
+            // The size is known before anything is written: a transaction that does not fit
+            // what is left of the segment goes into a fresh one, and one that no segment can
+            // hold is refused here (it used to be refused after up to a gigabyte was written,
+            // and the same transaction committed on a fresh store).
+            let needed = Self.encodedSize(blocks, payloads)
+            if state.appendOffset + needed > options.segmentLimit {
+                guard JournalFormat.fileHeaderSize + needed <= options.segmentLimit else {
+                    throw tooLarge()
+                }
+                try rollover(&state)
+            }
+            guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
             let written = try writeFrames(
                 blocks, payloads: &payloads, version: version,
                 operationCount: transaction.operationCount, to: active, state: &state)
@@ -323,12 +334,24 @@ extension Store {
     }
 
     private func checkSize(_ end: Int) throws {
-        guard end <= JournalFormat.maxSegmentSize else {
-            throw EngineError(
-                .transactionTooLarge,
-                "the transaction is too large: a segment holds at most \(JournalFormat.maxSegmentSize) bytes "
-                    + "(JournalFormat.maxSegmentSize), and a transaction never spans two")
+        guard end <= options.segmentLimit else { throw tooLarge() }
+    }
+
+    private func tooLarge() -> EngineError {
+        EngineError(
+            .transactionTooLarge,
+            "the transaction is too large: a segment holds at most \(options.segmentLimit) bytes "
+                + "(JournalFormat.maxSegmentSize), and a transaction never spans two")
+    }
+
+    /// The bytes `writeFrames` writes for these blocks: each operation frame and the commit
+    /// record (its frame, at most this long).
+    static func encodedSize(_ blocks: [[UInt8]], _ payloads: [Int: (JournalFormat.Codec, [UInt8]?)]) -> Int {
+        var total = JournalFormat.frameHeaderSize + 128
+        for i in blocks.indices {
+            total += JournalFormat.frameHeaderSize + (payloads[i]?.1?.count ?? blocks[i].count)
         }
+        return total
     }
 
     static func nowMillis() -> UInt64 {

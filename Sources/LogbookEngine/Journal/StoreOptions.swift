@@ -58,6 +58,9 @@ public struct StoreOptions: Sendable {
     var beforeCompactionSwitch: (@Sendable () -> Void)?
     /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
     var ignoresCheckpoint = false
+    /// The most bytes a segment may hold (`JournalFormat.maxSegmentSize`; tests lower it to
+    /// reach the limit without writing a gigabyte).
+    var segmentLimit = JournalFormat.maxSegmentSize
 
     /// The default options: full durability, 64 MiB segments, 32 MiB checkpoint interval, automatic compaction.
     public init() {}

@@ -260,6 +260,13 @@ extension Checkpoint {
         let offset = try r.readLength(UInt64.self)
         state.liveBytes = try r.readLength(UInt64.self)
         state.totalBytes = try r.readLength(UInt64.self)
+        // Sizes read from disk are not trusted: a version or byte count near the top of its
+        // range would overflow at the first commit (a trap) instead of failing the checkpoint.
+        guard state.version < 1 << 62 else { throw DecodeFailure("version \(state.version) is out of range") }
+        guard state.totalBytes >= 0, state.totalBytes < 1 << 56, state.liveBytes >= 0, state.liveBytes < 1 << 56
+        else {
+            throw DecodeFailure("byte counts \(state.liveBytes) of \(state.totalBytes) are out of range")
+        }
         return (segment, offset)
     }
 

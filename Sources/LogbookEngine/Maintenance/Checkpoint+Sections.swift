@@ -18,8 +18,12 @@ extension Checkpoint {
     ) throws -> RadixMap<UInt64> {
         let spaces = try r.readLength(limit: 1 << 16)
         var primary = RadixMap<UInt64>()
+        var seen = Set<UInt16>()
         for _ in 0..<spaces {
             let keyspace = UInt16(try r.readLength(limit: 0xFFFF))
+            // A keyspace named twice would attach its leaves twice (a trap in the map): the
+            // file is malformed, and the open falls back to the journal.
+            guard seen.insert(keyspace).inserted else { throw DecodeFailure("keyspace \(keyspace) appears twice") }
             var count = try r.readLength(limit: form.keyLimit(r))
             // The whole leaves, ascending; a key in the stream must not fall into one of them.
             var wholeLeaves: [UInt64] = []

@@ -203,13 +203,48 @@ package final class ContextModelRun {
     /// merged snapshot), and a later save of other values is not this context's to undo.
     func absorbMerges() throws {
         var store: [Int: [String: String]]?
-        for i in specs.indices where specs[i].parent == nil && !dirty[i].isEmpty && upToDate(i) {
-            if case .confined = specs[i].kind, log.last?.hasPrefix("C\(i): merge") != true { continue }
-            if case .privateQueue = specs[i].kind, !specs[i].automaticMerging,
-                log.last?.hasPrefix("C\(i): merge") != true
-            {
+        // The contexts that merged in this step: roots, then the children that merge
+        // automatically from a parent that did (indices put parents before children).
+        var merged = Set<Int>()
+        for i in specs.indices {
+            if let parent = specs[i].parent {
+                guard merged.contains(parent), specs[i].automaticMerging else { continue }
+                merged.insert(i)
+                guard !dirty[i].isEmpty else { continue }
+                // A change now equal to the parent's value is no change; the others are
+                // compared with that value from now on.
+                let keys = Array(dirty[i].keys)
+                let beneath: [Key: String] = on(parent) { c -> [Key: String] in
+                    var values: [Key: String] = [:]
+                    for key in keys {
+                        guard let o = object(key.object, in: c) else { continue }
+                        let v: Any? = (try? o.value(forKey: key.attribute)) ?? nil
+                        values[key] = v.map { "\($0)" } ?? "nil"
+                    }
+                    return values
+                }
+                for key in keys {
+                    guard let value = beneath[key] else { continue }
+                    if dirty[i][key] == value {
+                        dirty[i][key] = nil
+                        base[i][key] = nil
+                    } else {
+                        base[i][key] = value
+                    }
+                    undoUnknown[i] = true
+                }
                 continue
             }
+            guard upToDate(i) else { continue }
+            // A batch request merges its results into the context that ran it.
+            let ranABatch = log.last?.hasPrefix("C\(i): batch") == true
+            let mergedByHand = log.last?.hasPrefix("C\(i): merge") == true
+            if case .confined = specs[i].kind, !mergedByHand, !ranABatch { continue }
+            if case .privateQueue = specs[i].kind, !specs[i].automaticMerging, !mergedByHand, !ranABatch {
+                continue
+            }
+            merged.insert(i)
+            guard !dirty[i].isEmpty else { continue }
             if store == nil { store = try storeValues() }
             for (key, value) in dirty[i] where store![key.object]?[key.attribute] == value {
                 dirty[i][key] = nil

@@ -66,7 +66,9 @@ let package = Package(
         ),
         .testTarget(
             name: "LogbookTests",
-            dependencies: ["Logbook", "LogbookEngine", "LogbookTestSupport", "LogbookContextCheck", "LogbookCrashHelper"]
+            dependencies: [
+                "Logbook", "LogbookEngine", "LogbookTestSupport", "LogbookContextCheck", "LogbookCrashHelper"
+            ]
         ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(

@@ -246,10 +246,18 @@ package final class ContextModelRun {
             merged.insert(i)
             guard !dirty[i].isEmpty else { continue }
             if store == nil { store = try storeValues() }
-            for (key, value) in dirty[i] where store![key.object]?[key.attribute] == value {
-                dirty[i][key] = nil
-                base[i][key] = nil
-                undoUnknown[i] = true
+            for (key, value) in dirty[i] {
+                guard let stored = store![key.object]?[key.attribute] else { continue }
+                if stored == value {
+                    dirty[i][key] = nil
+                    base[i][key] = nil
+                    undoUnknown[i] = true
+                } else if base[i][key] != stored {
+                    // The change is compared with the merged value from now on; what undo
+                    // gives back no longer matches the reference's steps (seed 86275).
+                    base[i][key] = stored
+                    undoUnknown[i] = true
+                }
             }
         }
     }
@@ -370,7 +378,10 @@ package final class ContextModelRun {
     func record(_ value: String, for key: Key, was current: String, in i: Int) {
         if dirty[i][key] == nil, base[i][key] == nil { base[i][key] = current }
         if value == base[i][key] && dirty[i][key] != nil || (dirty[i][key] == nil && value == current) {
+            // No change: nothing to compare with later either (a base kept here went stale
+            // when the context read the object again: checker seed 80285).
             dirty[i][key] = nil
+            base[i][key] = nil
         } else {
             dirty[i][key] = value
         }
@@ -476,6 +487,20 @@ package final class ContextModelRun {
         request.resultType = .objectIDs
         let result = try on(i) { c in try c.execute(request) }
         deliver(ContextChanges(updated: Set(result.objectIDs)), from: i)
+        // The context that ran it merges its results: the objects it updated read the store
+        // (every attribute), whatever other saves the context has not merged.
+        let touched = Set(result.objectIDs)
+        let numbers = Set(objects.indices.filter { touched.contains(objects[$0].id) })
+        guard !numbers.isEmpty, !dirty[i].isEmpty else { return }
+        let store = try storeValues()
+        for (key, value) in dirty[i] where numbers.contains(key.object) && store[key.object]?[key.attribute] == value {
+            dirty[i][key] = nil
+            base[i][key] = nil
+            undoUnknown[i] = true
+        }
+        for key in dirty[i].keys where numbers.contains(key.object) {
+            if let value = store[key.object]?[key.attribute] { base[i][key] = value }
+        }
     }
 
     /// An asynchronous fetch of every item on a context with a queue: it completes, without an

@@ -455,6 +455,45 @@ import Testing
         }
     }
 
+    /// A child links an item to a new folder, moves it to another new folder, then back,
+    /// saving into its parent each time: the parent's first folder holds the item again
+    /// (checker seeds 90327, 86133: the second save removed it twice, the second removal
+    /// recorded as one, and the third save's addition only cancelled it).
+    @Test func aChildMovingAnItemBackAndForthKeepsTheParentsSetsInStep() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        child.mergePolicy = .overwrite
+        let (first, second) = try child.performAndWait {
+            let i = try child.existingObject(with: item.objectID)
+            let b = try child.insertNewObject(forEntityName: "Folder")
+            try b.setValue("b", forKey: "name")
+            try b.insert(i, at: 0, inRelationship: "items")
+            try child.save()
+            let c = try child.insertNewObject(forEntityName: "Folder")
+            try c.setValue("c", forKey: "name")
+            try c.insert(i, at: 0, inRelationship: "items")
+            try child.save()
+            try i.setValue(b, forKey: "folder")
+            try child.save()
+            return (b.objectID, c.objectID)
+        }
+        try parent.performAndWait {
+            let i = try parent.existingObject(with: item.objectID)
+            #expect((try i.value(forKey: "folder") as? ManagedObject)?.objectID == first)
+            #expect(try parent.existingObject(with: first).objects(forKey: "items").map(\.objectID) == [item.objectID])
+            #expect(try parent.existingObject(with: second).objects(forKey: "items").isEmpty)
+            try parent.save()
+        }
+        let check = f.context()
+        #expect(
+            try check.existingObject(with: first).orderedObjects(forKey: "items").map(\.objectID) == [item.objectID])
+    }
+
     // MARK: The cases of the contexts issue, each with Core Data's default settings
 
     /// Two contexts of the document model (Manager, Employee) that merge automatically.

@@ -176,7 +176,8 @@ extension ManagedObjectContext {
     private func removeMember(_ member: UInt64, fromSet k: UInt64, owner: ManagedObject?) {
         if setAdds[k]?.remove(member) != nil {
             if setAdds[k]!.isEmpty { setAdds[k] = nil }
-        } else {
+        } else if !(owner?.flags.contains(.inserted) ?? false) && baseHasMember(member, ofSet: k) {
+            // Only a member the set holds beneath is removed (see `removeMember(_:fromSet:)`).
             setRemoves[k, default: []].insert(member)
         }
         if !orderOverrides.isEmpty { orderMemberRemoved(member, setKey: k) }

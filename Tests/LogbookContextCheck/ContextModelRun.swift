@@ -206,9 +206,16 @@ package final class ContextModelRun {
         // The contexts that merged in this step: roots, then the children that merge
         // automatically from a parent that did (indices put parents before children).
         var merged = Set<Int>()
+        // A save to the store by another root context, a batch request or a merge by hand:
+        // only then does a parent pass merged values on to its children.
+        let last = log.last ?? ""
+        let storeChanged = specs.indices.contains { x in
+            specs[x].parent == nil
+                && (last.hasPrefix("C\(x): save") || last.hasPrefix("C\(x): batch") || last.hasPrefix("C\(x): merge"))
+        }
         for i in specs.indices {
             if let parent = specs[i].parent {
-                guard merged.contains(parent), specs[i].automaticMerging else { continue }
+                guard storeChanged, merged.contains(parent), specs[i].automaticMerging else { continue }
                 merged.insert(i)
                 guard !dirty[i].isEmpty else { continue }
                 // A change now equal to the parent's value is no change; the others are
@@ -223,7 +230,7 @@ package final class ContextModelRun {
                     }
                     return values
                 }
-                for key in keys {
+                for key in keys where !Self.changedAbove(key, from: parent, dirty: dirty, specs: specs) {
                     guard let value = beneath[key] else { continue }
                     if dirty[i][key] == value {
                         dirty[i][key] = nil
@@ -260,6 +267,18 @@ package final class ContextModelRun {
                 }
             }
         }
+    }
+
+    /// Whether a context above `parent` (or `parent` itself) has its own unsaved change of
+    /// `key`: a merge does not pass the store's value of it on to the children.
+    static func changedAbove(_ key: Key, from parent: Int, dirty: [[Key: String]], specs: [CheckedContextSpec]) -> Bool
+    {
+        var p: Int? = parent
+        while let c = p {
+            if dirty[c][key] != nil { return true }
+            p = specs[c].parent
+        }
+        return false
     }
 
     /// A change to objects in one context: one undo step there.

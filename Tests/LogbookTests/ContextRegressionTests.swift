@@ -494,6 +494,33 @@ import Testing
             try check.existingObject(with: first).orderedObjects(forKey: "items").map(\.objectID) == [item.objectID])
     }
 
+    /// A context pinned to an older generation overwrites an item another save linked: the
+    /// folder loses the item too (checker seed 70946: the removal was judged against the
+    /// pinned generation, where the folder did not hold it, and was dropped).
+    @Test func anOverwriteFromAPinnedContextUnlinksBothSides() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("f", forKey: "name")
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        let pinned = f.context(.overwrite)
+        try pinned.existingObject(with: item.objectID).setValue("b", forKey: "name")
+        try pinned.setQueryGeneration(.current)
+        let linking = f.context()
+        try linking.existingObject(with: folder.objectID).insert(
+            try linking.existingObject(with: item.objectID), at: 0, inRelationship: "items")
+        try linking.save()
+        try pinned.save()
+        let check = f.context()
+        let storedItem = try check.existingObject(with: item.objectID)
+        let linked = (try storedItem.value(forKey: "folder") as? ManagedObject) != nil
+        #expect(
+            try check.existingObject(with: folder.objectID).objects(forKey: "items").contains { $0 === storedItem }
+                == linked)
+    }
+
     // MARK: The cases of the contexts issue, each with Core Data's default settings
 
     /// Two contexts of the document model (Manager, Employee) that merge automatically.

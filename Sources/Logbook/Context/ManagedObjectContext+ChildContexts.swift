@@ -185,7 +185,7 @@ extension ManagedObjectContext {
     func removeMember(_ member: UInt64, fromSet k: UInt64) {
         if setAdds[k]?.remove(member) != nil {
             if setAdds[k]!.isEmpty { setAdds[k] = nil }
-        } else if baseHasMember(member, ofSet: k) {
+        } else if baseMayHaveMember(member, ofSet: k) {
             // Only a member the set holds beneath is removed: removing one that is not there
             // (twice, through both sides of a link) records nothing that a later addition
             // would take for a removal to cancel (checker seed 90327).

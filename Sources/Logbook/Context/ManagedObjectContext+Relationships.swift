@@ -149,6 +149,14 @@ extension ManagedObjectContext {
         return parent.performAndWait { parent.viewHasMember(member, ofSet: k) }
     }
 
+    /// `baseHasMember` for a removal: a root context also asks the store's latest state (a
+    /// context pinned to an older generation, or resolving a conflict at a save, removes what
+    /// the store holds now: checker seed 70946).
+    func baseMayHaveMember(_ member: UInt64, ofSet k: UInt64) -> Bool {
+        if baseHasMember(member, ofSet: k) { return true }
+        return parent == nil && container.store.snapshot().isMember(member, ofSet: k)
+    }
+
     /// Whether the set `k` holds `member` in this context's view (with its changes).
     func viewHasMember(_ member: UInt64, ofSet k: UInt64) -> Bool {
         if setAdds[k]?.contains(member) == true { return true }
@@ -176,7 +184,7 @@ extension ManagedObjectContext {
     private func removeMember(_ member: UInt64, fromSet k: UInt64, owner: ManagedObject?) {
         if setAdds[k]?.remove(member) != nil {
             if setAdds[k]!.isEmpty { setAdds[k] = nil }
-        } else if !(owner?.flags.contains(.inserted) ?? false) && baseHasMember(member, ofSet: k) {
+        } else if !(owner?.flags.contains(.inserted) ?? false) && baseMayHaveMember(member, ofSet: k) {
             // Only a member the set holds beneath is removed (see `removeMember(_:fromSet:)`).
             setRemoves[k, default: []].insert(member)
         }

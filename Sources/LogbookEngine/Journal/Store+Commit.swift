@@ -144,7 +144,7 @@ extension Store {
     /// Phase 2: the operation frames and the commit record, appended at the append offset.
     /// Returns where each operation frame starts and where the commit record ends.
     ///
-    /// The frames go out in 8 MiB writes. Nothing after `appendOffset` counts until a commit
+    /// The frames go out in writes of about `writeChunk` bytes (1 MiB). Nothing after `appendOffset` counts until a commit
     /// record is there, so an error before the last write leaves the store as it was (the next
     /// commit overwrites the partial frames); a failed write poisons the store like any other.
     private func writeFrames(

@@ -521,6 +521,47 @@ import Testing
                 == linked)
     }
 
+    /// A child undoes a link its parent also made since: the child's undo changes nothing of
+    /// the parent's, whose two sides of the link stay together (checker seeds 91246, 88662:
+    /// the undo took the item out of the parent's set and left its to-one).
+    @Test func aChildsUndoLeavesItsParentsOwnLinkWhole() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("b", forKey: "name")
+        try setup.save()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        let folderID = try parent.performAndWait {
+            let folder = try parent.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("a", forKey: "name")
+            return folder.objectID
+        }
+        let held = try child.performAndWait {
+            child.undoHistory = UndoHistory()
+            let i = try child.existingObject(with: item.objectID)
+            child.undoHistory?.beginUndoGrouping()
+            try i.setValue(try child.existingObject(with: folderID), forKey: "owner")
+            child.undoHistory?.endUndoGrouping()
+            return i
+        }
+        try parent.performAndWait {
+            try parent.existingObject(with: item.objectID).setValue(
+                try parent.existingObject(with: folderID), forKey: "owner")
+        }
+        try child.performAndWait {
+            child.undo()
+            _ = held
+            try child.save()
+        }
+        try parent.performAndWait {
+            let i = try parent.existingObject(with: item.objectID)
+            let owner = try i.value(forKey: "owner") as? ManagedObject
+            let owned = try parent.existingObject(with: folderID).objects(forKey: "owned").map(\.objectID)
+            #expect(owned.contains(item.objectID) == (owner?.objectID == folderID))
+        }
+    }
+
     // MARK: The cases of the contexts issue, each with Core Data's default settings
 
     /// Two contexts of the document model (Manager, Employee) that merge automatically.

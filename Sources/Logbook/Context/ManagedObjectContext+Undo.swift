@@ -112,6 +112,10 @@ extension ManagedObjectContext {
             let declared = model.layouts[layout.relationshipDestination[r]]
             guard declared.entity.relationships[inv].isToMany else { continue }
             let slot = layout.attributeCount + n
+            // A value equal to the snapshot is no change of this context's: the sets beneath
+            // hold what other contexts made of it (checker seed 91246).
+            guard let committed = o.committed, committed.count == o.slots.count, committed[slot] != o.slots[slot]
+            else { continue }
             var others = Set<UInt64>()
             var i = slot
             while i < candidates.count {

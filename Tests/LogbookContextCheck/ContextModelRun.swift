@@ -242,7 +242,9 @@ package final class ContextModelRun {
                 }
                 continue
             }
-            guard upToDate(i) else { continue }
+            // A context pinned to a query generation merges too (the merge moves it to the
+            // latest generation, as in Core Data): only saves it has not merged keep it out.
+            guard unmerged[i].isEmpty else { continue }
             // A batch request merges its results into the context that ran it.
             let ranABatch = log.last?.hasPrefix("C\(i): batch") == true
             let mergedByHand = log.last?.hasPrefix("C\(i): merge") == true
@@ -253,18 +255,23 @@ package final class ContextModelRun {
             merged.insert(i)
             guard !dirty[i].isEmpty else { continue }
             if store == nil { store = try storeValues() }
-            for (key, value) in dirty[i] {
-                guard let stored = store![key.object]?[key.attribute] else { continue }
-                if stored == value {
-                    dirty[i][key] = nil
-                    base[i][key] = nil
-                    undoUnknown[i] = true
-                } else if base[i][key] != stored {
-                    // The change is compared with the merged value from now on; what undo
-                    // gives back no longer matches the reference's steps (seed 86275).
-                    base[i][key] = stored
-                    undoUnknown[i] = true
-                }
+            absorb(store!, into: i)
+        }
+    }
+
+    /// Context `i` merged the store's `values` (of the objects `only`, or all): a change now
+    /// equal to the stored value is no change, and the others are compared with that value from
+    /// then on (what undo gives back no longer matches the reference's steps: seed 86275).
+    func absorb(_ values: [Int: [String: String]], into i: Int, only: Set<Int>? = nil) {
+        for (key, value) in dirty[i] where only?.contains(key.object) ?? true {
+            guard let stored = values[key.object]?[key.attribute] else { continue }
+            if stored == value {
+                dirty[i][key] = nil
+                base[i][key] = nil
+                undoUnknown[i] = true
+            } else if base[i][key] != stored {
+                base[i][key] = stored
+                undoUnknown[i] = true
             }
         }
     }
@@ -511,15 +518,7 @@ package final class ContextModelRun {
         let touched = Set(result.objectIDs)
         let numbers = Set(objects.indices.filter { touched.contains(objects[$0].id) })
         guard !numbers.isEmpty, !dirty[i].isEmpty else { return }
-        let store = try storeValues()
-        for (key, value) in dirty[i] where numbers.contains(key.object) && store[key.object]?[key.attribute] == value {
-            dirty[i][key] = nil
-            base[i][key] = nil
-            undoUnknown[i] = true
-        }
-        for key in dirty[i].keys where numbers.contains(key.object) {
-            if let value = store[key.object]?[key.attribute] { base[i][key] = value }
-        }
+        absorb(try storeValues(), into: i, only: numbers)
     }
 
     /// An asynchronous fetch of every item on a context with a queue: it completes, without an

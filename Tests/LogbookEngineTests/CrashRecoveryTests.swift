@@ -8,18 +8,7 @@ import Testing
 /// SIGKILL at a random moment; every acknowledged commit must be there after reopening, and
 /// no commit in part. 50 iterations by default; set LOGBOOK_CRASH_ITERATIONS for more.
 @Suite struct CrashRecoveryTests {
-    static var helperPath: String {
-        let executable =
-            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
-        // Inside an .xctest bundle on some platforms.
-        while directory.path != "/"
-            && !FileManager.default.fileExists(atPath: directory.appendingPathComponent("LogbookCrashHelper").path)
-        {
-            directory = directory.deletingLastPathComponent()
-        }
-        return directory.appendingPathComponent("LogbookCrashHelper").path
-    }
+    static var helperPath: String { crashHelperPath }
 
     @Test func killDashNineNeverLosesAnAcknowledgedCommit() throws {
         let iterations = Int(ProcessInfo.processInfo.environment["LOGBOOK_CRASH_ITERATIONS"] ?? "") ?? 50

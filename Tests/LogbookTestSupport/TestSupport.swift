@@ -88,3 +88,17 @@ package final class TemporaryStore {
     package var path: String { directory + "/store" }
     deinit { try? FileManager.default.removeItem(atPath: directory) }
 }
+
+/// The path of `LogbookCrashHelper`, the executable the crash tests run and kill: beside the
+/// test bundle's executable (or a directory above it, when the tests run inside a bundle).
+package var crashHelperPath: String {
+    let executable =
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
+    while directory.path != "/"
+        && !FileManager.default.fileExists(atPath: directory.appendingPathComponent("LogbookCrashHelper").path)
+    {
+        directory = directory.deletingLastPathComponent()
+    }
+    return directory.appendingPathComponent("LogbookCrashHelper").path
+}

@@ -16,18 +16,7 @@ import Testing
 @Suite struct ContextCrashCheckTests {
     static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
 
-    /// The helper's path (beside the test bundle's executable).
-    static var helperPath: String {
-        let executable =
-            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
-        while directory.path != "/"
-            && !FileManager.default.fileExists(atPath: directory.appendingPathComponent("LogbookCrashHelper").path)
-        {
-            directory = directory.deletingLastPathComponent()
-        }
-        return directory.appendingPathComponent("LogbookCrashHelper").path
-    }
+    static var helperPath: String { crashHelperPath }
 
     /// Runs the child until it begins step `killAt` (or ends), kills it, and returns the steps
     /// it finished.

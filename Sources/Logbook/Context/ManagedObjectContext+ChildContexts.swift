@@ -152,6 +152,7 @@ extension ManagedObjectContext {
         }
         for (k, members) in c.setRemoves { for m in members { removeMember(m, fromSet: k) } }
         for (k, members) in c.setAdds { for m in members { addMember(m, toSet: k) } }
+        try linkToOneSides(adds: c.setAdds, removes: c.setRemoves)
         for (k, keys) in c.orders {
             // The child's order, member by member over this context's own pending order.
             if let mine = orderOverrides[k] {
@@ -168,6 +169,52 @@ extension ManagedObjectContext {
             report.deleted.insert(o.objectID)
         }
         post(.objectsDidChange(report))
+    }
+
+    /// The to-one side of each member a child's save added to a set (or removed from one) whose
+    /// inverse is to-one: here too it points at the set's owner (or no longer does). The child
+    /// may have read the member's value before this context changed it, and then its save
+    /// carries no change of that value, only of the set (checker seed 81315: the parent's
+    /// unlinked item came back into the folder's items with its folder left nil).
+    func linkToOneSides(adds: [UInt64: PendingMembers], removes: [UInt64: Set<UInt64>]) throws {
+        /// The owner of set `k` here, its entity and the to-one inverse of the set's relationship.
+        func side(_ k: UInt64) -> (owner: UInt64, layout: EntityLayout, r: Int, inverse: Int)? {
+            for (owner, e, r) in storeLayout.owners(ofSet: k) {
+                let layout = model.layouts[e]
+                guard let inv = layout.relationshipInverse[r],
+                    !model.layouts[layout.relationshipDestination[r]].entity.relationships[inv].isToMany,
+                    exists(owner)
+                else { continue }
+                return (owner, layout, r, inv)
+            }
+            return nil
+        }
+        func member(_ key: UInt64) -> ManagedObject? {
+            guard let o = try? object(forKey: key), (try? fulfill(o)) != nil, !o.flags.contains(.invalid) else {
+                return nil
+            }
+            return o
+        }
+        for (k, members) in adds {
+            guard let (owner, layout, r, inv) = side(k) else { continue }
+            for m in members {
+                guard let o = member(m) else { continue }
+                let slot = o.layout.slot(ofToOne: inv)
+                if case .object(let previous) = o.slots[slot] {
+                    if previous == owner { continue }
+                    removeMember(m, owner: previous, self.layout(forKey: previous) ?? layout, r)
+                }
+                setSlot(o, slot, .object(owner))
+            }
+        }
+        for (k, members) in removes {
+            guard let (owner, _, _, inv) = side(k) else { continue }
+            for m in members where !viewHasMember(m, ofSet: k) {
+                guard let o = member(m) else { continue }
+                let slot = o.layout.slot(ofToOne: inv)
+                if o.slots[slot] == .object(owner) { setSlot(o, slot, .null) }
+            }
+        }
     }
 
     /// Adds `member` to the set `k` as an unsaved change (the owner, if here, is changed): a

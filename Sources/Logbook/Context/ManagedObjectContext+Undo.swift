@@ -65,6 +65,14 @@ extension ManagedObjectContext {
                 }
             }
             for (o, candidates) in relinked { relinkToOneInverses(o, candidates) }
+            // The set changes come back as they were before the step, which drops what a merge
+            // since made of them: an object whose pending to-one value won over a merged one
+            // left the merged destination's set then, and leaves it again here (checker seed
+            // 82588).
+            let relinkedObjects = Set(relinked.map { ObjectIdentifier($0.0) })
+            for o in updated.values where !o.layout.toOne.isEmpty && !relinkedObjects.contains(ObjectIdentifier(o)) {
+                if let committed = o.committed { relinkToOneInverses(o, committed) }
+            }
         }
         for (id, s) in step.objects where gone[s.object.engineKey] !== s.object {
             inverse.objects[id] = .init(
@@ -74,7 +82,14 @@ extension ManagedObjectContext {
                 // Property by property: what the step changed goes back; values merged since
                 // (from other saves) stay, and so does the snapshot they were merged with.
                 var slots = s.object.slots
-                for i in slots.indices where s.slots[i] != after[i] { slots[i] = s.slots[i] }
+                let snapshot = s.object.committed.flatMap { $0.count == slots.count ? $0 : nil }
+                for i in slots.indices where s.slots[i] != after[i] {
+                    // A property the step changed first is unchanged again: it reads the
+                    // snapshot as merged since (another save's value of it stays: checker seed
+                    // 117300); one an earlier step changed goes back to that step's value.
+                    let firstChange = s.committed.map { $0.count == slots.count && $0[i] == s.slots[i] } ?? true
+                    slots[i] = firstChange ? (snapshot?[i] ?? s.slots[i]) : s.slots[i]
+                }
                 if !s.object.layout.toOne.isEmpty && slots != s.object.slots {
                     relinked.append((s.object, s.object.slots + after + (s.object.committed ?? [])))
                 }

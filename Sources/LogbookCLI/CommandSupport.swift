@@ -29,7 +29,7 @@ func render(_ v: Any?) -> String {
     switch v {
     case nil: return "nil"
     case let s as String: return "\"\(s)\""
-    case let d as Date: return isoFormatter.string(from: d)
+    case let d as Date: return exactISO(d)
     case let d as Data: return d.base64EncodedString()
     default: return "\(v!)"
     }
@@ -55,7 +55,7 @@ func jsonValue(_ v: Any?) -> String {
     case nil: return "null"
     case let b as Bool: return b ? "true" : "false"
     case let s as String: return "\"\(escape(s))\""
-    case let d as Date: return "\"\(isoFormatter.string(from: d))\""
+    case let d as Date: return "\"\(exactISO(d))\""
     case let d as Data: return "\"\(d.base64EncodedString())\""
     case let x as Int16: return "\(x)"
     case let x as Int32: return "\(x)"
@@ -89,6 +89,29 @@ struct OutputBuffer {
 }
 
 // Used from the main thread only (the tool is single-threaded).
+/// A date in ISO 8601 (UTC) with every digit its interval needs to be read back bit for bit:
+/// the whole seconds, then the fraction's shortest decimal digits (`818022387.7552129` seconds
+/// since 2001 is `2026-12-02T10:26:27.7552129Z`). An interval whose shortest form has an
+/// exponent (beyond ±2^53 seconds, or a fraction below 10⁻⁴ s written as `5e-324`) is written
+/// as that number of seconds since 2001, which reads back as exactly.
+func exactISO(_ date: Date) -> String {
+    let t = date.timeIntervalSinceReferenceDate
+    guard t.isFinite else { return "\(t)" }
+    let whole = t.rounded(.down)
+    let fraction = t - whole  // exact: the low bits of `t`
+    let digits = "\(fraction)"
+    guard !"\(t)".contains("e"), !digits.contains("e"), digits.hasPrefix("0.") else { return "\(t)" }
+    let seconds = isoSeconds.string(from: Date(timeIntervalSinceReferenceDate: whole))
+    // "…:27Z" → "…:27.7552129Z"; a zero fraction is left out.
+    return fraction == 0 ? seconds : String(seconds.dropLast()) + digits.dropFirst() + "Z"
+}
+
+nonisolated(unsafe) let isoSeconds: ISO8601DateFormatter = {
+    let f = ISO8601DateFormatter()
+    f.formatOptions = [.withInternetDateTime]
+    return f
+}()
+
 nonisolated(unsafe) let isoFormatter: ISO8601DateFormatter = {
     let f = ISO8601DateFormatter()
     f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

@@ -354,6 +354,18 @@ extension ToolTests {
         let first = ["query", store, "--entity", "Item", "--sort", "createdAt", "--limit", "1", "--json"]
         #expect(try run(first + ["--as-of", "\(before)"]).out.contains("\"name\": \"Item 1\""))
         #expect(try run(first).out.contains("\"name\": \"Renamed 1\""))
+        // Its date, written with every digit it needs, reads back bit for bit (the populate's
+        // dates are 1,700,000,000 s since 1970 plus i ms).
+        let row = try #require(
+            (try JSONSerialization.jsonObject(with: Data(try run(first).out.utf8)) as? [[String: Any]])?.first)
+        let written = try #require(row["createdAt"] as? String)
+        let parts = written.dropLast().split(separator: ".", maxSplits: 1)
+        let whole = try #require(ISO8601DateFormatter().date(from: String(parts[0]) + "Z"))
+        let interval = whole.timeIntervalSinceReferenceDate + (parts.count > 1 ? Double("0." + parts[1])! : 0)
+        let itemDates = (0...1).map { Date(timeIntervalSince1970: 1_700_000_000 + Double($0) / 1000) }
+        #expect(
+            itemDates.contains { $0.timeIntervalSinceReferenceDate.bitPattern == interval.bitPattern },
+            "\(written) is none of \(itemDates.map(\.timeIntervalSinceReferenceDate))")
         let future = try run(done + ["--as-of", "\(after + 1)"])
         #expect(future.status != 0 && future.err.contains("after the last commit"))
 

@@ -71,7 +71,8 @@ import Testing
         for bad in [
             text.replacingOccurrences(of: "\"nextIndex\":", with: "\"nextIndex\":1.0,\"x\":"),
             text.replacingOccurrences(of: "\"nextKeyspace\":", with: "\"nextKeyspace\":70000,\"x\":"),
-            text.replacingOccurrences(of: "\"format\":1", with: "\"format\":\"1\""),
+            text.replacingOccurrences(
+                of: "\"format\":\(StoredSchema.currentFormat)", with: "\"format\":\"\(StoredSchema.currentFormat)\""),
             text + "]", "{\"storeUUID\":\"\\ud800\"}", "", "{", "[]"
         ] {
             #expect(StoredSchema(json: Array(bad.utf8)) == nil, "\(bad)")

@@ -10,6 +10,18 @@ enum Migration {
             as LogbookError
         { throw e } catch { throw LogbookError.wrap(error) }
         var schema = StoredSchema.make(for: model, previous: stored)
+        if let stored, stored.format > StoredSchema.currentFormat {
+            throw LogbookError(
+                .incompatibleModel,
+                "the store was written by a later Logbook (record format \(stored.format); this one reads up to \(StoredSchema.currentFormat))"
+            )
+        }
+        if let stored, stored.format < schema.format, store.isReadOnly {
+            throw LogbookError(
+                .incompatibleModel,
+                "the store was written by an earlier Logbook (record format \(stored.format)): open it writable once to convert it"
+            )
+        }
         if let stored, stored != schema, store.isReadOnly, stored.sameExceptIndexes(schema) {
             // Read-only, the model adds or drops indexes alone: the store is read as it is
             // (fetches plan with the indexes it has).
@@ -132,8 +144,11 @@ enum Migration {
             dropStaleSetsAndOrders(of: old, now: newEntity, snapshot: snapshot, into: &t)
             let oldPolymorphic = old.relationships.map { $0.polymorphic ?? false }
             let newPolymorphic = newEntity.relationships.map { $0.polymorphic ?? false }
+            // Format 1 stored dates as seconds since 1970: their records are written again.
+            let convertsDates =
+                stored.format < 2 && old.attributes.contains { $0.type == AttributeType.date.description }
             guard
-                old.attributes != newEntity.attributes
+                convertsDates || old.attributes != newEntity.attributes
                     || old.relationships.map(\.name) != newEntity.relationships.map(\.name)
                     || old.relationships.map(\.index) != newEntity.relationships.map(\.index)
                     || oldPolymorphic != newPolymorphic || old.constraints != newEntity.constraints
@@ -238,6 +253,12 @@ enum Migration {
                 if let k = old.attributes.firstIndex(where: { $0.name == a.name || $0.name == a.renamingIdentifier }
                 ) {
                     slots[j] = oldSlots[k]
+                    if stored.format < 2, old.attributes[k].type == AttributeType.date.description,
+                        case .double(let since1970) = oldSlots[k]
+                    {
+                        // The date format 1 read back (its last bits were lost when written).
+                        slots[j] = .double(Date(timeIntervalSince1970: since1970).timeIntervalSinceReferenceDate)
+                    }
                 }
                 if slots[j].isNull, let d = a.defaultValue {
                     slots[j] =

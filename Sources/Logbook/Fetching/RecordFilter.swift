@@ -508,10 +508,8 @@ final class RecordFilter: @unchecked Sendable {
         case .float:
             return Double(Float(bitPattern: raw.loadUnaligned(fromByteOffset: o, as: UInt32.self).littleEndian))
         case .date:
-            // As `Date(timeIntervalSince1970:)` then `timeIntervalSinceReferenceDate`: what the
-            // evaluator compares for dates.
-            let since1970 = Double(bitPattern: raw.loadUnaligned(fromByteOffset: o, as: UInt64.self).littleEndian)
-            return Date(timeIntervalSince1970: since1970).timeIntervalSinceReferenceDate
+            // Stored as `Date` holds it (seconds since 2001): what the evaluator compares.
+            return Double(bitPattern: raw.loadUnaligned(fromByteOffset: o, as: UInt64.self).littleEndian)
         }
     }
 

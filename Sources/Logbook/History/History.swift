@@ -409,7 +409,7 @@ struct HistoryRecord {
             w.append(4)
             w.appendLE(Int64(b ? 1 : 0))
         case .double(let d):
-            w.append(type == .date ? 9 : 3)
+            w.append(type == .date ? 10 : 3)
             w.appendLE(d.bitPattern)
         case .data(let d):
             w.append(5)
@@ -522,7 +522,9 @@ struct HistoryRecord {
                 ))
         case 7: return URL(string: try readString(&r))
         case 8: return Decimal(string: try readString(&r))
+        // Written before format 2 of the schema: seconds since 1970 (the last bits lost).
         case 9: return Date(timeIntervalSince1970: Double(bitPattern: try r.readLE(UInt64.self)))
+        case 10: return Date(timeIntervalSinceReferenceDate: Double(bitPattern: try r.readLE(UInt64.self)))
         default:
             throw LogbookError(.store, "a history record holds a value of an unknown kind")
         }

@@ -16,7 +16,7 @@ public enum AttributeType: Sendable, Hashable, CustomStringConvertible {
     case float
     /// `Bool`.
     case bool
-    /// A point in time (`Date`; seconds since 1970 as a double).
+    /// A point in time (`Date`; stored as `Date` holds it, seconds since 2001 as a double).
     case date
     /// Bytes (`Data`).
     case data
@@ -84,7 +84,8 @@ public enum AttributeType: Sendable, Hashable, CustomStringConvertible {
 
 /// A rule an attribute's value must satisfy when its object is saved.
 public enum ValidationRule: Sendable {
-    /// A number (or date, as seconds since 1970) within the range.
+    /// A number (or date, as seconds since 2001, `timeIntervalSinceReferenceDate`, as Xcode's
+    /// model editor writes a date's minimum and maximum) within the range.
     case range(ClosedRange<Double>)
     /// A string's count of characters, or a data value's count of bytes, within the range.
     case length(ClosedRange<Int>)

@@ -49,7 +49,11 @@ struct StoredSchema: Codable, Equatable {
         var relationships: [Relationship]
     }
 
-    var format = 1
+    /// The format of the records: `2` stores a date as `Date` holds it (seconds since 2001);
+    /// `1`, before, stored seconds since 1970, which lost a date's last bits. A store of
+    /// format 1 is converted at its first writable open (`Migration`).
+    var format = Self.currentFormat
+    static let currentFormat = 2
     var storeUUID: UUID
     var entities: [Entity]
     var nextKeyspace: UInt16

@@ -6,7 +6,7 @@ enum FieldValue: Sendable, Hashable {
     case null
     case string(String)
     case int(Int64)
-    /// Doubles, floats and dates (seconds since 1970).
+    /// Doubles, floats and dates (seconds since 2001, as `Date` holds them: every bit kept).
     case double(Double)
     case bool(Bool)
     /// Binary data, and the blob a transformer made of a transformable value.
@@ -81,7 +81,7 @@ enum FieldValue: Sendable, Hashable {
             }
         case .date:
             if let d = value as? Date {
-                self = .double(d.timeIntervalSince1970)
+                self = .double(d.timeIntervalSinceReferenceDate)
                 return
             }
         case .double:
@@ -136,7 +136,7 @@ enum FieldValue: Sendable, Hashable {
             self = .bool(b)
         case .date:
             guard let d = value as? Date else { throw Mismatch(expected: type, got: value) }
-            self = .double(d.timeIntervalSince1970)
+            self = .double(d.timeIntervalSinceReferenceDate)
         case .data:
             guard let d = value as? Data else {
                 if let b = value as? [UInt8] {
@@ -172,7 +172,7 @@ enum FieldValue: Sendable, Hashable {
         case (.int(let i), .int16): return Int16(truncatingIfNeeded: i)
         case (.int(let i), .int32): return Int32(truncatingIfNeeded: i)
         case (.int(let i), _): return i
-        case (.double(let d), .date): return Date(timeIntervalSince1970: d)
+        case (.double(let d), .date): return Date(timeIntervalSinceReferenceDate: d)
         case (.double(let d), .float): return Float(d)
         case (.double(let d), _): return d
         case (.bool(let b), _): return b

@@ -63,11 +63,11 @@ extension Date {
     /// Reads the value from its stored form, or nil when the stored form is of another kind.
     public init?(storedValue: StoredValue, type: AttributeType) {
         guard case .double(let d) = storedValue.slot else { return nil }
-        self = Date(timeIntervalSince1970: d)
+        self = Date(timeIntervalSinceReferenceDate: d)
     }
     /// The stored form of the value for an attribute of `type`, or nil when the type does not fit (the setter then reports a type mismatch at save).
     public func storedValue(type: AttributeType) -> StoredValue? {
-        type == .date ? StoredValue(slot: .double(timeIntervalSince1970)) : nil
+        type == .date ? StoredValue(slot: .double(timeIntervalSinceReferenceDate)) : nil
     }
 }
 extension Double {

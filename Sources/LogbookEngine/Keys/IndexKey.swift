@@ -5,7 +5,7 @@
 /// Keys up to 16 bytes are stored inline, without allocating.
 ///
 /// ```swift
-/// let byDate = IndexKey(index: 1, orderedDouble: createdAt.timeIntervalSince1970)
+/// let byDate = IndexKey(index: 1, orderedDouble: createdAt.timeIntervalSinceReferenceDate)
 /// transaction.put(key, value: bytes, indexKeys: CollectionOfOne(byDate))
 /// ```
 public struct IndexKey: Sendable, Hashable {
@@ -44,9 +44,10 @@ public struct IndexKey: Sendable, Hashable {
     }
 
     /// An 8-byte key that orders like the double (NaN sorts last).
+    /// -0.0 is 0.0 here (they are equal numbers: an equality lookup finds both).
     public init(index: IndexID, orderedDouble value: Double) {
-        let bits = value.bitPattern
-        self.init(index: index, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
+        let v = value == 0 ? 0 : value
+        self.init(index: index, orderedUInt64: v.sign == .minus ? ~v.bitPattern : v.bitPattern | (1 << 63))
     }
 
     /// A 9-byte key: a tag byte, then 8 bytes that order like the unsigned integer.
@@ -72,8 +73,8 @@ public struct IndexKey: Sendable, Hashable {
 
     /// A 9-byte tagged key that orders like the double.
     public init(index: IndexID, tag: UInt8, orderedDouble value: Double) {
-        let bits = value.bitPattern
-        self.init(index: index, tag: tag, orderedUInt64: value.sign == .minus ? ~bits : bits | (1 << 63))
+        let v = value == 0 ? 0 : value
+        self.init(index: index, tag: tag, orderedUInt64: v.sign == .minus ? ~v.bitPattern : v.bitPattern | (1 << 63))
     }
 
     /// Calls `body` with the key bytes.

@@ -49,7 +49,16 @@ extension ModelMacro {
             }
         }
         if attribute(named: "Transient", in: variable) != nil { return false }
-        if binding.accessorBlock != nil { return false }
+        if let block = binding.accessorBlock {
+            // Observers (`willSet`, `didSet`) keep the property stored: it is persisted, and
+            // they run around each set. A getter makes it computed.
+            guard case .accessors(let accessors) = block.accessors,
+                accessors.allSatisfy({
+                    $0.accessorSpecifier.tokenKind == .keyword(.willSet)
+                        || $0.accessorSpecifier.tokenKind == .keyword(.didSet)
+                })
+            else { return false }
+        }
         return true
     }
 
@@ -84,6 +93,59 @@ extension ModelMacro {
             else { return nil }
             return variable
         }
+    }
+
+    /// Stored properties `@Model` cannot persist and must not drop silently: several in one
+    /// declaration (`var x = 0.0, y = 0.0`: an accessor macro applies to one binding), and
+    /// stored properties inside `#if` (the macro cannot tell which clause is compiled). Each is
+    /// a compile error that says what to write instead.
+    static func unpersistable(of declaration: some DeclGroupSyntax) -> [(Syntax, String)] {
+        /// A stored, non-static `var` without `@Transient` (observers allowed).
+        func isStoredVariable(_ variable: VariableDeclSyntax) -> Bool {
+            guard variable.bindingSpecifier.tokenKind == .keyword(.var),
+                attribute(named: "Transient", in: variable) == nil,
+                !variable.modifiers.contains(where: {
+                    [.keyword(.static), .keyword(.class), .keyword(.lazy)].contains($0.name.tokenKind)
+                })
+            else { return false }
+            return variable.bindings.allSatisfy { binding in
+                guard let block = binding.accessorBlock else { return true }
+                guard case .accessors(let accessors) = block.accessors else { return false }
+                return accessors.allSatisfy {
+                    [.keyword(.willSet), .keyword(.didSet)].contains($0.accessorSpecifier.tokenKind)
+                }
+            }
+        }
+        var found: [(Syntax, String)] = []
+        func visit(_ members: MemberBlockItemListSyntax, inIf: Bool) {
+            for member in members {
+                if let conditional = member.decl.as(IfConfigDeclSyntax.self) {
+                    for clause in conditional.clauses {
+                        if case .decls(let nested) = clause.elements { visit(nested, inIf: true) }
+                    }
+                    continue
+                }
+                guard let variable = member.decl.as(VariableDeclSyntax.self), isStoredVariable(variable) else {
+                    continue
+                }
+                let names = variable.bindings.map { $0.pattern.trimmedDescription }.joined(separator: "', '")
+                if inIf {
+                    found.append(
+                        (
+                            Syntax(variable),
+                            "@Model cannot persist '\(names)', a stored property inside '#if' (the macro cannot tell which clause is compiled): declare it outside the '#if', or mark it @Transient to keep it out of the store"
+                        ))
+                } else if variable.bindings.count > 1 {
+                    found.append(
+                        (
+                            Syntax(variable),
+                            "@Model persists one property per declaration: declare '\(names)' each with its own 'var'"
+                        ))
+                }
+            }
+        }
+        visit(declaration.memberBlock.members, inIf: false)
+        return found
     }
 
     static func persistedProperties(of declaration: some DeclGroupSyntax) -> [PersistedProperty] {
@@ -143,6 +205,9 @@ extension ModelMacro: MemberMacro {
                     message: ModelDiagnostic(
                         "@Model persists stored properties declared with 'var'; '\(name)' is a 'let' and would not be stored (declare it with 'var', or mark it @Transient to keep it out of the store)"
                     )))
+        }
+        for (node, message) in unpersistable(of: declaration) {
+            context.diagnose(Diagnostic(node: node, message: ModelDiagnostic(message)))
         }
         let typeName = classDecl.name.trimmedDescription
         let access =
@@ -351,13 +416,65 @@ public struct PersistedPropertyMacro: AccessorMacro, PeerMacro {
         node.arguments?.trimmedDescription.contains("true") ?? false
     }
 
+    /// The property's `willSet` and `didSet`, as statements the generated setter runs around
+    /// the store, each in a `do` block that names its parameter (`newValue`, `oldValue` or the
+    /// name written). A `return` in a `willSet` would end the setter before the store: it is a
+    /// compile error (`diagnose`).
+    static func observers(
+        of declaration: some DeclSyntaxProtocol, key: String, backingData: String,
+        diagnose: (Syntax, String) -> Void
+    ) -> (before: String, after: String) {
+        guard let variable = declaration.as(VariableDeclSyntax.self),
+            case .accessors(let accessors)? = variable.bindings.first?.accessorBlock?.accessors
+        else { return ("", "") }
+        var before = ""
+        var after = ""
+        for accessor in accessors {
+            let body = accessor.body?.statements.trimmedDescription ?? ""
+            let parameter = accessor.parameters?.name.trimmedDescription
+            switch accessor.accessorSpecifier.tokenKind {
+            case .keyword(.willSet):
+                if accessor.body?.tokens(viewMode: .sourceAccurate).contains(where: {
+                    $0.tokenKind == .keyword(.return)
+                })
+                    == true
+                {
+                    diagnose(
+                        Syntax(accessor),
+                        "'return' in the willSet of a persisted property is not supported (the value would not be stored)"
+                    )
+                }
+                before = "do {\nlet \(parameter ?? "newValue") = newValue\n\(body)\n}\n"
+            case .keyword(.didSet):
+                after = "do {\nlet \(parameter ?? "oldValue") = _$oldValue\n\(body)\n}\n"
+            default:
+                continue
+            }
+        }
+        guard !before.isEmpty || !after.isEmpty else { return ("", "") }
+        // Inside its own observers, a set of the property only stores (Swift's rule).
+        let name = variable.bindings.first!.pattern.trimmedDescription
+        before =
+            "let _$observers = \(backingData)._$beginObservers(forKey: \"\(key)\")\n"
+            + "defer { if _$observers { \(backingData)._$endObservers(forKey: \"\(key)\") } }\n"
+            + (after.isEmpty ? "" : "let _$oldValue = self.\(name)\n")
+            + (before.isEmpty ? "" : "if _$observers {\n" + before + "}\n")
+        after = after.isEmpty ? "" : "if _$observers {\n" + after + "}\n"
+        return (before, after)
+    }
+
     public static func expansion(
         of node: AttributeSyntax, providingAccessorsOf declaration: some DeclSyntaxProtocol,
         in context: some MacroExpansionContext
     ) throws -> [AccessorDeclSyntax] {
         guard let name = name(of: declaration) else { return [] }
         let key = name.filter { $0 != "`" }
+        func diagnose(_ node: Syntax, _ message: String) {
+            context.diagnose(Diagnostic(node: node, message: ModelDiagnostic(message)))
+        }
         if inSubclass(node) {
+            let (before, after) = observers(
+                of: declaration, key: key, backingData: "persistentBackingData", diagnose: diagnose)
             // A subclass's initializer sets its own properties before `super.init`, when the
             // backing data (the superclass's) is not there yet: the initial value waits in the
             // peer until the object is inserted.
@@ -376,13 +493,16 @@ public struct PersistedPropertyMacro: AccessorMacro, PeerMacro {
                 """,
                 """
                 set {
-                    _$observationRegistrar.withMutation(of: self, keyPath: \\.\(raw: name)) {
+                    \(raw: before)_$observationRegistrar.withMutation(of: self, keyPath: \\.\(raw: name)) {
                         persistentBackingData.setValue(forKey: "\(raw: key)", to: newValue, owner: self)
                     }
+                    \(raw: after)
                 }
                 """
             ]
         }
+        let (before, after) = observers(
+            of: declaration, key: key, backingData: "_$backingData", diagnose: diagnose)
         return [
             """
             @storageRestrictions(accesses: _$backingData, initializes: _\(raw: key))
@@ -399,9 +519,10 @@ public struct PersistedPropertyMacro: AccessorMacro, PeerMacro {
             """,
             """
             set {
-                _$observationRegistrar.withMutation(of: self, keyPath: \\.\(raw: name)) {
+                \(raw: before)_$observationRegistrar.withMutation(of: self, keyPath: \\.\(raw: name)) {
                     _$backingData.setValue(forKey: "\(raw: key)", to: newValue, owner: self)
                 }
+                \(raw: after)
             }
             """
         ]

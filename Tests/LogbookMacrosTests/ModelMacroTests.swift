@@ -1,3 +1,4 @@
+import Foundation
 import SwiftDiagnostics
 import SwiftParser
 import SwiftSyntax
@@ -111,5 +112,75 @@ func expandModel(_ source: String) throws -> (members: [String], attributes: [St
         let members = try ModelMacro.expansion(of: node, providingMembersOf: decl, conformingTo: [], in: context)
         #expect(members.isEmpty)
         #expect(context.diagnostics.map(\.message) == ["@Model applies to classes only"])
+    }
+}
+
+@Suite struct ModelMacroObserverTests {
+    /// The accessors `@_PersistedProperty` gives a property declared with `declaration`.
+    func accessors(_ declaration: String, subclass: Bool = false) throws -> (String, [String]) {
+        let file = Parser.parse(source: declaration)
+        let variable = try #require(file.statements.first?.item.as(VariableDeclSyntax.self))
+        let node: AttributeSyntax = subclass ? "@_PersistedProperty(subclass: true)" : "@_PersistedProperty"
+        let context = BasicMacroExpansionContext()
+        let accessors = try PersistedPropertyMacro.expansion(of: node, providingAccessorsOf: variable, in: context)
+        return (accessors.map(\.description).joined(separator: "\n"), context.diagnostics.map(\.message))
+    }
+
+    @Test func aPropertyWithObserversIsPersistedAndItsSetterRunsThem() throws {
+        let expanded = try expandModel(
+            """
+            @Model final class Draft {
+                var edits = 0
+                var title = "" {
+                    willSet { log.append(newValue) }
+                    didSet(previous) { edits += 1 }
+                }
+                var computed: Int { edits * 2 }
+                init(title: String) { self.title = title }
+            }
+            """)
+        #expect(expanded.diagnostics.isEmpty)
+        #expect(expanded.attributes["title"] == "@Logbook._PersistedProperty")
+        #expect(expanded.attributes["computed"] == "")
+        #expect(expanded.members.contains { $0.contains("name: \"title\"") })
+        for subclass in [false, true] {
+            let (text, diagnostics) = try accessors(
+                "var title = \"\" {\n willSet { log.append(newValue) }\n didSet(previous) { edits += 1 }\n}",
+                subclass: subclass)
+            #expect(diagnostics.isEmpty)
+            // The old value is read before the store, willSet runs before it and didSet after.
+            let old = try #require(text.range(of: "let _$oldValue = self.title"))
+            let willSet = try #require(text.range(of: "let newValue = newValue"))
+            let store = try #require(text.range(of: "setValue(forKey: \"title\", to: newValue"))
+            let didSet = try #require(text.range(of: "let previous = _$oldValue"))
+            #expect(old.lowerBound < willSet.lowerBound && willSet.lowerBound < store.lowerBound)
+            #expect(store.lowerBound < didSet.lowerBound && text.contains("edits += 1"))
+        }
+    }
+
+    @Test func aReturnInWillSetIsAnError() throws {
+        let (_, diagnostics) = try accessors("var title = \"\" {\n willSet { if newValue.isEmpty { return } }\n}")
+        #expect(diagnostics.count == 1 && diagnostics[0].contains("'return' in the willSet"))
+    }
+
+    @Test func propertiesTheMacroCannotPersistAreErrorsNotOmissions() throws {
+        let expanded = try expandModel(
+            """
+            @Model final class Point {
+                var x = 0.0, y = 0.0
+                #if os(Linux)
+                var note = "linux"
+                @Transient var cache = 0
+                func helper() {}
+                var computed: Int { 1 }
+                #endif
+                static var shared = 1, other = 2
+                @Transient var a = 0, b = 0
+                init() {}
+            }
+            """)
+        #expect(expanded.diagnostics.count == 2, "\(expanded.diagnostics)")
+        #expect(expanded.diagnostics.contains { $0.contains("'x', 'y'") && $0.contains("its own 'var'") })
+        #expect(expanded.diagnostics.contains { $0.contains("'note'") && $0.contains("'#if'") })
     }
 }

@@ -16,8 +16,19 @@ public final class ModelBackingData {
     /// The temporary identity of an unattached object.
     private lazy var temporary = UUID()
 
+    /// The properties whose `willSet`/`didSet` are running: a set of one of them from inside
+    /// its own observers stores the value without running them again, as Swift's observers do.
+    private var observing: Set<String> = []
+
     /// Empty backing data, for an object made by its own initializer.
     public init() {}
+
+    /// For `@Model`'s setters of properties with observers: whether the observers of `key` may
+    /// run now (false inside them); `_$endObservers(forKey:)` follows a true answer.
+    public func _$beginObservers(forKey key: String) -> Bool { observing.insert(key).inserted }
+
+    /// The end of what `_$beginObservers(forKey:)` began.
+    public func _$endObservers(forKey key: String) { observing.remove(key) }
 
     init(object: ManagedObject, context: ModelContext, info: ModelEntityInfo) {
         self.object = object

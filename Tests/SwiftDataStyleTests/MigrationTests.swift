@@ -52,9 +52,34 @@ enum NotesSchemaV3: VersionedSchema {
     }
 }
 
+// Version 4 adds a Codable array and an enum with initial values: a lightweight stage gives
+// the stored notes those values.
+enum NotesSchemaV4: VersionedSchema {
+    static let versionIdentifier = Schema.Version(4, 0, 0)
+    static var models: [any PersistentModel.Type] { [Note.self] }
+
+    enum Status: String, Codable { case open, done }
+
+    @Model final class Note {
+        var heading: String
+        var body: String
+        var slug: String?
+        var pinned: Bool = false
+        var priority = 3
+        var tags: [String] = []
+        var status: Status = .open
+        init(heading: String, body: String) {
+            self.heading = heading
+            self.body = body
+        }
+    }
+}
+
 enum NotesMigrationPlan: SchemaMigrationPlan {
     nonisolated(unsafe) static var failDidMigrate = false
-    static var schemas: [any VersionedSchema.Type] { [NotesSchemaV1.self, NotesSchemaV2.self, NotesSchemaV3.self] }
+    static var schemas: [any VersionedSchema.Type] {
+        [NotesSchemaV1.self, NotesSchemaV2.self, NotesSchemaV3.self, NotesSchemaV4.self]
+    }
     static var stages: [MigrationStage] {
         [
             .custom(
@@ -71,7 +96,8 @@ enum NotesMigrationPlan: SchemaMigrationPlan {
                     }
                     try context.save()
                 }),
-            .lightweight(fromVersion: NotesSchemaV2.self, toVersion: NotesSchemaV3.self)
+            .lightweight(fromVersion: NotesSchemaV2.self, toVersion: NotesSchemaV3.self),
+            .lightweight(fromVersion: NotesSchemaV3.self, toVersion: NotesSchemaV4.self)
         ]
     }
 }
@@ -126,6 +152,67 @@ enum NotesMigrationPlan: SchemaMigrationPlan {
             #expect(notes.map(\.slug) == ["first-note"])
             #expect(notes.map(\.pinned) == [false])
             #expect(notes.map(\.priority) == [3])
+        }
+    }
+
+    /// An app names its models, not the versioned schema (`typealias Note = NotesSchemaV3.Note`;
+    /// `Schema([Note.self])`, whose own version is the default 1.0.0): the plan's schema of
+    /// those models is the target, and every stage up to it runs (before, none ran and the
+    /// custom stage's slugs were never written).
+    @Test func aSchemaOfThePlansModelsRunsEveryStageUpToThem() throws {
+        typealias Note = NotesSchemaV3.Note
+        try withStoreURL { url in
+            try makeVersion1Store(at: url)
+            let container = try ModelContainer(
+                for: Schema([Note.self]), migrationPlan: NotesMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            let notes = try ModelContext(container).fetch(FetchDescriptor<Note>())
+            #expect(notes.map(\.heading) == ["First Note"])
+            #expect(notes.map(\.slug) == ["first-note"])
+            try container.persistentContainer.close()
+            // The plan's version is recorded: opened again the same way, nothing runs again.
+            let again = try ModelContainer(
+                for: Note.self, migrationPlan: NotesMigrationPlan.self, configurations: ModelConfiguration(url: url))
+            #expect(try ModelContext(again).fetchCount(FetchDescriptor<Note>()) == 1)
+        }
+    }
+
+    /// A store later than the schema (no stage goes back), and a schema the plan does not
+    /// have, are errors that say so: never a silent open.
+    @Test func aVersionNoStageReachesIsAnError() throws {
+        try withStoreURL { url in
+            try makeVersion1Store(at: url)
+            _ = try ModelContainer(
+                for: Schema(versionedSchema: NotesSchemaV3.self), migrationPlan: NotesMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            let older = #expect(throws: LogbookError.self) {
+                _ = try ModelContainer(
+                    for: Schema(versionedSchema: NotesSchemaV2.self), migrationPlan: NotesMigrationPlan.self,
+                    configurations: ModelConfiguration(url: url))
+            }
+            #expect(older?.code == .incompatibleModel)
+            #expect("\(older.map { "\($0)" } ?? "")".contains("later than"))
+            let foreign = #expect(throws: LogbookError.self) {
+                _ = try ModelContainer(
+                    for: Schema([Voyage.self]), migrationPlan: NotesMigrationPlan.self,
+                    configurations: ModelConfiguration(url: url))
+            }
+            #expect("\(foreign.map { "\($0)" } ?? "")".contains("none of the migration plan's schemas"))
+        }
+    }
+
+    /// A lightweight stage that adds a Codable array and an enum with initial values gives the
+    /// stored objects those values (it failed with "new attribute … has no default").
+    @Test func aLightweightStageGivesNewCodableAndEnumPropertiesTheirInitialValues() throws {
+        try withStoreURL { url in
+            try makeVersion1Store(at: url)
+            let container = try ModelContainer(
+                for: NotesSchemaV4.Note.self, migrationPlan: NotesMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            let notes = try ModelContext(container).fetch(FetchDescriptor<NotesSchemaV4.Note>())
+            #expect(notes.map(\.slug) == ["first-note"])
+            #expect(notes.map(\.tags) == [[]])
+            #expect(notes.map(\.status) == [.open])
         }
     }
 

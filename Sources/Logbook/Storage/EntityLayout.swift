@@ -122,7 +122,9 @@ final class EntityLayout: Sendable {
                 throw LogbookError(
                     .invalidModel, "a \(a.type) attribute cannot be indexed", entity: entity.name, key: a.name)
             }
-            if let d = a.defaultValue, (try? FieldValue(d, type: a.type)) == nil {
+            if let d = a.defaultValue,
+                (try? FieldValue(d, type: a.type, transformers: AttributeTransformers.registry)) == nil
+            {
                 throw LogbookError(
                     .invalidModel, "the default value \(d) is not a \(a.type)", entity: entity.name, key: a.name)
             }

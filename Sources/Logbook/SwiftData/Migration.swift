@@ -85,18 +85,31 @@ enum SchemaMigration {
         try StoreWriter.commit(t, to: store)
     }
 
+    /// Runs the stages from the version the store holds to `target`'s, and returns the plan's
+    /// version of `target` (what the container records).
+    ///
+    /// `target` is found among the plan's schemas by its models, as SwiftData finds it (an app
+    /// writes `Schema([Note.self])` with `typealias Note = NotesSchemaV3.Note`, a schema whose
+    /// own version is the default): the schema with the same model classes, else the one
+    /// whose structure is the same. A target the plan does not have, or a store at a version
+    /// after the target's, is an error, never a silent open.
+    @discardableResult
     static func run(
         _ plan: any SchemaMigrationPlan.Type, to target: Schema, at path: String, options: ContainerOptions
-    ) throws {
+    ) throws -> Schema.Version {
         let fs = FileManager.default
-        guard fs.fileExists(atPath: path + "/MANIFEST") else { return }  // a new store
         let schemas = plan.schemas
-        guard let targetIndex = schemas.firstIndex(where: { $0.versionIdentifier == target.version }) else {
-            throw LogbookError(
-                .invalidModel, "the migration plan has no schema of version \(target.version)")
-        }
+        let targetIndex = try index(of: target, in: schemas)
+        let targetVersion = schemas[targetIndex].versionIdentifier
+        guard fs.fileExists(atPath: path + "/MANIFEST") else { return targetVersion }  // a new store
         var current = try currentIndex(of: path, in: schemas)
-        guard current < targetIndex else { return }
+        if current > targetIndex {
+            throw LogbookError(
+                .incompatibleModel,
+                "the store holds version \(schemas[current].versionIdentifier) of the migration plan, later than the schema's \(targetVersion): no stage goes back"
+            )
+        }
+        guard current < targetIndex else { return targetVersion }
         let backup = path + ".migrating"
         try? fs.removeItem(atPath: backup)
         do { try fs.copyItem(atPath: path, toPath: backup) } catch {
@@ -111,7 +124,8 @@ enum SchemaMigration {
                     })
                 else {
                     throw LogbookError(
-                        .incompatibleModel, "the migration plan has no stage from version \(from.versionIdentifier)")
+                        .incompatibleModel,
+                        "the migration plan has no stage from version \(from.versionIdentifier), which the store holds")
                 }
                 try apply(stage, at: path, options: options)
                 guard let next = schemas.firstIndex(where: { $0.versionIdentifier == stage.to.versionIdentifier }),
@@ -128,24 +142,65 @@ enum SchemaMigration {
             throw error
         }
         try? fs.removeItem(atPath: backup)
+        return targetVersion
     }
 
-    /// The plan's index of the version the store holds: the one recorded, else the first whose
-    /// structure the store has.
+    /// The plan's index of `target`: the schema of the same model classes, else of the same
+    /// structure (entities, attributes and relationships by name and type).
+    static func index(of target: Schema, in schemas: [any VersionedSchema.Type]) throws -> Int {
+        let classes = Set(target.types.map(ObjectIdentifier.init))
+        if let i = schemas.firstIndex(where: {
+            Set(Schema(versionedSchema: $0).types.map(ObjectIdentifier.init)) == classes
+        }) {
+            return i
+        }
+        let shape = try structure(of: target.managedObjectModel())
+        if let i = try schemas.firstIndex(where: {
+            try structure(of: Schema(versionedSchema: $0).managedObjectModel()) == shape
+        }) {
+            return i
+        }
+        throw LogbookError(
+            .invalidModel,
+            "the schema (\(target.entityNames.joined(separator: ", "))) is none of the migration plan's schemas (versions \(schemas.map { "\($0.versionIdentifier)" }.joined(separator: ", ")))"
+        )
+    }
+
+    /// A model's structure as text: each entity's attributes and relationships, by name and type.
+    static func structure(of model: ManagedObjectModel) -> Set<String> {
+        var lines = Set<String>()
+        for e in model.entities {
+            lines.insert("entity \(e.name) \(e.parentEntity ?? "")")
+            for a in e.attributes where !a.isTransient {
+                lines.insert("\(e.name).\(a.name) \(a.type) \(a.isOptional)")
+            }
+            for r in e.relationships { lines.insert("\(e.name).\(r.name) → \(r.destination) \(r.isToMany)") }
+        }
+        return lines
+    }
+
+    /// The plan's index of the version the store holds: the one recorded, when the store has
+    /// its structure (a container without a plan records its schema's version, the default one
+    /// when not given), else the first whose structure the store has.
     static func currentIndex(of path: String, in schemas: [any VersionedSchema.Type]) throws -> Int {
         var readOptions = StoreOptions()
         readOptions.readOnly = true
         let store: Store
         do { store = try Store.open(at: path, options: readOptions) } catch { throw LogbookError.wrap(error) }
         defer { try? store.close() }
-        if let version = storedVersion(store), let i = schemas.firstIndex(where: { $0.versionIdentifier == version }) {
+        let stored = try store.snapshot().value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode)
+        func holds(_ s: any VersionedSchema.Type) throws -> Bool {
+            guard let stored else { return false }
+            var made = StoredSchema.make(for: try Schema(versionedSchema: s).managedObjectModel(), previous: stored)
+            made.format = stored.format
+            return made == stored
+        }
+        if let version = storedVersion(store), let i = schemas.firstIndex(where: { $0.versionIdentifier == version }),
+            try holds(schemas[i])
+        {
             return i
         }
-        let stored = try store.snapshot().value(forKey: StoredSchema.schemaKey).map(StoredSchema.decode)
-        for (i, s) in schemas.enumerated() {
-            let model = try Schema(versionedSchema: s).managedObjectModel()
-            if let stored, StoredSchema.make(for: model, previous: stored) == stored { return i }
-        }
+        for (i, s) in schemas.enumerated() where try holds(s) { return i }
         throw LogbookError(.incompatibleModel, "the store matches none of the migration plan's schemas")
     }
 

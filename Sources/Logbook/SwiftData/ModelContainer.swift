@@ -74,6 +74,21 @@ public final class ModelContainer: Sendable {
         try self.init(for: Schema(forTypes), migrationPlan: nil, configurations: configurations)
     }
 
+    /// A container for `types`, migrated by `migrationPlan` (whose schema of these classes is
+    /// the version they are) when the store holds an earlier version.
+    ///
+    /// ```swift
+    /// typealias Note = NotesSchemaV3.Note
+    /// let container = try ModelContainer(
+    ///     for: Note.self, migrationPlan: NotesMigrationPlan.self, configurations: ModelConfiguration(url: url))
+    /// ```
+    public convenience init(
+        for forTypes: any PersistentModel.Type..., migrationPlan: (any SchemaMigrationPlan.Type)?,
+        configurations: ModelConfiguration...
+    ) throws {
+        try self.init(for: Schema(forTypes), migrationPlan: migrationPlan, configurations: configurations)
+    }
+
     /// A container for `schema`, migrated by `migrationPlan` when the store holds an earlier
     /// version.
     public convenience init(
@@ -96,13 +111,20 @@ public final class ModelContainer: Sendable {
         var options = ContainerOptions()
         options.readOnly = !configuration.allowsSave
         options.inMemory = configuration.isStoredInMemoryOnly
-        if let migrationPlan, !configuration.isStoredInMemoryOnly {
-            try SchemaMigration.run(migrationPlan, to: schema, at: configuration.url.path, options: options)
+        var version = schema.version
+        if let migrationPlan {
+            version =
+                migrationPlan.schemas[try SchemaMigration.index(of: schema, in: migrationPlan.schemas)]
+                .versionIdentifier
+            if !configuration.isStoredInMemoryOnly {
+                version = try SchemaMigration.run(
+                    migrationPlan, to: schema, at: configuration.url.path, options: options)
+            }
         }
         let model = try schema.managedObjectModel()
         persistentContainer = try PersistentContainer(
             name: configuration.name, model: model, directory: configuration.url.path, options: options)
-        if configuration.allowsSave { try SchemaMigration.record(schema.version, in: persistentContainer.store) }
+        if configuration.allowsSave { try SchemaMigration.record(version, in: persistentContainer.store) }
         var infos: [String: ModelEntityInfo] = [:]
         for t in schema.types {
             let info = try ModelEntityInfo.info(for: t)

@@ -366,9 +366,9 @@ final class ModelEntityInfo: @unchecked Sendable {
                 default: continue
                 }
                 var a = AttributeDescription(
-                    // A default is recorded for values the store knows natively (a Codable
-                    // value's initial value is set by its initializer, not the model).
-                    p.name, attributeType, optional: optional, default: kind.isNative ? p.defaultValue : nil,
+                    // The initial value is the default, a Codable value's (an array, an enum)
+                    // too: what a lightweight migration gives the objects already stored.
+                    p.name, attributeType, optional: optional, default: p.defaultValue,
                     transient: options.contains(.ephemeral), renamedFrom: p.attribute?.originalName)
                 a.preservesValueInHistoryOnDeletion = options.contains(.preserveValueOnDeletion)
                 entity.attributes.append(a)

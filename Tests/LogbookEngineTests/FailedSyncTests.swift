@@ -138,4 +138,118 @@ import Testing
         #expect(try contents(third.snapshot())[1] == "one")
         try third.close()
     }
+
+    // MARK: Failed syncs at open, and maintenance that fails without harm
+
+    /// Commits acknowledged under `.none` sit in the page cache when the process dies; the
+    /// reopen's sync of them fails and drops their pages. That open fails, and cuts what the
+    /// sync covered: the next open in this boot must not replay it (its retried sync would be
+    /// told the clean pages are on disk, and its commits would vouch for pages a power loss
+    /// takes away: the store would then not open).
+    @Test func aFailedSyncAtOpenCutsWhatItCovered() throws {
+        let fs = FaultFileSystem()
+        let store = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        try commitOne(store, 1, "durable")
+        try store.close()
+        let unsynced = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.none), fileSystem: fs)
+        var t = Transaction()
+        for i in 2..<40 { t.put(key(1, UInt64(i)), value: bytes(String(repeating: "page \(i) ", count: 40))) }
+        try unsynced.commit(t)
+        fs.processCrash()
+        // The reopen's first step is its sync of the replayed segment: it fails.
+        fs.inject(.failedSync, atStep: fs.steps + 1)
+        #expect(throws: EngineError.self) {
+            _ = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        }
+        #expect(fs.stepNames.last?.hasPrefix("sync journal") == true, "\(fs.stepNames.suffix(3))")
+        let reopened = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        #expect(try contents(reopened.snapshot()) == [1: "durable"], "what the failed sync covered was cut")
+        try commitOne(reopened, 100, "after")
+        try reopened.close()
+        fs.powerLoss()
+        let again = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        #expect(try contents(again.snapshot()) == [1: "durable", 100: "after"])
+        try again.close()
+    }
+
+    /// A rollover that cannot start its new segment (a full disk, a failed manifest write
+    /// before its rename) changes nothing the store has: commits go on in the segment they
+    /// were going into, and a later rollover succeeds (it used to poison the store).
+    @Test func aFailedRolloverLeavesCommitsGoingOn() throws {
+        for k in 1...6 {
+            let fs = FaultFileSystem()
+            var options = quietOptions(.full)
+            options.segmentSize = 4 << 10
+            let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+            var i: UInt64 = 0
+            // Up to the segment's end: the next commit rolls over.
+            while (fs.contents(FaultStorePaths.segment)?.count ?? 0) < options.segmentSize {
+                try commitOne(store, i, String(repeating: "v", count: 200))
+                i += 1
+            }
+            // A failure at step k of the rollover (after the seal's sync).
+            fs.inject(.error(ENOSPC), atStep: fs.steps + 2 + k)
+            let failed = (try? commitOne(store, 1000, "in the rollover")) == nil
+            let name = fs.stepNames.last ?? ""
+            let inDoubt = name.hasPrefix("syncdir")  // after the manifest's rename
+            if failed && !inDoubt {
+                #expect(throws: Never.self, "step \(k) (\(name))") { try commitOne(store, 1001, "after") }
+                #expect(
+                    !fs.files(in: FaultStorePaths.directory).contains { $0.hasSuffix(".tmp") },
+                    "step \(k) (\(name))")
+            }
+            try? store.close()
+            let reopened = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+            let found = try contents(reopened.snapshot())
+            #expect(found[i - 1] != nil, "step \(k) (\(name))")
+            if failed && !inDoubt { #expect(found[1001] == "after", "step \(k) (\(name))") }
+            try reopened.close()
+        }
+    }
+
+    /// A compaction on a disk too full for its rewrite fails before it seals the active
+    /// segment (no rollover for nothing), and one whose switch cannot write its manifest
+    /// drops its rewrite; either way commits go on.
+    @Test func aFailedCompactionLeavesCommitsGoingOn() throws {
+        let fs = FaultFileSystem()
+        var options = quietOptions(.full)
+        options.segmentSize = 8 << 10
+        let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+        for round in 0..<6 {
+            for i in 0..<10 { try commitOne(store, UInt64(i), "round \(round) " + String(repeating: "x", count: 200)) }
+        }
+        let segmentsBefore = fs.files(in: FaultStorePaths.directory).filter { $0.hasSuffix(".lbj") }
+        fs.freeSpace = 1_000
+        #expect { _ = try store.compact() } throws: { ($0 as? EngineError)?.code == .diskFull }
+        #expect(fs.files(in: FaultStorePaths.directory).filter { $0.hasSuffix(".lbj") } == segmentsBefore)
+        fs.freeSpace = nil
+        try commitOne(store, 50, "after the full disk")
+        try store.close()
+        // The switch's manifest write fails at each of its steps in turn.
+        for k in 1...5 {
+            let fs = FaultFileSystem()
+            var options = quietOptions(.full)
+            options.segmentSize = 8 << 10
+            let hook = UncheckedSendable(fs)
+            options.beforeCompactionSwitch = { hook.value.inject(.error(EIO), atStep: hook.value.steps + k) }
+            let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+            for round in 0..<6 {
+                for i in 0..<10 {
+                    try commitOne(store, UInt64(i), "round \(round) " + String(repeating: "x", count: 200))
+                }
+            }
+            let failed = (try? store.compact()) == nil
+            let name = fs.stepNames.last ?? ""
+            fs.clearFaults()
+            if failed && name.contains("MANIFEST") {
+                #expect(throws: Never.self, "step \(k) (\(name))") { try commitOne(store, 50, "after") }
+            }
+            try? store.close()
+            let reopened = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+            let found = try contents(reopened.snapshot())
+            #expect(found[9]?.hasPrefix("round 5 ") == true, "step \(k) (\(name))")
+            if failed && name.contains("MANIFEST") { #expect(found[50] == "after", "step \(k) (\(name))") }
+            try reopened.close()
+        }
+    }
 }

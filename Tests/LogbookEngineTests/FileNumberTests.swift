@@ -42,4 +42,47 @@ import Testing
         #expect(numbers.contains { $0 < 100 }, "numbers were reused: \(numbers)")
         try store.close()
     }
+
+    /// A snapshot of a closed store holds segments a compaction replaced; a later store on the
+    /// same directory reuses their numbers (past the end of the sequence) for live segments.
+    /// Releasing the snapshot used to remove its files by name, deleting the live ones; an
+    /// obsolete segment's name is removed when it is replaced now, and a release only closes.
+    @Test func releasingAnOldSnapshotNeverRemovesAFileThatReusedItsNumber() throws {
+        let fs = FaultFileSystem()
+        var options = quietOptions()
+        options.segmentSize = 1024
+        var store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+        try store.writer.withLock { writerState in
+            writerState.manifest.nextFileNumber = JournalFormat.maxSegmentNumber - 2
+            try store.writeManifest(writerState.manifest)
+        }
+        var model: [UInt64: String] = [:]
+        func round(_ r: Int) throws {
+            for i in 0..<8 {
+                let text = "round \(r) value \(i) " + String(repeating: "\(i)", count: 300)
+                try commitOne(store, UInt64(i), text)
+                model[UInt64(i)] = text
+            }
+        }
+        try round(0)
+        var held: Snapshot? = store.snapshot()
+        let heldNumbers = Set(store.writer.withLock { $0.manifest.segments })
+        try store.compact()
+        try store.close()
+        var reused = false
+        for r in 1..<12 where !reused {
+            store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+            try round(r)
+            try store.compact()
+            reused = !heldNumbers.isDisjoint(with: store.writer.withLock { $0.manifest.segments })
+            if !reused { try store.close() }
+        }
+        #expect(reused, "a number the snapshot's segments had was reused")
+        held = nil
+        _ = held
+        try store.close()
+        let reopened = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
+        #expect(try contents(reopened.snapshot()) == model)
+        try reopened.close()
+    }
 }

@@ -1,6 +1,8 @@
 /// One open segment file. Shared by the writer and every snapshot that may read it; when a
-/// compaction has replaced it, it is marked obsolete and its file is removed once the last
-/// holder lets go (so old segments are deleted only when no snapshot reads them).
+/// compaction has replaced it, it is marked obsolete and its name is removed at once: the
+/// holders read on through their descriptor, and the disk space goes when the last of them
+/// lets go. (It used to be removed by name when the last holder let go; by then a file number
+/// reused past `maxSegmentNumber` could name a live segment, which that removal deleted.)
 final class SegmentFile: Sendable {
     let number: UInt64
     let salt: UInt32
@@ -25,12 +27,11 @@ final class SegmentFile: Sendable {
         self.formatVersion = formatVersion
     }
 
-    func markObsolete() { _ = obsolete.setOnce() }
-
-    deinit {
-        handle.close()
-        if obsolete.isSet { try? fileSystem.removeFile(path) }
+    func markObsolete() {
+        if obsolete.setOnce() { try? fileSystem.removeFile(path) }
     }
+
+    deinit { handle.close() }
 
     static func fileName(_ number: UInt64) -> String {
         JournalFormat.segmentPrefix + hex12(number) + JournalFormat.segmentSuffix

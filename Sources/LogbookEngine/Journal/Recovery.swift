@@ -20,6 +20,9 @@ struct Recovery {
     /// The version of the first commit replayed (the oldest a replay from the first segment
     /// can reach: a compacted store's first commits all carry the version it was compacted at).
     var firstVersion: UInt64?
+    /// The offset before which the last commit record replayed says its segment was synced
+    /// (the end of that commit for a version-1 record, which says nothing).
+    var lastSyncedClaim: (segment: UInt64, offset: Int)?
 
     init(directory: String, options: StoreOptions, fileSystem: any FileSystem) {
         self.directory = directory
@@ -137,7 +140,20 @@ struct Recovery {
             let onlyTheCheckpoint =
                 report.checkpoint != nil && startIndex == manifest.segments.count - 1 && appendOffset == startOffset
             if !onlyTheCheckpoint {
-                try active.handle.sync()
+                do { try active.handle.sync() } catch {
+                    // What this sync covered may never reach the disk, and a retry (the next
+                    // open) would be told it did: its pages are clean now. They are cut back to
+                    // what the last commit record proves was synced (or the checkpoint covers),
+                    // so that no reopen in this boot replays them and builds on them.
+                    let from = startIndex == manifest.segments.count - 1 ? startOffset : JournalFormat.fileHeaderSize
+                    let claim = lastSyncedClaim.flatMap { $0.segment == active.number ? $0.offset : nil } ?? from
+                    let proven = min(appendOffset, max(from, claim))
+                    if proven < appendOffset {
+                        try? active.handle.truncate(to: proven)
+                        try? active.handle.sync()
+                    }
+                    throw error
+                }
                 // The directory's entries too: a process that crashed between creating a file
                 // (a segment, the manifest's rename) and syncing the directory left an entry a
                 // power loss can still take away; commits written into that file now would go
@@ -487,6 +503,7 @@ struct Recovery {
                         pending.removeAll()
                         report.commitsReplayed += 1
                         lastCommitEnd = frame.end + base
+                        lastSyncedClaim = (file.number, commit.syncedOffset ?? lastCommitEnd)
                     default:
                         damage = (position, "a \(frame.type) frame inside a segment")
                         break scan

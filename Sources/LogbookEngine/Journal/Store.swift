@@ -451,8 +451,21 @@ public final class Store: Sendable {
         return number
     }
 
+    /// A manifest write that failed before its rename: the manifest on disk is the old one,
+    /// and nothing the new one would have named is part of the store.
+    struct ManifestNotReplaced: Error {
+        let underlying: any Error
+    }
+
     /// Writes a new manifest atomically: temporary file, sync, rename, sync the directory.
     func writeManifest(_ manifest: Manifest) throws {
+        do { try writeManifestTellingReplacement(manifest) } catch let e as ManifestNotReplaced { throw e.underlying }
+    }
+
+    /// `writeManifest`, whose failure before the rename is a `ManifestNotReplaced` (the old
+    /// manifest stands: work that only the new one would have named can be dropped, and the
+    /// store goes on); a failure after it (the directory's sync) is thrown as it is.
+    func writeManifestTellingReplacement(_ manifest: Manifest) throws {
         let tmp = path(JournalFormat.manifestFileName + JournalFormat.temporarySuffix)
         try? fileSystem.removeFile(tmp)
         do {
@@ -464,7 +477,7 @@ public final class Store: Sendable {
         } catch {
             // Nothing changed on disk: the old manifest stands; the temporary file goes.
             try? fileSystem.removeFile(tmp)
-            throw error
+            throw ManifestNotReplaced(underlying: error)
         }
         try fileSystem.syncDirectory(directory)
     }
@@ -475,8 +488,15 @@ public final class Store: Sendable {
         let p = path(SegmentFile.fileName(number))
         let handle = try fileSystem.openFile(p, writable: true, create: true, exclusive: true)
         let header = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
-        try handle.write(header.encoded(), at: 0)
-        try handle.sync()
+        do {
+            try handle.write(header.encoded(), at: 0)
+            try handle.sync()
+        } catch {
+            // No manifest names it yet: it goes (a retry creates it again).
+            handle.close()
+            try? fileSystem.removeFile(p)
+            throw error
+        }
         return SegmentFile(number: number, salt: header.salt, path: p, handle: handle, fileSystem: fileSystem)
     }
 
@@ -496,23 +516,42 @@ public final class Store: Sendable {
                 throw error
             }
         }
+        // The sealed segment is whole and synced: a failure to start the next one before the
+        // manifest names it changes nothing the store has, and the sealed segment stays the
+        // active one (commits go on; the next rollover tries again). Only a failure after the
+        // manifest's rename leaves the store's state in doubt.
+        var manifest = writerState.manifest
+        var created: SegmentFile?
+        /// Nothing changed: the segment made (if any) goes, the sealed one stays active.
+        func giveUp(_ error: any Error) -> any Error {
+            created?.markObsolete()
+            writerState.manifest.generation = max(writerState.manifest.generation, manifest.generation)
+            writerState.allocatedEnd = writerState.appendOffset
+            return error
+        }
+        let file: SegmentFile
         do {
-            var manifest = writerState.manifest
             let number = try allocateFileNumber(&manifest)
-            let file = try createSegment(number: number)
+            file = try createSegment(number: number)
+            created = file
             manifest.segments.append(number)
             manifest.generation += 1
-            try writeManifest(manifest)
-            writerState.manifest = manifest
-            writerState.segments = writerState.segments.adding(file)
-            writerState.active = file
-            writerState.appendOffset = JournalFormat.fileHeaderSize
-            writerState.allocatedEnd = JournalFormat.fileHeaderSize
-            writerState.syncedOffset = JournalFormat.fileHeaderSize  // the header was synced
         } catch {
+            throw giveUp(error)
+        }
+        do { try writeManifestTellingReplacement(manifest) } catch let e as ManifestNotReplaced {
+            throw giveUp(e.underlying)
+        } catch {
+            // Renamed, and the directory's sync failed: which manifest is on disk is in doubt.
             writerState.recordFailure(error)
             throw error
         }
+        writerState.manifest = manifest
+        writerState.segments = writerState.segments.adding(file)
+        writerState.active = file
+        writerState.appendOffset = JournalFormat.fileHeaderSize
+        writerState.allocatedEnd = JournalFormat.fileHeaderSize
+        writerState.syncedOffset = JournalFormat.fileHeaderSize  // the header was synced
     }
 }
 

@@ -53,7 +53,14 @@ extension Store {
             // Whole leaves that could not be mended read as empty: nothing is sealed or
             // rewritten from them (the journal still has every record).
             try writerState.working.slotCheck?.check()
-            if floor == nil && writerState.appendOffset > JournalFormat.fileHeaderSize { try rollover(&writerState) }
+            if floor == nil && writerState.appendOffset > JournalFormat.fileHeaderSize {
+                // Room for the rewrite is checked before the seal: a rollover on a full disk
+                // would fail for nothing (it no longer stops commits, but it costs a segment).
+                let files = writerState.manifest.segments.compactMap { writerState.segments.files[$0] }
+                try checkRoom(
+                    bytes: files.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, state: writerState.working)
+                try rollover(&writerState)
+            }
             let activeNumber = writerState.active?.number
             let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap {
                 writerState.segments.files[$0]
@@ -77,18 +84,22 @@ extension Store {
         }
         let bytesBefore = sealed.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }
         guard !sealed.isEmpty else { return nil }
-        // The rewrite needs room for the live part of the sealed segments (less, compressed
-        // again, but never more), and some to spare: refuse it up front rather than fill the
-        // disk and fail half-way (the foreground commits would share the full disk).
-        let liveShare = sealedState.totalBytes > 0 ? Double(sealedState.liveBytes) / Double(sealedState.totalBytes) : 1
-        let needed = Int(Double(bytesBefore) * min(1, liveShare)) + (4 << 20)
+        try checkRoom(bytes: bytesBefore, state: sealedState)
+        return SealedSegments(
+            state: sealedState, files: sealed, all: allSegments, numbers: Set(sealed.map(\.number)),
+            bytesBefore: bytesBefore)
+    }
+
+    /// The rewrite of segments of `bytes` needs room for their live part (less, compressed
+    /// again, but never more), and some to spare: refused up front rather than fill the disk
+    /// and fail half-way (the foreground commits share the disk).
+    private func checkRoom(bytes: Int, state: IndexState) throws {
+        let liveShare = state.totalBytes > 0 ? Double(state.liveBytes) / Double(state.totalBytes) : 1
+        let needed = Int(Double(bytes) * min(1, liveShare)) + (4 << 20)
         if let available = fileSystem.availableBytes(directory), available < needed {
             throw EngineError(
                 .diskFull, "compaction needs about \(needed) bytes free and \(available) are", path: directory)
         }
-        return SealedSegments(
-            state: sealedState, files: sealed, all: allSegments, numbers: Set(sealed.map(\.number)),
-            bytesBefore: bytesBefore)
     }
 
     /// Phase 2: the live records and every set of the sealed segments written into new
@@ -212,9 +223,16 @@ extension Store {
                 output.abandon()
                 throw error
             }
-            if options.durability != .full {
-                do { try writerState.active?.handle.sync() } catch {
-                    writerState.recordFailure(error)
+            if options.durability != .full, let active = writerState.active {
+                do {
+                    try active.handle.sync()
+                    writerState.syncedOffset = writerState.appendOffset
+                } catch {
+                    // As after a commit's failed sync: the pages it dropped are cut, so that no
+                    // reopen in this boot reads them back and no later record vouches for them
+                    // (found by the crash-state explorer: "a compaction racing commits, no sync").
+                    output.abandon()
+                    writerState.fail(error, truncating: active, to: writerState.syncedOffset)
                     throw error
                 }
             }
@@ -223,7 +241,13 @@ extension Store {
             manifest.segments = written.map(\.number) + manifest.segments.filter { !sealedNumbers.contains($0) }
             manifest.checkpoint = 0
             manifest.generation += 1
-            do { try writeManifest(manifest) } catch {
+            do { try writeManifestTellingReplacement(manifest) } catch let e as ManifestNotReplaced {
+                // The old manifest stands, naming the sealed segments: the rewrite is dropped
+                // and commits go on (the compaction is tried again later, backing off).
+                output.abandon()
+                writerState.manifest.generation = manifest.generation
+                throw e.underlying
+            } catch {
                 writerState.recordFailure(error)
                 throw error
             }

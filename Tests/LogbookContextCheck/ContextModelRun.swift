@@ -153,6 +153,19 @@ package final class ContextModelRun {
             let pending = unmerged[i]
             unmerged[i] = []
             on(i) { c in for changes in pending { c.mergeChanges(changes) } }
+            if specs[i].parent != nil {
+                // A child reloads the saves' objects from its parent as the parent holds them
+                // now (unsaved changes included), as Core Data's child refreshes from its parent;
+                // its children that merge automatically do the same from it.
+                let ids = pending.reduce(into: Set<ObjectID>()) { $0.formUnion($1.updated.union($1.inserted)) }
+                let numbers = Set(objects.indices.filter { ids.contains(objects[$0].id) })
+                drain()
+                var merging = [i]
+                while let c = merging.popLast() {
+                    absorbParentView(into: c, only: numbers)
+                    merging += specs.indices.filter { specs[$0].parent == c && specs[$0].automaticMerging }
+                }
+            }
         case .refresh(let i, let n, let merge):
             on(i) { c in if let o = object(n, in: c) { c.refresh(o, mergeChanges: merge) } }
             if !merge {
@@ -256,6 +269,35 @@ package final class ContextModelRun {
             guard !dirty[i].isEmpty else { continue }
             if store == nil { store = try storeValues() }
             absorb(store!, into: i)
+        }
+    }
+
+    /// Child `i` reloaded the objects `only` from its parent: each change of them now equal to
+    /// the parent's value is no change, and the others are compared with that value.
+    func absorbParentView(into i: Int, only: Set<Int>) {
+        guard let parent = specs[i].parent else { return }
+        let keys = dirty[i].keys.filter { only.contains($0.object) }
+        guard !keys.isEmpty else { return }
+        let loaded: Set<Int> = on(i) { c in
+            Set(keys.map(\.object).filter { n in c.registeredObjects.contains { $0.objectID == objects[n].id } })
+        }
+        let beneath: [Key: String] = on(parent) { c -> [Key: String] in
+            var values: [Key: String] = [:]
+            for key in keys where loaded.contains(key.object) {
+                guard let o = object(key.object, in: c) else { continue }
+                let v: Any? = (try? o.value(forKey: key.attribute)) ?? nil
+                values[key] = v.map { "\($0)" } ?? "nil"
+            }
+            return values
+        }
+        for (key, value) in beneath {
+            if dirty[i][key] == value {
+                dirty[i][key] = nil
+                base[i][key] = nil
+            } else {
+                base[i][key] = value
+            }
+            undoUnknown[i] = true
         }
     }
 

@@ -683,6 +683,39 @@ import Testing
         #expect(try reader.existingObject(with: id).value(forKey: "done") as? Bool == true)
     }
 
+    /// A parent runs a batch update; its child, which merges automatically, takes the result
+    /// as it takes other saves: the child's later change of that value is a change, which its
+    /// save hands up (checker seed 134016: the child never heard of the batch, took its own
+    /// change back to the value it first read for no change, and the batch's value stayed).
+    @Test func aChildMergesItsParentsBatchUpdate() throws {
+        let f = try Fixture()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        let id = try parent.performAndWait {
+            let item = try parent.insertNewObject(forEntityName: "Item")
+            try item.setValue("a", forKey: "name")
+            return item.objectID
+        }
+        try child.performAndWait { try child.existingObject(with: id).setValue(true, forKey: "done") }
+        try parent.performAndWait {
+            try parent.existingObject(with: id).setValue("c", forKey: "name")
+            try parent.save()
+            var update = BatchUpdateRequest(entityName: "Item")
+            update.predicate = try FetchPredicate(format: "name == %@", "c")
+            update.propertiesToUpdate = ["done": true]
+            _ = try parent.execute(update)
+        }
+        try child.performAndWait {
+            let item = try child.existingObject(with: id)
+            try item.setValue(false, forKey: "done")
+            #expect(item.isUpdated)
+            try child.save()
+        }
+        try parent.performAndWait { try parent.save() }
+        let reader = f.context()
+        #expect(try reader.existingObject(with: id).value(forKey: "done") as? Bool == false)
+    }
+
     // MARK: The cases of the contexts issue, each with Core Data's default settings
 
     /// Two contexts of the document model (Manager, Employee) that merge automatically.

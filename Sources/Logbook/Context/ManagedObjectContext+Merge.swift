@@ -13,7 +13,12 @@ extension ManagedObjectContext {
         let merged = refreshObjects(changes)
         for observer in changeObservers { observer(changes) }
         if !merged.isEmpty { post(.objectsDidChange(merged)) }
-        // Children that merge automatically take the same changes from this context.
+        passToChildren(changes)
+    }
+
+    /// Children that merge automatically take `changes` from this context (after its merge, or
+    /// after a batch request it ran merged its results into it).
+    func passToChildren(_ changes: ContextChanges) {
         for child in container.children(of: self)
         where child.automaticallyMergesChangesFromOtherContexts && child.concurrencyType != .confinement {
             child.perform { child.mergeChanges(changes) }

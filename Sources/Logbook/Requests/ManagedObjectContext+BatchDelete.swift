@@ -58,6 +58,7 @@ extension ManagedObjectContext {
                 updated: Set(rewritten.map { ObjectID(store: store.identity, key: $0) }), deleted: Set(ids),
                 version: version)
             let merged = refreshObjects(changes)
+            passToChildren(changes)
             container.didSave(changes, from: self)
             if !merged.isEmpty { post(.objectsDidChange(merged)) }
         }

@@ -113,6 +113,7 @@ extension ManagedObjectContext {
         if holdsObjects || listeners {
             let changeSet = ContextChanges(inserted: [], updated: Set(ids), deleted: [], version: version)
             refreshObjects(changeSet)
+            passToChildren(changeSet)
             container.didSave(changeSet, from: self)
         }
         return BatchResult(count: updatedKeys.count, objectIDs: request.resultType == .objectIDs ? ids : [])
@@ -409,6 +410,7 @@ extension ManagedObjectContext {
             inserted: Set(ids).subtracting(updatedKeys.map { ObjectID(store: store.identity, key: $0) }),
             updated: Set(updatedKeys.map { ObjectID(store: store.identity, key: $0) }), version: version)
         refreshObjects(changes)
+        passToChildren(changes)
         container.didSave(changes, from: self)
         return BatchResult(count: rows.count, objectIDs: resultType == .objectIDs ? ids : [])
     }

@@ -305,6 +305,8 @@ package final class FaultFileSystem: FileSystem, @unchecked Sendable {
     package func isDirectory(_ path: String) -> Bool { mutex.withLock { _ in directories.contains(path) } }
     /// What `availableBytes` answers (nil: unknown).
     package nonisolated(unsafe) var freeSpace: Int?
+    /// Reads whose path and offset this accepts fail with `EIO` (a bad sector under them).
+    package nonisolated(unsafe) var failingReads: (@Sendable (String, Int) -> Bool)?
     package func availableBytes(_ path: String) -> Int? { mutex.withLock { _ in freeSpace } }
     package func createDirectory(_ path: String) throws { mutex.withLock { _ in _ = directories.insert(path) } }
 
@@ -440,7 +442,10 @@ package final class FaultStorageFile: StorageFile, @unchecked Sendable {
         self.path = path
     }
     package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
-        fs.read(id, into: buffer, at: offset)
+        if let failing = fs.failingReads, failing(path, offset) {
+            throw EngineError.systemCall("pread", path: path, errno: EIO)
+        }
+        return fs.read(id, into: buffer, at: offset)
     }
     package func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws {
         try fs.write(id, buffer, at: offset, path: path)

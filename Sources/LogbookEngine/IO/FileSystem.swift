@@ -38,14 +38,9 @@ package protocol StorageFile: AnyObject, Sendable {
     /// relies on, where the file system cannot (the writer then appends as before).
     func preallocate(upTo size: Int) -> Bool
     func close()
-    /// The file's first `length` bytes mapped privately (writable, copy-on-write: the file is
-    /// never changed through it), or nil where the file system has no mapping to give; the
-    /// caller then reads the file instead. Unmapped with `munmap` (see `FileImage`).
-    func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer?
 }
 
 extension StorageFile {
-    package func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? { nil }
     package func preallocate(upTo size: Int) -> Bool { false }
 }
 

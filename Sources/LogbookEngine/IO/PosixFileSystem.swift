@@ -157,18 +157,6 @@ final class PosixStorageFile: StorageFile, @unchecked Sendable {
         }
     }
 
-    package func mapPrivately(_ length: Int) -> UnsafeMutableRawPointer? {
-        // Not populated here: whoever maps a checkpoint reads all of it at once (every
-        // frame's checksum, on every core), and those reads fault its pages in, a few at a
-        // time (the kernel maps the page cache's neighbours of each), in parallel. Populating
-        // here (`MAP_POPULATE`, read-only, then made writable) did the same work on the
-        // opening thread alone: at ten million objects an open took 57 ms instead of 47.
-        // A read fault of a private mapping maps the page cache's page; only a write copies it.
-        guard let base = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0), base != MAP_FAILED
-        else { return nil }
-        return base
-    }
-
     package func sync() throws {
         #if os(Linux)
             guard retryingEINTR({ fdatasync(fd) }) == 0 else {

@@ -134,9 +134,9 @@ extension Checkpoint {
 
     /// Reads and checks a checkpoint file.
     ///
-    /// The file is mapped (`FileImage`): the primary index's whole leaves are used where they
-    /// lie, and the compressed frames are kept for the secondary indexes, which are built from
-    /// them on first use.
+    /// The file is read into memory (`FileImage`: the slot frames when first checked): the
+    /// primary index's whole leaves are used where they lie, and the compressed frames are kept
+    /// for the secondary indexes, which are built from them on first use.
     /// Reads a checkpoint file. With `fallback`, a version-3 file's secondary-index section is
     /// checked after this returns (`decode(_:form:leaves:stream:later:)`), and `fallback` gives
     /// the indexes if it fails. With `primaryFallback`, the checksums of the slot frames (the
@@ -147,8 +147,11 @@ extension Checkpoint {
         primaryFallback: PrimaryFallback? = nil, log: (@Sendable (String) -> Void)? = nil
     ) throws -> Loaded {
         let handle = try fs.openFile(path, writable: false, create: false, exclusive: false)
-        defer { handle.close() }
-        let image = try FileImage(handle, size: try handle.size())
+        let image: FileImage
+        do { image = try FileImage(handle, size: try handle.size()) } catch {
+            handle.close()
+            throw error
+        }
         let layout = try Self.layout(image.raw, path: path, number: number, file: handle)
         let slotCheck = SlotCheck(image, layout, now: primaryFallback == nil)
         let leafLog = primaryFallback != nil ? LeafLog() : nil

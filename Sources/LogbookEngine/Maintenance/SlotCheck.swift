@@ -63,8 +63,12 @@ extension Checkpoint {
             let settled = Atomic<Int>(0)
             let bad = Atomic<Int>(-1)
 
-            init(raw: UnsafeRawBufferPointer, positions: [Int], salt: UInt32) {
+            /// Reads a slot frame's payload into the image (`FileImage.fillSlotFrame(at:)`).
+            let fill: @Sendable (Int) -> Bool
+
+            init(raw: UnsafeRawBufferPointer, positions: [Int], salt: UInt32, fill: @escaping @Sendable (Int) -> Bool) {
                 self.raw = raw
+                self.fill = fill
                 self.positions = positions
                 self.salt = salt
                 states = .allocate(capacity: max(1, positions.count))
@@ -81,7 +85,8 @@ extension Checkpoint {
                 guard states[k].compareExchange(expected: 0, desired: 1, ordering: .acquiring).exchanged else {
                     return false
                 }
-                let sound = Frame.verify(raw, at: positions[k], salt: salt)
+                // The frame's bytes are read from the file now (an I/O error: damaged).
+                let sound = fill(positions[k]) && Frame.verify(raw, at: positions[k], salt: salt)
                 if !sound { bad.store(positions[k], ordering: .relaxed) }
                 states[k].store(sound ? 2 : 3, ordering: .releasing)
                 settled.wrappingAdd(1, ordering: .releasing)
@@ -159,7 +164,10 @@ extension Checkpoint {
         /// cores with the open, and its page faults the process's page tables).
         init(_ image: FileImage, _ layout: Layout, now: Bool) {
             bytes = UncheckedSendable(image.bytes)
-            work = Work(raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt)
+            // Unowned: the image holds this check; its `deinit` stops the check (`release()`)
+            // and waits for the frames begun before its bytes and file go.
+            let fill: @Sendable (Int) -> Bool = { [unowned image] in image.fillSlotFrame(at: $0) }
+            work = Work(raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt, fill: fill)
             frames = layout.slotFrames
             if now { begin() }
         }

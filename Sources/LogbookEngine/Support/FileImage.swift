@@ -4,62 +4,92 @@
     import Darwin
 #endif
 
-/// The whole of a file in memory: a private mapping of it where the file system gives one, or
-/// its bytes read into memory of the process's own. A checkpoint is opened through one, and the
-/// primary index's leaves it keeps whole are used where they lie (`RadixMap.attachLeaves`), each
-/// leaf keeping the image alive.
+/// A checkpoint file's bytes in memory of the process's own (a `HugePages` mapping, or the
+/// heap), read with `pread`: the primary index's whole leaves are used where they lie
+/// (`RadixMap.attachLeaves`), each leaf keeping the image alive.
 ///
-/// The mapping is private and writable: a leaf is copied to the heap before it is written
-/// (the radix map's rules), so only the mending of damaged leaves from the journal
-/// (`Checkpoint.SlotCheck`) writes here, into a private copy of the page, never the file. Checkpoint files are never changed once renamed into place, so a mapping
-/// never sees its bytes change under it; a file removed while mapped (a later checkpoint's
-/// clean-up) keeps its blocks until the last leaf that uses it is freed.
+/// Not a mapping of the file: an I/O error on a page of a mapped file reaches the process as
+/// `SIGBUS` wherever the page is next touched (the slot check's thread, any reader of a leaf),
+/// which no code can recover from. Here a failed read is an error: at the open (the header and
+/// every frame but the slot frames are read then), the open replays the journal instead (the
+/// checkpoint is only a cache of it); in a slot frame (read by the first check of the frame,
+/// `fillSlotFrame(at:)`, on whatever thread checks it), the frame is damaged, and its leaves
+/// are mended from the journal as those of a frame whose checksum fails. The memory is
+/// touched as the file is read, so the slot frames cost nothing until they are checked, as
+/// the mapping's pages did.
 ///
-/// Thread safety: the bytes are read by any thread (the checkpoint's frames, immutable) and
-/// written only by the mending of whole leaves, under the slot check's lock, before any
-/// reader of a whole leaf goes on (`awaitSlots(_:)`); `slotCheck` is set before the image is
-/// shared.
+/// Thread safety: the bytes are read by any thread (the checkpoint's frames, immutable once
+/// read) and written only by the open (before the image is shared), by the first check of each
+/// slot frame (one thread, which the frame's state in `Checkpoint.SlotCheck` lets in alone,
+/// before any reader of its leaves goes on), and by the mending of whole leaves, under the slot
+/// check's lock (`awaitSlots(_:)`); `slotCheck` is set before the image is shared.
 final class FileImage: @unchecked Sendable {
     let bytes: UnsafeMutableRawBufferPointer
-    private let mapped: Bool
+    private let storage: MappedBytes
+    /// Kept open while the image lives: the slot frames are read when first checked (the file
+    /// may have been removed by then; its descriptor still reads it).
+    private let file: any StorageFile
     /// The check of the slot frames that an open left to finish after it returned: every read
     /// of a whole leaf waits for its frame's (`awaitSlots(_:)`). Set once, before any leaf of the image is
     /// handed out (`Checkpoint.SlotCheck.leave(_:to:)`), then only read.
     var slotCheck: Checkpoint.SlotCheck?
 
-    /// Maps `file` (`size` bytes), or reads it whole when it cannot be mapped.
+    /// `file` (`size` bytes): its header and frames read now, each slot frame's header and
+    /// padding length but not the rest of its payload (`fillSlotFrame(at:)`). Where a frame header does not parse, the rest of
+    /// the file is read as it is (the layout's checks then judge it).
     init(_ file: any StorageFile, size: Int) throws {
-        if size > 0, let base = file.mapPrivately(size) {
-            bytes = UnsafeMutableRawBufferPointer(start: base, count: size)
-            mapped = true
-            return
-        }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 4096)
-        var total = 0
-        do {
-            while total < size {
-                let n = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total..<size]), at: total)
-                if n == 0 { break }
-                total += n
+        storage = MappedBytes(count: max(size, 1))
+        bytes = UnsafeMutableRawBufferPointer(rebasing: storage.bytes[0..<size])
+        self.file = file
+        let header = JournalFormat.fileHeaderSize
+        let frameHeader = JournalFormat.frameHeaderSize
+        try read(0..<min(size, header))
+        var position = header
+        while position + frameHeader <= size {
+            try read(position..<(position + frameHeader))
+            guard
+                case .frame(let frame) = Frame.parseHeader(
+                    UnsafeRawBufferPointer(rebasing: bytes[position..<(position + frameHeader)]), at: position,
+                    size: size)
+            else { break }
+            if frame.type != .checkpointSlots {
+                try read(frame.payload)
+            } else {
+                // Its padding's length (the payload's first two bytes) too: the layout reads it.
+                try read(frame.payload.lowerBound..<min(frame.payload.upperBound, frame.payload.lowerBound + 2))
             }
-        } catch {
-            buffer.deallocate()
-            throw error
+            position = frame.end
+            if frame.type == .checkpointEnd { break }
         }
-        bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<total])
-        mapped = false
+        if position < size { try read(position..<size) }
     }
 
     deinit {
-        // No frame is checked or mended once the mapping is gone.
+        // No frame is checked or mended once the bytes are gone.
         slotCheck?.release()
-        if mapped {
-            #if canImport(Glibc) || canImport(Darwin)
-                munmap(bytes.baseAddress, bytes.count)
-            #endif
-        } else {
-            bytes.deallocate()
+        file.close()
+    }
+
+    /// Reads `range` of the file into the same range of the image (to the file's end).
+    private func read(_ range: Range<Int>) throws {
+        var at = range.lowerBound
+        while at < range.upperBound {
+            let n = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: bytes[at..<range.upperBound]), at: at)
+            if n == 0 { return }
+            at += n
         }
+    }
+
+    /// Reads the payload of the slot frame at `position` (its header was read by `init`);
+    /// false when the read fails (the frame is then damaged).
+    func fillSlotFrame(at position: Int) -> Bool {
+        let frameHeader = JournalFormat.frameHeaderSize
+        guard position + frameHeader <= bytes.count,
+            case .frame(let frame) = Frame.parseHeader(
+                UnsafeRawBufferPointer(rebasing: bytes[position..<(position + frameHeader)]), at: position,
+                size: bytes.count)
+        else { return false }
+        return (try? read(frame.payload)) != nil
     }
 
     var raw: UnsafeRawBufferPointer { UnsafeRawBufferPointer(bytes) }

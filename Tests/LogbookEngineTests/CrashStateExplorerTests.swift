@@ -245,6 +245,27 @@ import Testing
         // Commits during the compaction that no sync made durable: the switch syncs them, and a
         // failed sync there must cut them as a failed commit sync does.
         racingCompaction(durability: .none),
+        Workload(name: "history purging", durability: .full, segmentSize: 8 << 10) { r in
+            // Each commit records a history entry (a put of its own); a purge deletes the oldest
+            // in one transaction, and a compaction drops them from the segments.
+            for round in 0..<4 {
+                try r.commit { t, m in
+                    puts(&t, &m, first: UInt64(round * 4), count: 4, round: round)
+                    let entry = UInt64(1_000 + round)
+                    let v = value(entry, round, 200)
+                    t.put(key(1, entry), value: bytes(v))
+                    m.model[entry] = v
+                }
+            }
+            try r.commit { t, m in
+                for entry in UInt64(1_000)..<1_003 {
+                    t.delete(key(1, entry))
+                    m.model[entry] = nil
+                }
+            }
+            try r.maintain { _ = try r.store.compact() }
+            try r.commit { t, m in puts(&t, &m, first: 40, count: 2, round: 7) }
+        },
         Workload(name: "a transaction larger than a segment", durability: .full, segmentSize: 8 << 10) { r in
             try r.commit { t, m in puts(&t, &m, first: 0, count: 4, round: 0) }
             try r.commit { t, m in puts(&t, &m, first: 100, count: 60, round: 1, length: 400) }

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import LogbookTestSupport
 import Testing
 
@@ -84,5 +85,47 @@ import Testing
         let reopened = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         #expect(try contents(reopened.snapshot()) == model)
         try reopened.close()
+    }
+
+    /// A store of many segments holds at most `SegmentDescriptors`' bound of their descriptors
+    /// open (it held one per segment, and an open or rollover failed with `EMFILE` past the
+    /// process's limit); reads of every segment, a compaction and a reopen work within it.
+    @Test(.serialized) func openDescriptorsAreBoundedWhateverTheSegmentCount() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        let descriptors = SegmentDescriptors.shared
+        let before = descriptors.capacity
+        descriptors.capacity = 8
+        defer { descriptors.capacity = before }
+        var options = quietOptions()
+        options.segmentSize = 1024
+        var store = try Store.open(at: dir.store(), options: options)
+        var model: [UInt64: String] = [:]
+        var random = SeededGenerator(seed: 11)
+        for i in 0..<400 {
+            // Letters LZ4 cannot shrink much: about a commit per segment.
+            let text =
+                "value \(i) "
+                + String((0..<400).map { _ in Character(UnicodeScalar(UInt8.random(in: 97...122, using: &random))) })
+            try commitOne(store, UInt64(i), text)
+            model[UInt64(i)] = text
+        }
+        func openSegments() throws -> Int {
+            try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").compactMap {
+                try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)
+            }.filter { $0.hasPrefix(dir.store()) && $0.contains(".lbj") }.count
+        }
+        let segments = listDirectory(dir.store()).filter { $0.hasSuffix(".lbj") }.count
+        #expect(segments > 100)
+        #expect(try contents(store.snapshot()) == model)
+        let open = try openSegments()
+        #expect(open <= 8 + 1, "\(open) descriptors for \(segments) segments")
+        try store.close()
+        store = try Store.open(at: dir.store(), options: options)
+        #expect(try contents(store.snapshot()) == model)
+        #expect(try openSegments() <= 8 + 1)
+        _ = try store.compact()
+        #expect(try contents(store.snapshot()) == model)
+        try store.close()
     }
 }

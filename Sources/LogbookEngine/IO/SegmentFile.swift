@@ -1,37 +1,86 @@
-/// One open segment file. Shared by the writer and every snapshot that may read it; when a
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// One segment file. Shared by the writer and every snapshot that may read it; when a
 /// compaction has replaced it, it is marked obsolete and its name is removed at once: the
-/// holders read on through their descriptor, and the disk space goes when the last of them
-/// lets go. (It used to be removed by name when the last holder let go; by then a file number
-/// reused past `maxSegmentNumber` could name a live segment, which that removal deleted.)
+/// holders read on through its descriptor, and the disk space goes when the last of them lets
+/// go. (It used to be removed by name when the last holder let go; by then a file number reused
+/// past `maxSegmentNumber` could name a live segment, which that removal deleted.)
+///
+/// Its descriptor is open while it is the active segment or obsolete (then it cannot be opened
+/// again by name); a sealed segment's is kept among the process's most recently used
+/// (`SegmentDescriptors`), closed when others push it out and opened again on the next read.
+/// A store of many segments (small ones, or 64 GB of the default size) so never holds more
+/// descriptors than that bound (it used to hold one per segment, and failed with `EMFILE`).
 final class SegmentFile: Sendable {
     let number: UInt64
     let salt: UInt32
     let path: String
-    let handle: any StorageFile
     private let fileSystem: any FileSystem
+    private let writable: Bool
     private let obsolete = AtomicFlag()
+    /// The descriptor held apart from the cache (the active segment's, an obsolete one's).
+    private let pinned: Locked<(any StorageFile)?>
 
     /// The format version of the segment's header: the commit records it holds are of that
     /// version, and a writer appends only to a segment of the current version.
     let formatVersion: UInt16
 
+    /// A segment whose file `handle` has open (with `pinned`, held apart: the active segment).
     init(
         number: UInt64, salt: UInt32, path: String, handle: any StorageFile, fileSystem: any FileSystem,
-        formatVersion: UInt16 = JournalFormat.version
+        formatVersion: UInt16 = JournalFormat.version, writable: Bool = true, pinned: Bool = false
     ) {
         self.number = number
         self.salt = salt
         self.path = path
-        self.handle = handle
         self.fileSystem = fileSystem
         self.formatVersion = formatVersion
+        self.writable = writable
+        self.pinned = Locked(pinned ? handle : nil)
+        if !pinned { SegmentDescriptors.shared.keep(handle, for: ObjectIdentifier(self)) }
     }
 
+    /// The open file: held apart, cached, or opened again by name (an error when that fails:
+    /// the file is gone, or no descriptor is left).
+    var handle: any StorageFile {
+        get throws {
+            if let held = pinned.withLock({ $0 }) { return held }
+            return try SegmentDescriptors.shared.handle(for: ObjectIdentifier(self)) {
+                try fileSystem.openFile(path, writable: writable, create: false, exclusive: false)
+            }
+        }
+    }
+
+    /// Holds the descriptor apart (the segment became the active one), or lets it join the
+    /// cache (sealed).
+    func pin(_ held: Bool) {
+        if held {
+            guard let h = try? handle else { return }
+            pinned.withLock { $0 = h }
+            SegmentDescriptors.shared.forget(ObjectIdentifier(self))
+        } else if let h = pinned.withLock({ p -> (any StorageFile)? in
+            defer { p = nil }
+            return p
+        }) {
+            SegmentDescriptors.shared.keep(h, for: ObjectIdentifier(self))
+        }
+    }
+
+    /// Replaced by a compaction: its name goes now, its descriptor (held apart, since the
+    /// file can no longer be opened by name) when the last holder lets go.
     func markObsolete() {
-        if obsolete.setOnce() { try? fileSystem.removeFile(path) }
+        guard obsolete.setOnce() else { return }
+        pin(true)
+        try? fileSystem.removeFile(path)
     }
 
-    deinit { handle.close() }
+    deinit { SegmentDescriptors.shared.forget(ObjectIdentifier(self)) }
 
     static func fileName(_ number: UInt64) -> String {
         JournalFormat.segmentPrefix + hex12(number) + JournalFormat.segmentSuffix
@@ -390,5 +439,74 @@ final class BlockScanner {
                 path: file.path, offset: frameOffset)
         }
         return 0
+    }
+}
+
+/// The descriptors of sealed segments the process keeps open: at most `capacity`, the least
+/// recently used closed first (a read in progress keeps its own reference, so the descriptor
+/// closes when that read is done). Process-wide, as the limit on descriptors is.
+final class SegmentDescriptors: Sendable {
+    static let shared = SegmentDescriptors(capacity: defaultCapacity())
+
+    /// A quarter of the process's limit on descriptors, between 16 and 512.
+    static func defaultCapacity() -> Int {
+        #if canImport(Glibc) || canImport(Darwin)
+            var limit = rlimit()
+            if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 {
+                return max(16, min(512, Int(limit.rlim_cur) / 4))
+            }
+        #endif
+        return 512
+    }
+
+    /// The bound (a test may lower it).
+    var capacity: Int {
+        get { limit.load(ordering: .relaxed) }
+        set { limit.store(newValue, ordering: .relaxed) }
+    }
+    private let limit: Atomic<Int>
+    private let state = Locked<(open: [ObjectIdentifier: (file: any StorageFile, used: UInt64)], clock: UInt64)>(
+        ([:], 0))
+
+    init(capacity: Int) { limit = Atomic(capacity) }
+
+    /// How many descriptors are kept now (for tests).
+    var count: Int { state.withLock { $0.open.count } }
+
+    /// The cached file of `owner`, or `open()`'s, kept.
+    func handle(for owner: ObjectIdentifier, open: () throws -> any StorageFile) throws -> any StorageFile {
+        let cached = state.withLock { s -> (any StorageFile)? in
+            guard let entry = s.open[owner] else { return nil }
+            s.clock += 1
+            s.open[owner]!.used = s.clock
+            return entry.file
+        }
+        if let cached { return cached }
+        let file = try open()
+        keep(file, for: owner)
+        return file
+    }
+
+    /// Keeps `file` for `owner`, closing the least recently used beyond the capacity (their
+    /// last reference goes outside the lock).
+    func keep(_ file: any StorageFile, for owner: ObjectIdentifier) {
+        let evicted = state.withLock { s -> [any StorageFile] in
+            s.clock += 1
+            s.open[owner] = (file, s.clock)
+            var out: [any StorageFile] = []
+            let capacity = self.capacity
+            while s.open.count > capacity, let oldest = s.open.min(by: { $0.value.used < $1.value.used }) {
+                out.append(oldest.value.file)
+                s.open[oldest.key] = nil
+            }
+            return out
+        }
+        _ = evicted
+    }
+
+    /// Lets `owner`'s descriptor go.
+    func forget(_ owner: ObjectIdentifier) {
+        let gone = state.withLock { $0.open.removeValue(forKey: owner) }
+        _ = gone
     }
 }

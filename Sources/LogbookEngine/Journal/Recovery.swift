@@ -124,6 +124,8 @@ struct Recovery {
             segments = SegmentSet(files)
         }
         let active = files[manifest.segments.last!]
+        // The writer's segment keeps its descriptor apart from the cache of sealed ones.
+        if !readOnly { active?.pin(true) }
         var writer = Store.WriterState(
             working: state, segments: segments, active: readOnly ? nil : active,
             appendOffset: appendOffset, manifest: manifest)
@@ -398,7 +400,7 @@ struct Recovery {
             }
             return SegmentFile(
                 number: number, salt: header.salt, path: p, handle: handle, fileSystem: fs,
-                formatVersion: header.version)
+                formatVersion: header.version, writable: !readOnly)
         case .failure(.short) where isLast:
             // A header cut short holds no commit: the segment is empty.
             let fresh = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
@@ -408,7 +410,8 @@ struct Recovery {
                 try handle.sync()
             }
             noteCut(file: p, at: 0, bytes: bytes.count, reason: "incomplete segment header")
-            return SegmentFile(number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs)
+            return SegmentFile(
+                number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs, writable: !readOnly)
         case .failure(.unsupportedVersion(let v)):
             throw EngineError(
                 .unsupportedFormat,

@@ -219,7 +219,7 @@ extension Store {
         guard end > state.allocatedEnd else { return }
         let target = min(state.appendOffset + Self.preallocationBytes, options.segmentSize)
         guard target > end else { return }
-        if active.handle.preallocate(upTo: target) { state.allocatedEnd = target }
+        if (try? active.handle.preallocate(upTo: target)) == true { state.allocatedEnd = target }
     }
 
     /// How far ahead of a small commit a segment is allocated: one allocation (and one sync of

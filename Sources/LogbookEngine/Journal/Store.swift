@@ -548,6 +548,8 @@ public final class Store: Sendable {
         }
         writerState.manifest = manifest
         writerState.segments = writerState.segments.adding(file)
+        writerState.active?.pin(false)
+        file.pin(true)
         writerState.active = file
         writerState.appendOffset = JournalFormat.fileHeaderSize
         writerState.allocatedEnd = JournalFormat.fileHeaderSize

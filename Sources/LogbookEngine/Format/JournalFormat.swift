@@ -12,7 +12,7 @@ public enum JournalFormat {
 
     // MARK: Files of a store directory
 
-    /// The advisory lock file (empty). `flock(LOCK_EX)` by the one writer, `LOCK_SH` by readers.
+    /// The advisory lock file (empty). `flock(LOCK_EX)` by the one writer; readers take no lock.
     public static let lockFileName = "LOCK"
     /// The current manifest: which segments make up the store and which checkpoint is current.
     public static let manifestFileName = "MANIFEST"

@@ -1,0 +1,174 @@
+/// The replay of one segment: its frames read and checked, each whole transaction applied at
+/// its commit record, and the damage that ends it judged (a torn tail cut, or corruption).
+extension Recovery {
+    /// Replays the committed transactions of one segment from `offset`; returns the end of
+    /// its last commit. Cuts a torn tail of the last segment; throws `.corruption` for
+    /// damage before the last commit.
+    mutating func replaySegment(
+        _ file: SegmentFile, from offset: Int, isLast: Bool,
+        state: inout IndexState, reader: BlockReader
+    ) throws -> Int {
+        let size = try file.handle.size()
+        // Only what follows `offset` is read (after a checkpoint, usually little or nothing);
+        // `base` turns positions in the file into positions in `data`.
+        let base = min(offset, size)
+        let data = try file.handle.read(count: size - base, at: base)
+        var pending: [(Int, [UInt8])] = []
+        var pendingOperations = 0
+        var lastCommitEnd = offset
+        var position = offset
+        var damage: (Int, String)?
+        try data.withUnsafeBytes { raw in
+            scan: while true {
+                switch Frame.parse(raw, at: position - base, salt: file.salt) {
+                case .end:
+                    if !pending.isEmpty { damage = (lastCommitEnd, "a transaction without its commit record") }
+                    break scan
+                case .invalid(let reason):
+                    damage = (position, reason)
+                    break scan
+                case .frame(let frame):
+                    switch frame.type {
+                    case .operations:
+                        guard let block = Frame.decode(raw, frame) else {
+                            damage = (position, "malformed LZ4 payload")
+                            break scan
+                        }
+                        pending.append((position, block))
+                    case .commit:
+                        guard let commit = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload])),
+                            commit.operationFrames == pending.count,
+                            commit.firstFrameOffset == (pending.first?.0 ?? position),
+                            commit.version >= state.version
+                        else {
+                            throw EngineError.corruption(
+                                "a commit record does not match its transaction", path: file.path, offset: position)
+                        }
+                        // Version 2: the record proves its whole transaction. Frames that each
+                        // verify but do not add up to it (stale frames of another write) are
+                        // damage at the transaction's start, judged like any other below.
+                        if let expected = commit.transactionCRC {
+                            let frames = UnsafeRawBufferPointer(
+                                rebasing: raw[(commit.firstFrameOffset - base)..<(position - base)])
+                            if CRC32C.checksum(frames) != expected {
+                                damage = (
+                                    commit.firstFrameOffset, "the transaction's frames do not match its commit record"
+                                )
+                                break scan
+                            }
+                        }
+                        if firstVersion == nil { firstVersion = commit.version }
+                        if let lastVersion, commit.version > lastVersion {
+                            stopped = true
+                            break scan
+                        }
+                        let before = options.salvage ? state : nil
+                        do {
+                            try state.apply(
+                                transaction: pending.map { (frameOffset: $0.0, block: $0.1) }, segment: file.number,
+                                reader: reader)
+                        } catch {
+                            if let before { state = before }
+                            throw error
+                        }
+                        pendingOperations += commit.operations
+                        state.version = commit.version
+                        pending.removeAll()
+                        report.commitsReplayed += 1
+                        lastCommitEnd = frame.end + base
+                        lastSyncedClaim = (file.number, commit.syncedOffset ?? lastCommitEnd)
+                    default:
+                        damage = (position, "a \(frame.type) frame inside a segment")
+                        break scan
+                    }
+                    position = frame.end + base
+                }
+            }
+        }
+        guard let (at, reason) = damage else { return lastCommitEnd }
+        if following && isLast { return lastCommitEnd }
+        return try judgeDamage(
+            at: at, reason: reason, in: file, data: data, base: base, size: size, lastCommitEnd: lastCommitEnd,
+            isLast: isLast)
+    }
+
+    /// Where the replay of a segment ends when its scan stopped at damage: zeros after the last
+    /// commit (space allocated ahead) are its end; in a sealed segment, or before a commit
+    /// record that proves the damaged bytes were synced, the damage is corruption; otherwise it
+    /// is a torn tail, cut back to the last whole commit. Returns the segment's end.
+    private mutating func judgeDamage(
+        at: Int, reason: String, in file: SegmentFile, data: [UInt8], base: Int, size: Int, lastCommitEnd: Int,
+        isLast: Bool
+    ) throws -> Int {
+        // Zeros from the end of the last commit to the end of the last segment are space the
+        // writer allocated ahead of its commits (`Store.preallocate`), left by a process that
+        // did not close the store: its end, not damage. (Zeros after frames of a transaction
+        // without its commit record are its torn tail, cut below.)
+        if isLast && at == lastCommitEnd && at >= base && at - base <= data.count
+            && data.withUnsafeBytes({ Self.isZero(UnsafeRawBufferPointer(rebasing: $0[(at - base)...])) })
+        {
+            return lastCommitEnd
+        }
+        // Damage. In a sealed segment (synced whole when it was sealed) it is corruption. In
+        // the last one it is corruption when a later commit record proves that the damaged
+        // bytes had been synced (its synced offset lies past them, or it is a version-1
+        // record, which proves nothing and so is taken at its word); otherwise it is what a
+        // power loss leaves of unsynced writes, whose pages reach the disk in any order: a
+        // torn tail, cut back to the last whole commit.
+        if !isLast {
+            throw EngineError.corruption("\(reason) in a sealed segment", path: file.path, offset: at)
+        }
+        let proof = data.withUnsafeBytes { raw in
+            Self.commitRecords(in: raw, after: at - base, salt: file.salt).first { record in
+                record.syncedOffset.map { $0 > at } ?? true
+            }
+        }
+        if proof != nil {
+            throw EngineError.corruption("\(reason) before the last commit", path: file.path, offset: at)
+        }
+        if size > lastCommitEnd {
+            if !readOnly {
+                try file.handle.truncate(to: lastCommitEnd)
+                try file.handle.sync()
+            }
+            noteCut(file: file.path, at: lastCommitEnd, bytes: size - lastCommitEnd, reason: reason)
+        }
+        return lastCommitEnd
+    }
+
+    /// Whether every byte of `bytes` is zero.
+    static func isZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        while i + 8 <= bytes.count {
+            if bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < bytes.count {
+            if bytes[i] != 0 { return false }
+            i += 1
+        }
+        return true
+    }
+
+    /// The commit records of valid commit frames after `offset` (found byte by byte: the
+    /// frames between may be damaged), in order.
+    static func commitRecords(in raw: UnsafeRawBufferPointer, after offset: Int, salt: UInt32) -> [CommitRecord] {
+        var records: [CommitRecord] = []
+        let smallest = JournalFormat.frameHeaderSize + JournalFormat.commitPayloadSizeVersion1
+        guard raw.count >= smallest else { return [] }
+        var o = offset + 1
+        while o <= raw.count - smallest {
+            let length = raw.loadLE(at: o + 4, as: UInt32.self)
+            if raw[o + 8] == JournalFormat.FrameType.commit.rawValue && raw[o + 9] == 0
+                && (length == UInt32(JournalFormat.commitPayloadSize)
+                    || length == UInt32(JournalFormat.commitPayloadSizeVersion1)),
+                case .frame(let frame) = Frame.parse(raw, at: o, salt: salt),
+                let record = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
+            {
+                records.append(record)
+            }
+            o += 1
+        }
+        return records
+    }
+}

@@ -113,4 +113,27 @@ import Testing
         #expect(try reopened.snapshot().indexCount(index: 1) == JournalFormat.maxIndexKeysPerPut)
         try reopened.close()
     }
+
+    /// A last segment whose length says a terabyte (a sparse file: a bad length, or a crafted
+    /// one) opens, reading no more than a segment can hold: the open used to read the rest of
+    /// the file into one array, and the process died allocating it.
+    @Test func aSegmentLongerThanASegmentCanBeIsNotReadWhole() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanUp() }
+        var options = quietOptions()
+        options.segmentSize = 256 << 10
+        options.segmentLimit = 1 << 20
+        let store = try Store.open(at: dir.store(), options: options)
+        for i in 0..<10 { try commitOne(store, UInt64(i), "value \(i)") }
+        try store.close()
+        let segment = try #require(listDirectory(dir.store()).first { $0.hasSuffix(".lbj") })
+        #expect(truncate(dir.store() + "/" + segment, 1 << 40) == 0)
+        let reopened = try Store.open(at: dir.store(), options: options)
+        #expect(try contents(reopened.snapshot()).count == 10)
+        try commitOne(reopened, 100, "after")
+        try reopened.close()
+        let again = try Store.open(at: dir.store(), options: options)
+        #expect(try contents(again.snapshot()).count == 11)
+        try again.close()
+    }
 }

@@ -94,7 +94,7 @@ struct IndexState: Sendable {
     }
 
     /// Phase 1 on replay: the operation table decoded from the blocks, its errors located.
-    private static func operationTable(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) throws
+    static func operationTable(_ blocks: [(frameOffset: Int, block: [UInt8])], path: String?) throws
         -> OperationTable
     {
         do {

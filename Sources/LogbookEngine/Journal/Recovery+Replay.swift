@@ -10,10 +10,16 @@ extension Recovery {
     ) throws -> Int {
         let size = try file.handle.size()
         // Only what follows `offset` is read (after a checkpoint, usually little or nothing);
-        // `base` turns positions in the file into positions in `data`.
+        // `base` turns positions in the file into positions in `data`. Never past the largest
+        // size a segment may have: a length read from disk is not trusted (a sparse file of a
+        // terabyte would have been read whole); what lies beyond is judged as damage.
         let base = min(offset, size)
-        let data = try file.handle.read(count: size - base, at: base)
-        var pending: [(Int, [UInt8])] = []
+        let readable = min(size, options.segmentLimit + Store.preallocationBytes)
+        let data = try file.handle.read(count: max(0, readable - base), at: base)
+        // The frames of the transaction being read, not their blocks: those are inflated a
+        // part at a time once its commit record is found (a transaction of a gigabyte was held
+        // inflated whole).
+        var pending: [(Int, Frame.Parsed)] = []
         var pendingOperations = 0
         var lastCommitEnd = offset
         var position = offset
@@ -30,11 +36,14 @@ extension Recovery {
                 case .frame(let frame):
                     switch frame.type {
                     case .operations:
-                        guard let block = Frame.decode(raw, frame) else {
+                        guard
+                            frame.codec == .raw
+                                || LZ4.declaredLength(UnsafeRawBufferPointer(rebasing: raw[frame.payload])) != nil
+                        else {
                             damage = (position, "malformed LZ4 payload")
                             break scan
                         }
-                        pending.append((position, block))
+                        pending.append((position, frame))
                     case .commit:
                         guard let commit = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload])),
                             commit.operationFrames == pending.count,
@@ -64,9 +73,7 @@ extension Recovery {
                         }
                         let before = options.salvage ? state : nil
                         do {
-                            try state.apply(
-                                transaction: pending.map { (frameOffset: $0.0, block: $0.1) }, segment: file.number,
-                                reader: reader)
+                            try applyTransaction(pending, from: raw, file: file, state: &state, reader: reader)
                         } catch {
                             if let before { state = before }
                             throw error
@@ -90,6 +97,34 @@ extension Recovery {
         return try judgeDamage(
             at: at, reason: reason, in: file, data: data, base: base, size: size, lastCommitEnd: lastCommitEnd,
             isLast: isLast)
+    }
+
+    /// Applies a transaction whose commit record matched its frames: its blocks inflated and
+    /// applied `Store.applyPartBlocks` at a time (as a commit applies a large one), so that at
+    /// most one part is in memory inflated. A block that does not inflate, its frame's
+    /// checksum and the transaction's notwithstanding, is corruption.
+    private func applyTransaction(
+        _ frames: [(Int, Frame.Parsed)], from raw: UnsafeRawBufferPointer, file: SegmentFile,
+        state: inout IndexState, reader: BlockReader
+    ) throws {
+        var start = 0
+        var ordinal = 0
+        while start < frames.count {
+            let end = min(frames.count, start + Store.applyPartBlocks)
+            var blocks: [(frameOffset: Int, block: [UInt8])] = []
+            blocks.reserveCapacity(end - start)
+            for (position, frame) in frames[start..<end] {
+                guard let block = Frame.decode(raw, frame) else {
+                    throw EngineError.corruption("malformed LZ4 payload", path: file.path, offset: position)
+                }
+                blocks.append((position, block))
+            }
+            let table = try IndexState.operationTable(blocks, path: file.path)
+            try state.apply(
+                transaction: blocks, manifest: table, firstOrdinal: ordinal, segment: file.number, reader: reader)
+            ordinal += table.count
+            start = end
+        }
     }
 
     /// Where the replay of a segment ends when its scan stopped at damage: zeros after the last

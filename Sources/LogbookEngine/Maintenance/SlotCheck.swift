@@ -63,7 +63,7 @@ extension Checkpoint {
             let settled = Atomic<Int>(0)
             let bad = Atomic<Int>(-1)
 
-            /// Reads a slot frame's payload into the image (`FileImage.fillSlotFrame(at:)`).
+            /// Reads a slot frame's payload into the image (`FileImage.slotFrameReader()`).
             let fill: @Sendable (Int) -> Bool
 
             init(raw: UnsafeRawBufferPointer, positions: [Int], salt: UInt32, fill: @escaping @Sendable (Int) -> Bool) {
@@ -164,10 +164,9 @@ extension Checkpoint {
         /// cores with the open, and its page faults the process's page tables).
         init(_ image: FileImage, _ layout: Layout, now: Bool) {
             bytes = UncheckedSendable(image.bytes)
-            // Unowned: the image holds this check; its `deinit` stops the check (`release()`)
-            // and waits for the frames begun before its bytes and file go.
-            let fill: @Sendable (Int) -> Bool = { [unowned image] in image.fillSlotFrame(at: $0) }
-            work = Work(raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt, fill: fill)
+            work = Work(
+                raw: image.raw, positions: layout.slotFramePositions, salt: layout.salt,
+                fill: image.slotFrameReader())
             frames = layout.slotFrames
             if now { begin() }
         }

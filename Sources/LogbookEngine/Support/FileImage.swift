@@ -13,7 +13,7 @@
 /// which no code can recover from. Here a failed read is an error: at the open (the header and
 /// every frame but the slot frames are read then), the open replays the journal instead (the
 /// checkpoint is only a cache of it); in a slot frame (read by the first check of the frame,
-/// `fillSlotFrame(at:)`, on whatever thread checks it), the frame is damaged, and its leaves
+/// `slotFrameReader()`, on whatever thread checks it), the frame is damaged, and its leaves
 /// are mended from the journal as those of a frame whose checksum fails. The memory is
 /// touched as the file is read, so the slot frames cost nothing until they are checked, as
 /// the mapping's pages did.
@@ -35,7 +35,7 @@ final class FileImage: @unchecked Sendable {
     var slotCheck: Checkpoint.SlotCheck?
 
     /// `file` (`size` bytes): its header and frames read now, each slot frame's header and
-    /// padding length but not the rest of its payload (`fillSlotFrame(at:)`). Where a frame header does not parse, the rest of
+    /// padding length but not the rest of its payload (`slotFrameReader()`). Where a frame header does not parse, the rest of
     /// the file is read as it is (the layout's checks then judge it).
     init(_ file: any StorageFile, size: Int) throws {
         storage = MappedBytes(count: max(size, 1))
@@ -71,7 +71,11 @@ final class FileImage: @unchecked Sendable {
     }
 
     /// Reads `range` of the file into the same range of the image (to the file's end).
-    private func read(_ range: Range<Int>) throws {
+    private func read(_ range: Range<Int>) throws { try Self.read(range, of: file, into: bytes) }
+
+    private static func read(
+        _ range: Range<Int>, of file: any StorageFile, into bytes: UnsafeMutableRawBufferPointer
+    ) throws {
         var at = range.lowerBound
         while at < range.upperBound {
             let n = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: bytes[at..<range.upperBound]), at: at)
@@ -80,16 +84,23 @@ final class FileImage: @unchecked Sendable {
         }
     }
 
-    /// Reads the payload of the slot frame at `position` (its header was read by `init`);
-    /// false when the read fails (the frame is then damaged).
-    func fillSlotFrame(at position: Int) -> Bool {
-        let frameHeader = JournalFormat.frameHeaderSize
-        guard position + frameHeader <= bytes.count,
-            case .frame(let frame) = Frame.parseHeader(
-                UnsafeRawBufferPointer(rebasing: bytes[position..<(position + frameHeader)]), at: position,
-                size: bytes.count)
-        else { return false }
-        return (try? read(frame.payload)) != nil
+    /// What reads the payload of the slot frame at a position (its header was read by
+    /// `init`) into the image; false when the read fails (the frame is then damaged). It holds
+    /// the file, not the image: the slot check calls it on its own thread, and the image's
+    /// `deinit` waits for the frames that check has begun (`SlotCheck.release()`) before its
+    /// bytes go (a reference to the image there made that thread free it, and wait for itself).
+    func slotFrameReader() -> @Sendable (Int) -> Bool {
+        let target = UncheckedSendable((file, bytes))
+        return { position in
+            let (file, bytes) = target.value
+            let frameHeader = JournalFormat.frameHeaderSize
+            guard position + frameHeader <= bytes.count,
+                case .frame(let frame) = Frame.parseHeader(
+                    UnsafeRawBufferPointer(rebasing: bytes[position..<(position + frameHeader)]), at: position,
+                    size: bytes.count)
+            else { return false }
+            return (try? FileImage.read(frame.payload, of: file, into: bytes)) != nil
+        }
     }
 
     var raw: UnsafeRawBufferPointer { UnsafeRawBufferPointer(bytes) }

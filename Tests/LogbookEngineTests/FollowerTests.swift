@@ -62,4 +62,37 @@ import Testing
         #expect(reopened > 0, "no compaction was followed")
         #expect(process.isRunning, "the writer stopped")
     }
+
+    /// A follower reads a commit the writer then cuts (its sync failed at close); a new writer
+    /// commits others at the same offsets. The follower's next refresh finds that what it read
+    /// is gone and opens the store again: it shows the new commits, not the cut one (it used
+    /// to go on from the old end, in the middle of the new commits, never to see them).
+    @Test func aFollowerNoticesThatTheWriterCutWhatItRead() throws {
+        let fs = FaultFileSystem()
+        var writerOptions = quietOptions(.none)
+        writerOptions.checkpointOnClose = false
+        var readOptions = quietOptions(.full)
+        readOptions.readOnly = true
+        let writer = try Store.open(at: FaultStorePaths.directory, options: writerOptions, fileSystem: fs)
+        try commitOne(writer, 1, "one")
+        try writer.close()  // synced: one is durable
+        let second = try Store.open(at: FaultStorePaths.directory, options: writerOptions, fileSystem: fs)
+        let follower = try Store.open(at: FaultStorePaths.directory, options: readOptions, fileSystem: fs)
+        try commitOne(second, 2, "cut later " + String(repeating: "x", count: 100))
+        #expect(try follower.refresh())
+        #expect(try contents(follower.snapshot())[2] != nil)
+        // The close's sync fails: the commit it covered is cut.
+        fs.inject(.failedSync, atStep: fs.steps + 1)
+        #expect(throws: EngineError.self) { try second.close() }
+        fs.clearFaults()
+        let third = try Store.open(at: FaultStorePaths.directory, options: writerOptions, fileSystem: fs)
+        try commitOne(third, 3, "three")
+        try commitOne(third, 4, "four " + String(repeating: "y", count: 200))
+        _ = try follower.refresh()
+        #expect(
+            try contents(follower.snapshot()) == [1: "one", 3: "three", 4: "four " + String(repeating: "y", count: 200)]
+        )
+        try third.close()
+        try follower.close()
+    }
 }

@@ -22,6 +22,8 @@ extension Recovery {
         var pending: [(Int, Frame.Parsed)] = []
         var pendingOperations = 0
         var lastCommitEnd = offset
+        // Where the last commit record replayed here begins (its bytes are kept below).
+        var lastCommitStart: Int?
         var position = offset
         var damage: (Int, String)?
         try data.withUnsafeBytes { raw in
@@ -83,6 +85,7 @@ extension Recovery {
                         pending.removeAll()
                         report.commitsReplayed += 1
                         lastCommitEnd = frame.end + base
+                        lastCommitStart = position
                         lastSyncedClaim = (file.number, commit.syncedOffset ?? lastCommitEnd)
                     default:
                         damage = (position, "a \(frame.type) frame inside a segment")
@@ -91,6 +94,10 @@ extension Recovery {
                     position = frame.end + base
                 }
             }
+        }
+        if let start = lastCommitStart {
+            lastCommitFrame = Store.CommitFrame(
+                segment: file.number, start: start, bytes: Array(data[(start - base)..<(lastCommitEnd - base)]))
         }
         guard let (at, reason) = damage else { return lastCommitEnd }
         if following && isLast { return lastCommitEnd }

@@ -23,6 +23,10 @@ struct Recovery {
     /// The offset before which the last commit record replayed says its segment was synced
     /// (the end of that commit for a version-1 record, which says nothing).
     var lastSyncedClaim: (segment: UInt64, offset: Int)?
+    /// The last commit record replayed: its segment, where it begins and its bytes (a follower
+    /// checks them at its next refresh: a writer that cut its tail may have written others
+    /// there since).
+    var lastCommitFrame: Store.CommitFrame?
 
     init(directory: String, options: StoreOptions, fileSystem: any FileSystem) {
         self.directory = directory
@@ -131,6 +135,7 @@ struct Recovery {
             appendOffset: appendOffset, manifest: manifest)
         writer.checkpointVersion = report.checkpoint != nil ? checkpointVersion : 0
         writer.lastWritten = state.version
+        writer.lastCommit = lastCommitFrame
         if !readOnly, let active {
             // What was replayed may sit in the page cache only (a process that crashed before
             // its sync): make it durable before anything is written after it, so that the

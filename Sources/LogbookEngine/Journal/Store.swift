@@ -23,6 +23,13 @@ import Dispatch
 /// try store.close()
 /// ```
 public final class Store: Sendable {
+    /// A commit record where it lies: its segment, its offset and its frame's bytes.
+    struct CommitFrame: Sendable {
+        var segment: UInt64
+        var start: Int
+        var bytes: [UInt8]
+    }
+
     /// The store's directory.
     public let directory: String
     /// The options the store was opened with.
@@ -86,6 +93,9 @@ public final class Store: Sendable {
         /// since it copied the primary index, so that the switch takes their current
         /// locations instead of walking the whole index under the lock.
         var compactionTouched: [UInt64]?
+        /// A follower's (a read-only store's): the last commit record it applied, which its
+        /// next refresh finds again where it was before going on from its end.
+        var lastCommit: CommitFrame?
 
         /// Makes the store refuse writes until it is reopened.
         mutating func recordFailure(_ error: any Error) {
@@ -216,13 +226,12 @@ public final class Store: Sendable {
     public func snapshot(asOf version: UInt64) throws -> Snapshot {
         // The manifest's segments and the files the writer holds, with the current state pinned
         // (so that no compaction removes them while they are replayed).
-        let (current, segments) = try writer.withLock { w in
+        // The published state, not the writer's: with durability `normal`, a commit is written
+        // before its sync and published after it, and a version not yet published may still
+        // be cut (its sync failing); no snapshot may read it.
+        let (current, segments, files) = try writer.withLock { w in
             if w.closed { throw EngineError(.closed, "the store is closed", path: directory) }
-            return (
-                Snapshot(
-                    published: Published(state: w.working, segments: w.segments), cache: cache, registry: registry),
-                w.manifest.segments
-            )
+            return (snapshot(), w.manifest.segments, w.segments)
         }
         if version == current.version { return current }
         guard version < current.version else {
@@ -231,14 +240,13 @@ public final class Store: Sendable {
             )
         }
         var recovery = replayer()
-        let state = try recovery.replay(segments, files: current.reader.segments, until: version)
+        let state = try recovery.replay(segments, files: files, until: version)
         if let first = recovery.firstVersion, first > 1, version < first {
             throw EngineError(
                 .versionUnavailable,
                 "version \(version) was compacted away: the store keeps versions from \(first) on", path: directory)
         }
-        return Snapshot(
-            published: Published(state: state, segments: current.reader.segments), cache: cache, registry: registry)
+        return Snapshot(published: Published(state: state, segments: files), cache: cache, registry: registry)
     }
 
     /// The oldest version `snapshot(asOf:)` can give: 0 for a store never compacted, else the
@@ -282,21 +290,39 @@ public final class Store: Sendable {
             let before = w.working.version
             var recovery = Recovery(directory: directory, options: options, fileSystem: fileSystem)
             var state = w.working
-            if let (files, end) = try recovery.follow(
-                manifest, known: w.manifest.segments, files: w.segments, offset: w.appendOffset, state: &state)
+            // The writer may have cut what this follower read (a failed sync cuts the commits
+            // it covered) and written other commits at those offsets: going on from the old
+            // end would read from the middle of them, never find them, and meet "corruption"
+            // later. The last commit record applied must be where it was, as it was; else the
+            // store is opened again.
+            let intact =
+                w.lastCommit.map { last in
+                    guard let file = w.segments.files[last.segment],
+                        let bytes = try? file.handle.read(count: last.bytes.count, at: last.start)
+                    else { return false }
+                    return bytes == last.bytes
+                } ?? true
+            if intact,
+                let (files, end) = try recovery.follow(
+                    manifest, known: w.manifest.segments, files: w.segments, offset: w.appendOffset, state: &state)
             {
                 w.working = state
                 w.segments = files
                 w.appendOffset = end
                 w.manifest = manifest
+                if let frame = recovery.lastCommitFrame { w.lastCommit = frame }
             } else {
-                // A compaction (or a writer that started over): open the store again.
+                // A compaction (or a writer that started over, or cut what was read): open the
+                // store again. The frames cached are forgotten: the same segment and offset may
+                // now hold another frame.
+                cache.removeAll()
                 let fresh = try Store.open(at: directory, options: options, fileSystem: fileSystem)
                 let next = fresh.writer.withLock { $0 }
                 w.working = next.working
                 w.segments = next.segments
                 w.appendOffset = next.appendOffset
                 w.manifest = next.manifest
+                w.lastCommit = next.lastCommit
             }
             w.lastWritten = w.working.version
             publish(w)

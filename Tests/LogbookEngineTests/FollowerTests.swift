@@ -63,10 +63,35 @@ import Testing
         #expect(process.isRunning, "the writer stopped")
     }
 
-    /// A follower reads a commit the writer then cuts (its sync failed at close); a new writer
-    /// commits others at the same offsets. The follower's next refresh finds that what it read
-    /// is gone and opens the store again: it shows the new commits, not the cut one (it used
-    /// to go on from the old end, in the middle of the new commits, never to see them).
+    /// A follower reads no further than the writer's last sync reached (`SYNCED`): a commit
+    /// written under durability `none` is not read until a sync covers it (it used to be read
+    /// at once, and a failed sync could then cut what the follower had shown).
+    @Test func aFollowerReadsOnlyWhatTheWritersLastSyncReached() throws {
+        let fs = FaultFileSystem()
+        var writerOptions = quietOptions(.none)
+        writerOptions.checkpointOnClose = false
+        var readOptions = quietOptions(.full)
+        readOptions.readOnly = true
+        let first = try Store.open(at: FaultStorePaths.directory, options: quietOptions(.full), fileSystem: fs)
+        try commitOne(first, 1, "one")
+        try first.close()
+        let writer = try Store.open(at: FaultStorePaths.directory, options: writerOptions, fileSystem: fs)
+        let follower = try Store.open(at: FaultStorePaths.directory, options: readOptions, fileSystem: fs)
+        #expect(try contents(follower.snapshot()) == [1: "one"])
+        try commitOne(writer, 2, "not synced yet")
+        #expect(try follower.refresh() == false)
+        #expect(try contents(follower.snapshot()) == [1: "one"])
+        try writer.close()  // synced
+        #expect(try follower.refresh())
+        #expect(try contents(follower.snapshot()) == [1: "one", 2: "not synced yet"])
+        try follower.close()
+    }
+
+    /// The safety net under that rule: a follower that read a commit the writer then cut (as
+    /// a hint that ran ahead of the sync would let it: here one written by hand), while a new
+    /// writer committed others at the same offsets, finds at its next refresh that what it
+    /// read is gone and opens the store again: it shows the new commits, not the cut one (it
+    /// used to go on from the old end, in the middle of the new commits, never to see them).
     @Test func aFollowerNoticesThatTheWriterCutWhatItRead() throws {
         let fs = FaultFileSystem()
         var writerOptions = quietOptions(.none)
@@ -79,13 +104,22 @@ import Testing
         let second = try Store.open(at: FaultStorePaths.directory, options: writerOptions, fileSystem: fs)
         let follower = try Store.open(at: FaultStorePaths.directory, options: readOptions, fileSystem: fs)
         try commitOne(second, 2, "cut later " + String(repeating: "x", count: 100))
+        // A hint ahead of the sync (a torn or stale one): the follower reads the commit.
+        let segment = try #require(fs.contents(FaultStorePaths.segment))
+        let salt = segment.withUnsafeBytes { FileHeader.decode(Array($0[0..<32]), magic: JournalFormat.segmentMagic) }
+        guard case .success(let header) = salt else { throw EngineError(.corruption, "no header") }
+        fs.setContents(
+            FaultStorePaths.directory + "/" + JournalFormat.syncedFileName,
+            SyncedHint(segment: 1, offset: segment.count, salt: header.salt).encoded())
         #expect(try follower.refresh())
         #expect(try contents(follower.snapshot())[2] != nil)
         // The close's sync fails: the commit it covered is cut.
         fs.inject(.failedSync, atStep: fs.steps + 1)
         #expect(throws: EngineError.self) { try second.close() }
         fs.clearFaults()
-        let third = try Store.open(at: FaultStorePaths.directory, options: writerOptions, fileSystem: fs)
+        var synced = writerOptions
+        synced.durability = .full
+        let third = try Store.open(at: FaultStorePaths.directory, options: synced, fileSystem: fs)
         try commitOne(third, 3, "three")
         try commitOne(third, 4, "four " + String(repeating: "y", count: 200))
         _ = try follower.refresh()

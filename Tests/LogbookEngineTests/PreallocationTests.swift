@@ -191,13 +191,14 @@ extension PreallocationTests {
     @Test func aFailedAllocationIsNotAFailedCommit() throws {
         let fs = FaultFileSystem(preallocates: true)
         let store = try Store.open(at: Self.directory, options: quietOptions(.full), fileSystem: fs)
-        // The first commit's steps: allocate (fails), write, sync.
+        // The first commit's steps: allocate (fails), write, sync, and the synced offset's hint.
         fs.inject(.error(ENOSPC), atStep: fs.steps + 1)
         try commitValues(store, 0..<1)
         #expect(
-            fs.stepNames.suffix(3).map { $0.split(separator: " ").first.map(String.init) } == [
-                "preallocate", "write", "sync"
+            fs.stepNames.suffix(4).map { $0.split(separator: " ").first.map(String.init) } == [
+                "preallocate", "write", "sync", "write"
             ])
+        #expect(fs.stepNames.last?.hasSuffix(JournalFormat.syncedFileName) == true)
         let end = try #require(store.statistics().segments.last).bytes
         #expect(fs.contents(Self.segment(1))!.count == end, "nothing was allocated: the commit appended")
         // The next commit allocates.

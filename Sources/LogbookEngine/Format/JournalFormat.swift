@@ -14,6 +14,9 @@ public enum JournalFormat {
 
     /// The advisory lock file (empty). `flock(LOCK_EX)` by the one writer; readers take no lock.
     public static let lockFileName = "LOCK"
+    /// How far the writer's last sync reached (`SyncedHint`): what a reader in another
+    /// process may read of the active segment.
+    public static let syncedFileName = "SYNCED"
     /// The current manifest: which segments make up the store and which checkpoint is current.
     public static let manifestFileName = "MANIFEST"
     /// Suffix of files being written before an atomic rename; removed by recovery.

@@ -6,9 +6,11 @@ extension Recovery {
     /// damage before the last commit.
     mutating func replaySegment(
         _ file: SegmentFile, from offset: Int, isLast: Bool,
-        state: inout IndexState, reader: BlockReader
+        state: inout IndexState, reader: BlockReader, durableEnd: Int? = nil
     ) throws -> Int {
-        let size = try file.handle.size()
+        // A reader beside a writer reads no further than the writer's last sync reached
+        // (`SyncedHint`): what lies past it may still be cut.
+        let size = min(try file.handle.size(), durableEnd ?? .max)
         // Only what follows `offset` is read (after a checkpoint, usually little or nothing);
         // `base` turns positions in the file into positions in `data`. Never past the largest
         // size a segment may have: a length read from disk is not trusted (a sparse file of a

@@ -107,16 +107,26 @@ struct Recovery {
             checkpointVersion = loaded.state.version
         }
 
-        // Replay the journal after it.
+        // Replay the journal after it: a reader, up to where a live writer's last sync reached.
         var appendOffset = JournalFormat.fileHeaderSize
+        var covered = manifest
+        let limit =
+            options.readOnly && !options.salvage
+            ? durableLimit(manifest.segments, files: files).flatMap { $0.index >= startIndex ? $0 : nil } : nil
         replay: for i in startIndex..<manifest.segments.count {
+            if let limit, i > limit.index {
+                covered.segments = Array(manifest.segments.prefix(i))
+                break
+            }
             let number = manifest.segments[i]
             let file = files[number]!
             let isLast = i == manifest.segments.count - 1
             let from = i == startIndex ? startOffset : JournalFormat.fileHeaderSize
             let reader = BlockReader(segments: segments, cache: cache)
             do {
-                appendOffset = try replaySegment(file, from: from, isLast: isLast, state: &state, reader: reader)
+                appendOffset = try replaySegment(
+                    file, from: from, isLast: isLast, state: &state, reader: reader,
+                    durableEnd: limit?.index == i ? max(from, limit!.offset) : nil)
             } catch let error as EngineError where error.code == .corruption && options.salvage {
                 report.salvageStop = error
                 break replay
@@ -132,7 +142,11 @@ struct Recovery {
         if !readOnly { active?.pin(true) }
         var writer = Store.WriterState(
             working: state, segments: segments, active: readOnly ? nil : active,
-            appendOffset: appendOffset, manifest: manifest)
+            appendOffset: appendOffset, manifest: readOnly ? covered : manifest)
+        if !readOnly {
+            writer.syncedFile = try? fs.openFile(
+                path(JournalFormat.syncedFileName), writable: true, create: true, exclusive: false)
+        }
         writer.checkpointVersion = report.checkpoint != nil ? checkpointVersion : 0
         writer.lastWritten = state.version
         writer.lastCommit = lastCommitFrame
@@ -184,7 +198,7 @@ struct Recovery {
     private mutating func createFromNothing(_ names: [String]) throws {
         let firstSegment = SegmentFile.fileName(1)
         var leftovers: [String] = []
-        for name in names where name != JournalFormat.lockFileName {
+        for name in names where name != JournalFormat.lockFileName && name != JournalFormat.syncedFileName {
             if name.hasSuffix(JournalFormat.temporarySuffix) {
                 leftovers.append(name)
                 continue
@@ -285,7 +299,7 @@ struct Recovery {
     /// compaction), which the follower meets by opening the store again.
     mutating func follow(
         _ manifest: Manifest, known: [UInt64], files: SegmentSet, offset: Int, state: inout IndexState
-    ) throws -> (SegmentSet, Int)? {
+    ) throws -> (files: SegmentSet, end: Int, covered: [UInt64])? {
         guard manifest.segments.starts(with: known), let lastKnown = known.last else { return nil }
         following = true
         var opened = files.files
@@ -293,14 +307,36 @@ struct Recovery {
             opened[number] = try openSegment(number, isLast: number == manifest.segments.last)
         }
         let all = SegmentSet(opened)
+        // Only what the writer's last sync reached (`SyncedHint`); a hint behind what was read
+        // already (stale) reads nothing more.
+        let first = known.count - 1
+        let limit = durableLimit(manifest.segments, files: opened)
+        if let limit, limit.index < first { return (files, offset, known) }
         let reader = BlockReader(segments: all, cache: cache)
         var end = offset
-        for number in manifest.segments.drop(while: { $0 != lastKnown }) {
-            let from = number == lastKnown ? offset : JournalFormat.fileHeaderSize
+        var covered = manifest.segments
+        for i in first..<manifest.segments.count {
+            if let limit, i > limit.index {
+                covered = Array(manifest.segments.prefix(i))
+                break
+            }
+            let number = manifest.segments[i]
+            let from = i == first ? offset : JournalFormat.fileHeaderSize
             end = try replaySegment(
-                opened[number]!, from: from, isLast: number == manifest.segments.last, state: &state, reader: reader)
+                opened[number]!, from: from, isLast: i == manifest.segments.count - 1, state: &state, reader: reader,
+                durableEnd: limit?.index == i ? max(from, limit!.offset) : nil)
         }
-        return (all, end)
+        _ = lastKnown
+        return (all, end, covered)
+    }
+
+    /// Where a writer's last sync reached (`SyncedHint`), as an index in `segments` and an
+    /// offset in that segment; nil without a hint that names one of them (salt and all).
+    func durableLimit(_ segments: [UInt64], files: [UInt64: SegmentFile]) -> (index: Int, offset: Int)? {
+        guard let hint = SyncedHint.read(directory, fileSystem: fs), let i = segments.lastIndex(of: hint.segment),
+            files[hint.segment]?.salt == hint.salt
+        else { return nil }
+        return (i, max(JournalFormat.fileHeaderSize, hint.offset))
     }
 
     /// The longest prefix of `segments` whose commits are all at or before `version`, and the

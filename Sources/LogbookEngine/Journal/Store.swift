@@ -88,7 +88,12 @@ public final class Store: Sendable {
         /// Every byte of the active segment before this offset is known to be on disk (the
         /// last successful sync covered it). Commit records carry it; a failed sync cuts the
         /// segment back to it.
-        var syncedOffset = JournalFormat.fileHeaderSize
+        var syncedOffset = JournalFormat.fileHeaderSize {
+            didSet { writeSyncedHint() }
+        }
+        /// The writer's `SYNCED` file (`SyncedHint`), and what it last wrote there.
+        var syncedFile: (any StorageFile)?
+        var syncedHintWritten: SyncedHint?
         /// While a compaction prepares its switch (non-nil): every key a commit put or deleted
         /// since it copied the primary index, so that the switch takes their current
         /// locations instead of walking the whole index under the lock.
@@ -96,6 +101,15 @@ public final class Store: Sendable {
         /// A follower's (a read-only store's): the last commit record it applied, which its
         /// next refresh finds again where it was before going on from its end.
         var lastCommit: CommitFrame?
+
+        /// Tells readers in other processes how far the last sync reached (best effort: a hint
+        /// not written leaves them behind, never ahead).
+        mutating func writeSyncedHint() {
+            guard let syncedFile, let active, failure == nil else { return }
+            let hint = SyncedHint(segment: active.number, offset: syncedOffset, salt: active.salt)
+            guard hint != syncedHintWritten else { return }
+            if (try? syncedFile.write(hint.encoded(), at: 0)) != nil { syncedHintWritten = hint }
+        }
 
         /// Makes the store refuse writes until it is reopened.
         mutating func recordFailure(_ error: any Error) {
@@ -303,13 +317,15 @@ public final class Store: Sendable {
                     return bytes == last.bytes
                 } ?? true
             if intact,
-                let (files, end) = try recovery.follow(
+                let (files, end, covered) = try recovery.follow(
                     manifest, known: w.manifest.segments, files: w.segments, offset: w.appendOffset, state: &state)
             {
                 w.working = state
                 w.segments = files
                 w.appendOffset = end
                 w.manifest = manifest
+                // The segments read: those after the one the writer's last sync reached wait.
+                w.manifest.segments = covered
                 if let frame = recovery.lastCommitFrame { w.lastCommit = frame }
             } else {
                 // A compaction (or a writer that started over, or cut what was read): open the

@@ -41,7 +41,12 @@ func openItems(_ path: String, durability: Durability = .full) throws -> Persist
     var options = ContainerOptions()
     options.durability = durability
     options.persistentHistoryTracking = tracksHistory
-    if let itemsSegmentSize { options.segmentSize = itemsSegmentSize }
+    if let itemsSegmentSize {
+        // A benchmark's segments may be smaller than a store's usual minimum (64 KiB), down to
+        // 1 KiB: to measure rollovers and compactions.
+        options.segmentSize = itemsSegmentSize
+        options.allowsTinySegments = true
+    }
     return try PersistentContainer(name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
 }
 

@@ -21,6 +21,7 @@ import Testing
         let lines = Locked<[String]>([])
         var options = quietOptions(.full)
         options.segmentSize = 4096
+        options.allowsTinySegments = true
         options.compaction = .automatic(deadRatio: 0.2, minimumBytes: 0)
         options.log = { line in lines.withLock { $0.append(line) } }
         let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
@@ -45,6 +46,7 @@ import Testing
         let fs = FaultFileSystem()
         var options = quietOptions(.full)
         options.segmentSize = 4096
+        options.allowsTinySegments = true
         options.checkpointInterval = 1  // every commit asks for background work
         let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         for i in 0..<20 { try commitOne(store, UInt64(i), "value \(i) " + String(repeating: "v", count: 300)) }
@@ -78,6 +80,7 @@ import Testing
         let fs = FaultFileSystem()
         var options = quietOptions(.full)
         options.segmentSize = 4096
+        options.allowsTinySegments = true
         let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         for i in 0..<20 { try commitOne(store, UInt64(i), "value \(i) " + String(repeating: "c", count: 300)) }
         // (Frames, not a header: the header of the segment that the compaction's rollover

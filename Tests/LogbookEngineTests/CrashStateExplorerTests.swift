@@ -108,6 +108,7 @@ import Testing
         var options: StoreOptions {
             var o = quietOptions(durability)
             o.segmentSize = segmentSize
+            o.allowsTinySegments = true
             return o
         }
 

@@ -180,6 +180,7 @@ import Testing
             let fs = FaultFileSystem()
             var options = quietOptions(.full)
             options.segmentSize = 4 << 10
+            options.allowsTinySegments = true
             let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
             var i: UInt64 = 0
             // Up to the segment's end: the next commit rolls over.
@@ -214,6 +215,7 @@ import Testing
         let fs = FaultFileSystem()
         var options = quietOptions(.full)
         options.segmentSize = 8 << 10
+        options.allowsTinySegments = true
         let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         for round in 0..<6 {
             for i in 0..<10 { try commitOne(store, UInt64(i), "round \(round) " + String(repeating: "x", count: 200)) }
@@ -230,6 +232,7 @@ import Testing
             let fs = FaultFileSystem()
             var options = quietOptions(.full)
             options.segmentSize = 8 << 10
+            options.allowsTinySegments = true
             let hook = UncheckedSendable(fs)
             options.beforeCompactionSwitch = { hook.value.inject(.error(EIO), atStep: hook.value.steps + k) }
             let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)

@@ -15,6 +15,7 @@ import Testing
     func options() -> StoreOptions {
         var o = quietOptions(.full)
         o.segmentSize = 2048
+        o.allowsTinySegments = true
         return o
     }
 

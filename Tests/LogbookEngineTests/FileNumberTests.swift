@@ -19,6 +19,7 @@ import Testing
         let fs = FaultFileSystem()
         var options = quietOptions()
         options.segmentSize = 1024
+        options.allowsTinySegments = true
         var store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         // Near the end of the sequence, as a store of long life would be.
         try store.writer.withLock { writerState in
@@ -52,6 +53,7 @@ import Testing
         let fs = FaultFileSystem()
         var options = quietOptions()
         options.segmentSize = 1024
+        options.allowsTinySegments = true
         var store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         try store.writer.withLock { writerState in
             writerState.manifest.nextFileNumber = JournalFormat.maxSegmentNumber - 2
@@ -99,6 +101,7 @@ import Testing
         defer { descriptors.capacity = before }
         var options = quietOptions()
         options.segmentSize = 1024
+        options.allowsTinySegments = true
         var store = try Store.open(at: dir.store(), options: options)
         var model: [UInt64: String] = [:]
         var random = SeededGenerator(seed: 11)

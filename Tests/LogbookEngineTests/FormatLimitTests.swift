@@ -29,6 +29,7 @@ import Testing
         let fs = FaultFileSystem()
         var options = quietOptions(.full)
         options.segmentSize = 32 << 10
+        options.allowsTinySegments = true
         options.segmentLimit = 64 << 10
         let store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
         var first = Transaction()

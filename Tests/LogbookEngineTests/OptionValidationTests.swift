@@ -27,6 +27,8 @@ import Testing
         }
         refused({ $0.segmentSize = 2 << 30 }, naming: "segmentSize")
         refused({ $0.segmentSize = 100 }, naming: "segmentSize")
+        // Below 64 KiB a store would fill its 262,143 file numbers before it held much.
+        refused({ $0.segmentSize = StoreOptions.minimumSegmentSize - 1 }, naming: "segmentSize")
         refused({ $0.checkpointInterval = -1 }, naming: "checkpointInterval")
         refused({ $0.cacheSize = -1 }, naming: "cacheSize")
         refused({ $0.compaction = .automatic(deadRatio: 0, minimumBytes: 0) }, naming: "deadRatio")

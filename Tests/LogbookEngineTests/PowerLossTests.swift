@@ -100,6 +100,7 @@ import Testing
         var outcome = Outcome()
         var options = quietOptions(durability)
         options.segmentSize = 48 << 10
+        options.allowsTinySegments = true
         do {
             let store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
             func commit(_ body: (inout Transaction, inout [UInt64: String]) -> Void) throws {

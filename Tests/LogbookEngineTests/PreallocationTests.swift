@@ -165,6 +165,7 @@ import Testing
         let fs = FaultFileSystem(preallocates: true)
         var options = quietOptions(.full)
         options.segmentSize = 16 << 10
+        options.allowsTinySegments = true
         let store = try Store.open(at: Self.directory, options: options, fileSystem: fs)
         for i in 0..<200 {
             var t = Transaction()

@@ -62,6 +62,7 @@ import Testing
         defer { dir.cleanUp() }
         var options = quietOptions()
         options.segmentSize = 16 << 10
+        options.allowsTinySegments = true
         let store = try Store.open(at: dir.store(), options: options)
         for round in 0..<5 {
             var t = Transaction()
@@ -177,6 +178,7 @@ import Testing
         defer { dir.cleanUp() }
         var options = quietOptions(.normal)
         options.segmentSize = 32 << 10
+        options.allowsTinySegments = true
         let store = try Store.open(at: dir.store(), options: options)
         let writerDone = Atomic<Bool>(false)
         let group = DispatchGroup()
@@ -230,6 +232,7 @@ import Testing
         defer { dir.cleanUp() }
         var options = StoreOptions()
         options.segmentSize = 32 << 10
+        options.allowsTinySegments = true
         options.checkpointInterval = 64 << 10
         options.checkpointOnClose = false
         options.compaction = .automatic(deadRatio: 0.5, minimumBytes: 128 << 10)

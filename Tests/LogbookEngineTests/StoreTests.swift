@@ -121,6 +121,7 @@ import Testing
         defer { dir.cleanUp() }
         var options = quietOptions()
         options.segmentSize = 4096
+        options.allowsTinySegments = true
         let store = try Store.open(at: dir.store(), options: options)
         for i in UInt64(0)..<300 {
             var t = Transaction()
@@ -142,6 +143,7 @@ import Testing
         var options = quietOptions()
         options.inMemory = true
         options.segmentSize = 4096
+        options.allowsTinySegments = true
         let path = "/nonexistent/in-memory-\(UInt64.random(in: 0...UInt64.max)).logbook"
         let store = try Store.open(at: path, options: options)
         for i in UInt64(0)..<300 {

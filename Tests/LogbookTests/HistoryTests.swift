@@ -395,6 +395,7 @@ extension HistoryTests {
             options.persistentHistoryTracking = true
             options.historyRetention = retention
             options.segmentSize = 4 << 10
+            options.allowsTinySegments = true
             options.compaction = .manual
             return try PersistentContainer(name: "Notes", model: Self.model(), directory: store.path, options: options)
         }

@@ -9,6 +9,8 @@ public struct ContainerOptions: Sendable {
     public var compaction: CompactionPolicy = .default
     /// The size at which a journal segment is sealed and a new one started.
     public var segmentSize: Int = 64 << 20
+    /// Segments below `StoreOptions.minimumSegmentSize`, for tests (`StoreOptions`).
+    package var allowsTinySegments = false
     /// Journal bytes after which a checkpoint of the indexes is written in the background.
     public var checkpointInterval: Int = 32 << 20
     /// Open the store without writing (and without the writer's lock); saves fail.
@@ -98,6 +100,7 @@ public final class PersistentContainer: Sendable {
         storeOptions.durability = options.durability
         storeOptions.compaction = options.compaction
         storeOptions.segmentSize = options.segmentSize
+        storeOptions.allowsTinySegments = options.allowsTinySegments
         storeOptions.checkpointInterval = options.checkpointInterval
         storeOptions.readOnly = options.readOnly
         storeOptions.inMemory = options.inMemory

@@ -16,9 +16,17 @@ public struct StoreOptions: Sendable {
     /// When a commit is durable (`.full` by default).
     public var durability: Durability = .full
     /// A segment is sealed and a new one started once it reaches this size (between
-    /// transactions). From `JournalFormat.minSegmentSize` (1 KiB) to
-    /// `JournalFormat.maxSegmentSize` (1 GiB, what a record's location can address).
+    /// transactions). From `StoreOptions.minimumSegmentSize` (64 KiB) to
+    /// `JournalFormat.maxSegmentSize` (1 GiB, what a record's location can address). A store
+    /// holds at most `JournalFormat.maxSegmentNumber` (262,143) segments at once, so the size
+    /// bounds what it can hold: 16 GiB at the minimum, 16 TiB at the default.
     public var segmentSize: Int = 64 << 20
+    /// The smallest `segmentSize` a store takes: below it a store fills its file numbers
+    /// before it holds much (1 KiB segments: 256 MiB), and every commit of any size rolls over.
+    public static let minimumSegmentSize = 64 << 10
+    /// Segments down to `JournalFormat.minSegmentSize` (1 KiB): for tests that need many
+    /// rollovers from a few commits.
+    package var allowsTinySegments = false
     /// A checkpoint of the indexes is written in the background after this many journal bytes
     /// (0: only on `close()` and `checkpoint()`).
     public var checkpointInterval: Int = 32 << 20
@@ -76,9 +84,10 @@ public struct StoreOptions: Sendable {
     /// Throws `invalidArgument` naming the first option out of its range.
     func validate() throws {
         func invalid(_ message: String) -> EngineError { EngineError(.invalidArgument, message) }
-        guard (JournalFormat.minSegmentSize...JournalFormat.maxSegmentSize).contains(segmentSize) else {
+        let smallest = allowsTinySegments ? JournalFormat.minSegmentSize : Self.minimumSegmentSize
+        guard (smallest...JournalFormat.maxSegmentSize).contains(segmentSize) else {
             throw invalid(
-                "segmentSize \(segmentSize) is out of range: from \(JournalFormat.minSegmentSize) to \(JournalFormat.maxSegmentSize) bytes"
+                "segmentSize \(segmentSize) is out of range: from \(smallest) to \(JournalFormat.maxSegmentSize) bytes"
             )
         }
         guard checkpointInterval >= 0 else { throw invalid("checkpointInterval \(checkpointInterval) is negative") }

@@ -31,6 +31,7 @@ final class Step: ManagedObject {
                 </attribute>
                 <attribute name="scratch" optional="YES" transient="YES" attributeType="String"/>
                 <attribute name="cache" optional="YES" transient="YES" attributeType="Undefined"/>
+                <attribute name="assetId" optional="YES" transient="YES" syncable="YES"/>
                 <attribute name="code" optional="YES" attributeType="String"/>
                 <attribute name="photo" optional="YES" attributeType="Binary" allowsExternalBinaryDataStorage="YES"/>
                 <relationship name="steps" optional="YES" toMany="YES" ordered="YES" deletionRule="Cascade" destinationEntity="Step" inverseName="recipe" inverseEntity="Step"/>
@@ -73,7 +74,7 @@ final class Step: ManagedObject {
         let model = try Self.model()
         let recipe = try #require(model[entity: "Recipe"])
         #expect(recipe.managedClass == Recipe.self)  // `.Recipe`: the current module's class
-        #expect(recipe.attributes.map(\.name) == ["title", "scratch", "cache", "code", "photo"])
+        #expect(recipe.attributes.map(\.name) == ["title", "scratch", "cache", "assetId", "code", "photo"])
         #expect(recipe.attributes[1].isTransient)
         #expect(recipe.attributes[2].isTransient)
         #expect(recipe.attributes[0].userInfo["display"] == "Title \"main\"")
@@ -87,6 +88,10 @@ final class Step: ManagedObject {
         #expect(model.configurations["Cloud"] == ["Recipe"])
         // What is read but not acted on is said, not refused.
         #expect(model.warnings.contains { $0.contains("Undefined") })
+        // A transient attribute written with no type (as Xcode writes an Undefined one: Wire's
+        // model) is read as an Undefined one; it was refused as lacking a type.
+        let asset = recipe.attributes.first { $0.name == "assetId" }
+        #expect(asset?.isTransient == true && asset?.type == .data)
     }
 
     @Test func anOrderedRelationshipKeepsItsOrderThroughSaveReopenUndoAndInverses() throws {

@@ -162,7 +162,10 @@ final class CoreDataModelXML: NSObject, XMLParserDelegate {
     }
 
     private func attribute(_ parser: XMLParser, _ a: [String: String]) {
-        guard current != nil, let name = a["name"], let typeName = a["attributeType"] else {
+        // Xcode writes a transient attribute of type Undefined without an `attributeType`.
+        guard current != nil, let name = a["name"],
+            let typeName = a["attributeType"] ?? (a["transient"] == "YES" ? "Undefined" : nil)
+        else {
             fail(parser, "an attribute lacks a name or type")
             return
         }

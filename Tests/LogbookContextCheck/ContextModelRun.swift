@@ -243,16 +243,7 @@ package final class ContextModelRun {
                     }
                     return values
                 }
-                for key in keys where !Self.changedAbove(key, from: parent, dirty: dirty, specs: specs) {
-                    guard let value = beneath[key] else { continue }
-                    if dirty[i][key] == value {
-                        dirty[i][key] = nil
-                        base[i][key] = nil
-                    } else {
-                        base[i][key] = value
-                    }
-                    undoUnknown[i] = true
-                }
+                rebase(i, on: beneath.filter { !Self.changedAbove($0.key, from: parent, dirty: dirty, specs: specs) })
                 continue
             }
             // A context pinned to a query generation merges too (the merge moves it to the
@@ -290,7 +281,14 @@ package final class ContextModelRun {
             }
             return values
         }
-        for (key, value) in beneath {
+        rebase(i, on: beneath)
+    }
+
+    /// Child `i` reloaded `values` from its parent: a change now equal to the parent's value
+    /// is no change, the others are compared with it from then on, and undo's outcome is no
+    /// longer the reference's to predict.
+    func rebase(_ i: Int, on values: [Key: String]) {
+        for (key, value) in values {
             if dirty[i][key] == value {
                 dirty[i][key] = nil
                 base[i][key] = nil

@@ -11,21 +11,32 @@ import Testing
 
 /// File numbers past the end of the sequence.
 @Suite struct FileNumberTests {
+    /// Segments of 1 KiB: a rollover every few commits.
+    static var tinySegments: StoreOptions {
+        var options = quietOptions()
+        options.segmentSize = 1024
+        options.allowsTinySegments = true
+        return options
+    }
+
+    /// A store of tiny segments near the end of the file numbers' sequence, as a store of long
+    /// life would be.
+    static func openNearTheEndOfTheSequence(_ fs: FaultFileSystem) throws -> Store {
+        let store = try Store.open(at: FaultStorePaths.directory, options: tinySegments, fileSystem: fs)
+        try store.writer.withLock { writerState in
+            writerState.manifest.nextFileNumber = JournalFormat.maxSegmentNumber - 2
+            try store.writeManifest(writerState.manifest)
+        }
+        return store
+    }
+
     // MARK: File numbers
 
     /// File numbers used to run out after 262,143 rollovers, checkpoints and compactions in a
     /// store's life. Past the end of the sequence, numbers that no file uses are reused.
     @Test func fileNumbersAreReusedPastTheEndOfTheSequence() throws {
-        let fs = FaultFileSystem()
-        var options = quietOptions()
-        options.segmentSize = 1024
-        options.allowsTinySegments = true
-        var store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
-        // Near the end of the sequence, as a store of long life would be.
-        try store.writer.withLock { writerState in
-            writerState.manifest.nextFileNumber = JournalFormat.maxSegmentNumber - 2
-            try store.writeManifest(writerState.manifest)
-        }
+        let (fs, options) = (FaultFileSystem(), Self.tinySegments)
+        var store = try Self.openNearTheEndOfTheSequence(fs)
         var model: [UInt64: String] = [:]
         for round in 0..<6 {
             for i in 0..<8 {
@@ -50,15 +61,8 @@ import Testing
     /// Releasing the snapshot used to remove its files by name, deleting the live ones; an
     /// obsolete segment's name is removed when it is replaced now, and a release only closes.
     @Test func releasingAnOldSnapshotNeverRemovesAFileThatReusedItsNumber() throws {
-        let fs = FaultFileSystem()
-        var options = quietOptions()
-        options.segmentSize = 1024
-        options.allowsTinySegments = true
-        var store = try Store.open(at: FaultStorePaths.directory, options: options, fileSystem: fs)
-        try store.writer.withLock { writerState in
-            writerState.manifest.nextFileNumber = JournalFormat.maxSegmentNumber - 2
-            try store.writeManifest(writerState.manifest)
-        }
+        let (fs, options) = (FaultFileSystem(), Self.tinySegments)
+        var store = try Self.openNearTheEndOfTheSequence(fs)
         var model: [UInt64: String] = [:]
         func round(_ r: Int) throws {
             for i in 0..<8 {

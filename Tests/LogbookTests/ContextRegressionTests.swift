@@ -1040,6 +1040,46 @@ import Testing
         #expect(try f.context().count(for: items) == 50)
     }
 
+    /// A grandchild files an item in a folder and saves; the child deletes the folder; the
+    /// grandchild, which still sees the folder, moves the item to a new folder and saves; the
+    /// child's save reaches the parent with the item in the new folder (checker seed 224377:
+    /// the deleted folder's addition came along, and depending on the order in which the parent
+    /// applied it, the item's folder was nil while the new folder's items held it).
+    @Test func aGrandchildsMoveOutOfAFolderItsParentDeletedReachesTheRoot() throws {
+        let f = try Fixture()
+        let root = f.context()
+        let item = try root.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        let old = try root.insertNewObject(forEntityName: "Folder")
+        try old.setValue("old", forKey: "name")
+        try root.save()
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        try grandchild.performAndWait {
+            try grandchild.existingObject(with: old.objectID).insert(
+                grandchild.existingObject(with: item.objectID), at: 0, inRelationship: "items")
+            try grandchild.save()
+        }
+        try child.performAndWait { child.delete(try child.existingObject(with: old.objectID)) }
+        let newID = try grandchild.performAndWait {
+            let folder = try grandchild.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("new", forKey: "name")
+            try folder.insert(grandchild.existingObject(with: item.objectID), at: 0, inRelationship: "items")
+            try grandchild.save()
+            return folder.objectID
+        }
+        try child.performAndWait { try child.save() }
+        #expect((try item.value(forKey: "folder") as? ManagedObject)?.objectID == newID)
+        let folder = try root.existingObject(with: newID)
+        #expect(try folder.orderedObjects(forKey: "items").map(\.objectID) == [item.objectID])
+        #expect(old.isDeleted)
+        try root.save()
+        try ContextModelRun.checkStore(f.container)
+        let reader = f.context()
+        let stored = try reader.existingObject(with: item.objectID)
+        #expect((try stored.value(forKey: "folder") as? ManagedObject)?.objectID == newID)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

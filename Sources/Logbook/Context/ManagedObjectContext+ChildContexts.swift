@@ -121,6 +121,16 @@ extension ManagedObjectContext {
             c.updated.removeAll { dropped.contains($0.key) }
         }
         try dropLinksToMissing(&c)
+        // The sets of objects the child deleted: additions to them are of no use, and would set
+        // their members' to-one sides back to the deleted owner before the delete rules run
+        // here (checker seed 224377: an item a grandchild linked to a folder its parent then
+        // deleted lost the folder the grandchild moved it to).
+        let deletedKeys = Set(c.deleted)
+        if !deletedKeys.isEmpty {
+            func ownedByDeleted(_ k: UInt64) -> Bool { possibleOwners(ofSet: k).contains(where: deletedKeys.contains) }
+            c.setAdds = c.setAdds.filter { !ownedByDeleted($0.key) }
+            c.orders = c.orders.filter { !ownedByDeleted($0.key) }
+        }
         var report = ContextChanges()
         for (key, entity, slots) in c.inserted {
             let layout = model.layouts[entity]

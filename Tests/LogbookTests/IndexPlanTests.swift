@@ -84,6 +84,55 @@ import Testing
         try container.close()
     }
 
+    /// An indexed Binary attribute (Threema's `Message.id`, Wire's `nonce_data`): Core Data
+    /// indexes it, and a fetch by `==` or `IN` reads only the matching records; a value longer
+    /// than an index entry keeps, or with zero bytes, is found exactly; sorting by it is refused
+    /// by the predicate as in Core Data (data has no order).
+    @Test func anIndexedBinaryAttributeAnswersEqualities() throws {
+        let model = try ManagedObjectModel {
+            EntityDescription("Message") {
+                AttributeDescription("id", .data, indexed: true)
+                AttributeDescription("text", .string, optional: true)
+            }
+        }
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: model)
+        let c = container.newContext(concurrencyType: .confinement)
+        func id(_ n: Int) -> Data {
+            n % 10 == 0
+                ? Data(repeating: UInt8(n % 256), count: 600) + Data([UInt8(n / 256)])
+                : Data([0, UInt8(n % 256), UInt8(n / 256), 0])
+        }
+        for n in 0..<1000 {
+            let m = try c.insertNewObject(forEntityName: "Message")
+            try m.setValue(id(n), forKey: "id")
+            try m.setValue("m\(n)", forKey: "text")
+        }
+        try c.save()
+        let reader = container.newContext(concurrencyType: .confinement)
+        var r = FetchRequest<ManagedObject>(entityName: "Message")
+        r.predicate = try FetchPredicate(format: "id == %@", id(7))
+        let plan = try reader.explain(r)
+        #expect(plan.description.contains("INDEX id"), "\(plan)")
+        #expect(try reader.fetch(r).map { try $0.value(forKey: "text") as? String } == ["m7"])
+        #expect(reader.lastFetchRecordsRead == 1)
+        r.predicate = try FetchPredicate(format: "id IN %@", [id(1), id(2), id(999)])
+        #expect(Set(try reader.fetch(r).map { try $0.value(forKey: "text") as? String }) == ["m1", "m2", "m999"])
+        #expect(reader.lastFetchRecordsRead == 3)
+        // Longer than an index entry: the records tell apart what the entries cannot.
+        r.predicate = try FetchPredicate(format: "id == %@", id(20))
+        #expect(try reader.fetch(r).map { try $0.value(forKey: "text") as? String } == ["m20"])
+        r.predicate = try FetchPredicate(format: "id == %@", Data([0, 7, 0]))
+        #expect(try reader.fetch(r).isEmpty)
+        try container.close()
+        // Reopened: the index is read back from the store.
+        let again = try makeContainer(store, model: model)
+        let c2 = again.newContext(concurrencyType: .confinement)
+        r.predicate = try FetchPredicate(format: "id == %@", id(513))
+        #expect(try c2.fetch(r).map { try $0.value(forKey: "text") as? String } == ["m513"])
+        try again.close()
+    }
+
     @Test func aCompoundIndexAnswersAnEqualityAndARange() throws {
         let store = TemporaryStore()
         let container = try makeContainer(store, model: Self.model())

@@ -181,11 +181,13 @@ extension FetchPlanner {
         var settled: [Int: Int] = [:]
         for (n, c) in conjuncts.enumerated() {
             guard let (slot, op, value) = indexableComparison(c, layout: layout, indexed: indexed) else { continue }
-            func key(_ v: Any?) -> [UInt8]? { indexKeyBytes(v, slot: slot, layout: layout) }
+            func key(_ v: Any?, equality: Bool = false) -> [UInt8]? {
+                indexKeyBytes(v, slot: slot, layout: layout, equality: equality)
+            }
             var r = ranges[slot] ?? PlannedRange()
             switch op {
             case .equal:
-                guard let k = key(value) else { continue }
+                guard let k = key(value, equality: true) else { continue }
                 r.tighten(lower: IndexBound(k, inclusive: true), upper: IndexBound(k, inclusive: true))
                 r.equality = true
             case .less, .lessOrEqual:
@@ -204,7 +206,7 @@ extension FetchPlanner {
                 guard let items = value as? [Any?] else { continue }
                 var points: [[UInt8]] = []
                 for item in items {
-                    guard let k = key(item) else {
+                    guard let k = key(item, equality: true) else {
                         points = []
                         break
                     }
@@ -257,8 +259,9 @@ extension FetchPlanner {
 
     /// The index key of a constant for a slot, when the index settles comparisons with it
     /// exactly: nil for values of another type, strings longer than an index keeps, floats
-    /// that a float cannot hold, and objects not saved yet.
-    static func indexKeyBytes(_ v: Any?, slot: Int, layout: EntityLayout) -> [UInt8]? {
+    /// that a float cannot hold, and objects not saved yet. Binary data only for `equality`
+    /// (`==`, `IN`): predicates do not order data.
+    static func indexKeyBytes(_ v: Any?, slot: Int, layout: EntityLayout, equality: Bool = false) -> [UInt8]? {
         if slot >= layout.attributeCount {
             switch v {
             case nil: return [0]
@@ -280,7 +283,10 @@ extension FetchPlanner {
         case .double(let d):
             // The value as stored must compare as the constant does.
             if type == .float, PredicateEvaluator.number(v) != d { return nil }
-        case .boxed, .data: return nil
+        case .data(let d):
+            // Data longer than the index keeps is not settled exactly by it either.
+            if !equality || d.count >= JournalFormat.maxIndexKeyLength - 1 { return nil }
+        case .boxed: return nil
         default: break
         }
         return RecordCodec.indexKey(s, type: type, index: 0).bytes

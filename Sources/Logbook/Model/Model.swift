@@ -73,10 +73,12 @@ public enum AttributeType: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// Whether the attribute can have a secondary index.
+    /// Whether the attribute can have a secondary index. Binary data is indexed by its first
+    /// bytes (as Core Data indexes it; the planner compares such values on the records);
+    /// transformable values are opaque to the store.
     var isIndexable: Bool {
         switch self {
-        case .data, .transformable: false
+        case .transformable: false
         default: true
         }
     }

@@ -102,7 +102,64 @@ enum NotesMigrationPlan: SchemaMigrationPlan {
     }
 }
 
+/// A plan written the way Swift 6 apps write one: its stages in `static let`s (which needs
+/// `MigrationStage` to be Sendable), models named by the types of the current version.
+enum TasksSchemaV1: VersionedSchema {
+    static let versionIdentifier = Schema.Version(1, 0, 0)
+    static var models: [any PersistentModel.Type] { [Task.self] }
+    @Model final class Task {
+        var title: String
+        init(title: String) { self.title = title }
+    }
+}
+
+enum TasksSchemaV2: VersionedSchema {
+    static let versionIdentifier = Schema.Version(2, 0, 0)
+    static var models: [any PersistentModel.Type] { [Task.self] }
+    @Model final class Task {
+        @Attribute(.unique) var title: String
+        var done = false
+        init(title: String) { self.title = title }
+    }
+}
+
+enum TasksMigrationPlan: SchemaMigrationPlan {
+    static var schemas: [any VersionedSchema.Type] { [TasksSchemaV1.self, TasksSchemaV2.self] }
+    static var stages: [MigrationStage] { [migrateV1toV2] }
+    static let migrateV1toV2 = MigrationStage.custom(
+        fromVersion: TasksSchemaV1.self, toVersion: TasksSchemaV2.self,
+        willMigrate: { context in
+            // Titles become unique: keep the first of each.
+            var seen = Set<String>()
+            for task in try context.fetch(FetchDescriptor<TasksSchemaV1.Task>(sortBy: [SortDescriptor(\.title)])) {
+                if !seen.insert(task.title).inserted { context.delete(task) }
+            }
+            try context.save()
+        }, didMigrate: nil)
+}
+
 @Suite(.serialized) struct MigrationTests {
+    @Test func aStageKeptInAStaticLetMigrates() throws {
+        try withStoreURL { url in
+            do {
+                let container = try ModelContainer(
+                    for: TasksSchemaV1.Task.self, configurations: ModelConfiguration(url: url))
+                let context = ModelContext(container)
+                for title in ["a", "b", "a"] { context.insert(TasksSchemaV1.Task(title: title)) }
+                try context.save()
+                try container.persistentContainer.close()
+            }
+            let container = try ModelContainer(
+                for: TasksSchemaV2.Task.self, migrationPlan: TasksMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            let tasks = try ModelContext(container).fetch(
+                FetchDescriptor<TasksSchemaV2.Task>(sortBy: [SortDescriptor(\.title)]))
+            #expect(tasks.map(\.title) == ["a", "b"])
+            #expect(tasks.allSatisfy { !$0.done })
+            try container.persistentContainer.close()
+        }
+    }
+
     func makeVersion1Store(at url: URL) throws {
         let container = try ModelContainer(
             for: Schema(versionedSchema: NotesSchemaV1.self), configurations: ModelConfiguration(url: url))

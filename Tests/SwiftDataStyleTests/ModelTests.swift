@@ -10,6 +10,38 @@ func withStoreURL<T>(_ body: (URL) throws -> T) rethrows -> T {
 }
 
 @Suite struct ModelTests {
+    /// An app group's configuration puts the store in the group's shared directory; a named
+    /// CloudKit database is refused with a clear error (there is no CloudKit on Linux), while
+    /// `.automatic` and `.none` mirror nothing.
+    @Test func aGroupContainerIsASharedDirectoryAndCloudKitIsRefused() throws {
+        let group = "group.logbook.tests.\(UUID().uuidString)"
+        let configuration = ModelConfiguration("Notes", groupContainer: .identifier(group), cloudKitDatabase: .none)
+        #expect(configuration.url.path.hasSuffix("/Group Containers/\(group)/Notes.logbook"))
+        defer { try? FileManager.default.removeItem(at: configuration.url.deletingLastPathComponent()) }
+        do {
+            let container = try ModelContainer(for: Author.self, configurations: configuration)
+            let context = ModelContext(container)
+            context.insert(Author(name: "Ada"))
+            try context.save()
+            try container.persistentContainer.close()
+        }
+        let again = try ModelContainer(
+            for: Author.self, configurations: ModelConfiguration("Notes", groupContainer: .identifier(group)))
+        #expect(try ModelContext(again).fetchCount(FetchDescriptor<Author>()) == 1)
+        try again.persistentContainer.close()
+        #expect(ModelConfiguration("Notes").url != configuration.url)
+
+        let error = #expect(throws: LogbookError.self) {
+            try ModelContainer(
+                for: Author.self,
+                configurations: ModelConfiguration(isStoredInMemoryOnly: true, cloudKitDatabase: .private("iCloud.x")))
+        }
+        #expect(error?.message.contains("CloudKit is not available on Linux") == true)
+        _ = try ModelContainer(
+            for: Author.self,
+            configurations: ModelConfiguration(isStoredInMemoryOnly: true, cloudKitDatabase: .automatic))
+    }
+
     @Test func modelsAreMadeWithTheirInitializerAndLiveUnattachedUntilInserted() throws {
         let container = try ModelContainer(
             for: Author.self, configurations: ModelConfiguration(isStoredInMemoryOnly: true))

@@ -159,10 +159,12 @@ public final class PersistentContainer: Sendable {
             entity: layout.name)
     }
 
-    package static func defaultDirectory(_ name: String) -> String {
-        let base =
+    package static func defaultDirectory(_ name: String, group: String? = nil) -> String {
+        var base =
             FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first?.path
             ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")
+        // An app group's directory, shared by every program of the user that names the group.
+        if let group { base += "/Group Containers/" + group }
         try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         return base + "/" + name + ".logbook"
     }

@@ -10,7 +10,7 @@ import LogbookEngine
 ///     @Model final class Book { var title: String; init(title: String) { self.title = title } }
 /// }
 /// ```
-public protocol VersionedSchema {
+public protocol VersionedSchema: SendableMetatype {
     /// The version.
     static var versionIdentifier: Schema.Version { get }
     /// Its model classes.
@@ -33,24 +33,31 @@ public protocol VersionedSchema {
 ///                                    migrationPlan: LibraryMigrationPlan.self,
 ///                                    configurations: ModelConfiguration(url: url))
 /// ```
-public protocol SchemaMigrationPlan {
+public protocol SchemaMigrationPlan: SendableMetatype {
     /// The versions, oldest first.
     static var schemas: [any VersionedSchema.Type] { get }
     /// The stages, each from one version to the next.
     static var stages: [MigrationStage] { get }
 }
 
-/// One step of a migration plan (SwiftData's `MigrationStage`).
-public enum MigrationStage {
+/// One step of a migration plan (SwiftData's `MigrationStage`). Sendable, as SwiftData's is,
+/// so that a plan may keep its stages in `static let`s in Swift 6 mode:
+///
+/// ```swift
+/// static let migrateV1toV2 = MigrationStage.custom(
+///     fromVersion: SchemaV1.self, toVersion: SchemaV2.self,
+///     willMigrate: { context in try context.delete(model: Draft.self) }, didMigrate: nil)
+/// ```
+public enum MigrationStage: Sendable {
     /// The store's structure follows the new version (added, removed and renamed properties
     /// and entities, through `originalName`); no code runs.
     case lightweight(fromVersion: any VersionedSchema.Type, toVersion: any VersionedSchema.Type)
     /// `willMigrate` runs on a context of the old version, then the store moves to the new
     /// version, then `didMigrate` runs on a context of the new version. If either throws, the
     /// store is left as it was before the migration began.
-    case custom(
+    @preconcurrency case custom(
         fromVersion: any VersionedSchema.Type, toVersion: any VersionedSchema.Type,
-        willMigrate: ((ModelContext) throws -> Void)?, didMigrate: ((ModelContext) throws -> Void)?)
+        willMigrate: (@Sendable (ModelContext) throws -> Void)?, didMigrate: (@Sendable (ModelContext) throws -> Void)?)
 
     var from: any VersionedSchema.Type {
         switch self {

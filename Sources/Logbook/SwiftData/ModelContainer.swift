@@ -18,35 +18,85 @@ public struct ModelConfiguration: Sendable, Hashable {
     public let allowsSave: Bool
     /// The schema this configuration stores, when not the container's.
     public let schema: Schema?
+    /// The shared directory the store lives in (see `GroupContainer`).
+    public let groupContainer: GroupContainer
+    /// The CloudKit database the store mirrors to (see `CloudKitDatabase`).
+    public let cloudKitDatabase: CloudKitDatabase
 
-    /// A store named `name` (default "default") in the application support directory, or in
-    /// memory.
+    /// The directory an app shares with its extensions (SwiftData's app group). Linux has no
+    /// entitlements: `.automatic` is the app's own directory, as on Apple platforms for an app
+    /// without an app group, and `.identifier(id)` is the directory `Group Containers/<id>`
+    /// in the application-support directory (`~/.local/share` on Linux), where every program of the user that names
+    /// the same group finds the same store (several may have it open at once).
+    public struct GroupContainer: Sendable, Hashable {
+        let identifier: String?
+        /// The first app group of the app's entitlements on Apple platforms; none on Linux.
+        public static let automatic = GroupContainer(identifier: nil)
+        /// No app group: the app's own application-support directory.
+        public static let none = GroupContainer(identifier: nil)
+        /// The group `groupName` (for example "group.com.example.notes").
+        public static func identifier(_ groupName: String) -> GroupContainer { GroupContainer(identifier: groupName) }
+    }
+
+    /// The CloudKit database a store mirrors to. CloudKit does not exist on Linux: `.automatic`
+    /// mirrors nothing (as on Apple platforms for an app without the iCloud entitlement), and a
+    /// named `.private` database is an error when the container opens, never silently ignored.
+    public struct CloudKitDatabase: Sendable, Hashable {
+        let container: String?
+        let isAutomatic: Bool
+        /// The app's CloudKit container when the app has the entitlement: none on Linux.
+        public static let automatic = CloudKitDatabase(container: nil, isAutomatic: true)
+        /// No mirroring.
+        public static let none = CloudKitDatabase(container: nil, isAutomatic: false)
+        /// The private database of the CloudKit container `name`: refused on Linux.
+        public static func `private`(_ name: String) -> CloudKitDatabase {
+            CloudKitDatabase(container: name, isAutomatic: false)
+        }
+    }
+
+    /// A store named `name` (default "default") in the application support directory (or the
+    /// group's shared directory), or in memory.
+    ///
+    /// ```swift
+    /// ModelConfiguration("Notes", groupContainer: .identifier("group.com.example.notes"))
+    /// ```
     public init(
-        _ name: String? = nil, schema: Schema? = nil, isStoredInMemoryOnly: Bool = false, allowsSave: Bool = true
+        _ name: String? = nil, schema: Schema? = nil, isStoredInMemoryOnly: Bool = false, allowsSave: Bool = true,
+        groupContainer: GroupContainer = .automatic, cloudKitDatabase: CloudKitDatabase = .automatic
     ) {
         let name = name ?? "default"
         self.name = name
         self.schema = schema
         self.isStoredInMemoryOnly = isStoredInMemoryOnly
         self.allowsSave = allowsSave
-        url =
-            isStoredInMemoryOnly
-            ? URL(fileURLWithPath: "/memory/\(name).logbook")
-            : URL(fileURLWithPath: PersistentContainer.defaultDirectory(name))
+        self.groupContainer = groupContainer
+        self.cloudKitDatabase = cloudKitDatabase
+        if isStoredInMemoryOnly {
+            url = URL(fileURLWithPath: "/memory/\(name).logbook")
+        } else if let group = groupContainer.identifier {
+            url = URL(fileURLWithPath: PersistentContainer.defaultDirectory(name, group: group))
+        } else {
+            url = URL(fileURLWithPath: PersistentContainer.defaultDirectory(name))
+        }
     }
 
     /// A store in the directory `url`.
-    public init(_ name: String? = nil, schema: Schema? = nil, url: URL, allowsSave: Bool = true) {
+    public init(
+        _ name: String? = nil, schema: Schema? = nil, url: URL, allowsSave: Bool = true,
+        cloudKitDatabase: CloudKitDatabase = .automatic
+    ) {
         self.name = name ?? url.deletingPathExtension().lastPathComponent
         self.schema = schema
         self.url = url
         self.isStoredInMemoryOnly = false
         self.allowsSave = allowsSave
+        self.groupContainer = .none
+        self.cloudKitDatabase = cloudKitDatabase
     }
 
     public static func == (a: Self, b: Self) -> Bool {
         a.name == b.name && a.url == b.url && a.isStoredInMemoryOnly == b.isStoredInMemoryOnly
-            && a.allowsSave == b.allowsSave
+            && a.allowsSave == b.allowsSave && a.cloudKitDatabase == b.cloudKitDatabase
     }
     public func hash(into h: inout Hasher) { h.combine(url) }
 }
@@ -106,6 +156,12 @@ public final class ModelContainer: Sendable {
             throw LogbookError(.invalidArgument, "a Logbook container has one store: give one configuration")
         }
         let configuration = configurations.first ?? ModelConfiguration()
+        if let cloud = configuration.cloudKitDatabase.container {
+            throw LogbookError(
+                .invalidArgument,
+                "CloudKit is not available on Linux: the configuration names the CloudKit container \(cloud); give .automatic or .none"
+            )
+        }
         self.schema = schema
         self.configurations = [configuration]
         var options = ContainerOptions()

@@ -82,7 +82,9 @@ public final class ModelContext {
     /// other contexts' saves, refreshes, rollbacks.
     private func observe() {
         observation = managedObjectContext.observeEvents { [weak self] event in
-            guard let self, case .objectsDidChange(let changes) = event else { return }
+            guard let self else { return }
+            self.postNotification(for: event)
+            guard case .objectsDidChange(let changes) = event else { return }
             self.notifyObservers(of: changes.updated.union(changes.refreshed).union(changes.deleted))
         }
     }

@@ -79,6 +79,15 @@ enum Migration {
         return all.first { $0.description == a.type }
     }
 
+    /// Whether two transformer names store values alike. A `Codable` value of the SwiftData
+    /// layer is stored as its JSON whatever its type's name, so the type may move to another
+    /// module or into a versioned schema's namespace (its JSON is read back when a value is).
+    static func sameTransformer(_ a: String?, _ b: String?) -> Bool {
+        if a == b { return true }
+        let codable = "Logbook.Codable<"
+        return a?.hasPrefix(codable) == true && b?.hasPrefix(codable) == true
+    }
+
     /// Refuses what a lightweight migration cannot do, saying what changed.
     static func check(stored: StoredSchema, new: StoredSchema, model: ManagedObjectModel, snapshot: Snapshot) throws {
         for (i, e) in new.entities.enumerated() {
@@ -89,7 +98,7 @@ enum Migration {
                 if let oldA = old.attributes.first(where: {
                     $0.name == a.name || $0.name == description.renamingIdentifier
                 }) {
-                    if oldA.type != a.type || oldA.transformer != a.transformer {
+                    if oldA.type != a.type || !sameTransformer(oldA.transformer, a.transformer) {
                         throw LogbookError(
                             .incompatibleModel, "attribute \(a.name) changed type from \(oldA.type) to \(a.type)",
                             entity: e.name, key: a.name)

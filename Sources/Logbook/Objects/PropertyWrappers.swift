@@ -198,6 +198,12 @@ extension Int: IntegerAttributeValue {}
 extension Int16: IntegerAttributeValue {}
 extension Int32: IntegerAttributeValue {}
 extension Int64: IntegerAttributeValue {}
+extension Int8: IntegerAttributeValue {}
+extension UInt8: IntegerAttributeValue {}
+extension UInt16: IntegerAttributeValue {}
+extension UInt32: IntegerAttributeValue {}
+extension UInt: IntegerAttributeValue {}
+extension UInt64: IntegerAttributeValue {}
 
 extension Optional: AttributeValue where Wrapped: AttributeValue {
     public static var absentValue: Wrapped? { nil }

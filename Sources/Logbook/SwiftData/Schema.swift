@@ -51,6 +51,20 @@ public final class Schema: @unchecked Sendable {
             /// Stored as the data the transformer registered under `name` makes of it
             /// (`AttributeTransformers.register(_:name:)`).
             public static func transformable(by name: String) -> Option { Option(kind: .transformable(name)) }
+            /// Stored as the data an instance of `transformerType` makes of it (SwiftData's form):
+            /// the transformer is registered under its type's name (without its module, so
+            /// that the store does not depend on where the type lives) unless one is already.
+            ///
+            /// ```swift
+            /// @Attribute(.transformable(by: ColorTransformer.self)) var color: RGBA
+            /// ```
+            public static func transformable(by transformerType: ValueTransformer.Type) -> Option {
+                let name = String(describing: transformerType)
+                if AttributeTransformers.transformer(named: name) == nil {
+                    ValueTransformer.setValueTransformer(transformerType.init(), forName: NSValueTransformerName(name))
+                }
+                return Option(kind: .transformable(name))
+            }
         }
         public let options: [Option]
         public let originalName: String?
@@ -228,6 +242,15 @@ extension Int: _ModelScalar { static var modelAttributeType: AttributeType { .in
 extension Int64: _ModelScalar { static var modelAttributeType: AttributeType { .int64 } }
 extension Int32: _ModelScalar { static var modelAttributeType: AttributeType { .int32 } }
 extension Int16: _ModelScalar { static var modelAttributeType: AttributeType { .int16 } }
+// The other integer types in the narrowest signed attribute that holds every value of theirs
+// (Core Data has no unsigned attributes), so that they index and sort as numbers. `UInt` and
+// `UInt64` values above `Int64.max` do not fit: saving one is a type mismatch, never a wrap.
+extension Int8: _ModelScalar { static var modelAttributeType: AttributeType { .int16 } }
+extension UInt8: _ModelScalar { static var modelAttributeType: AttributeType { .int16 } }
+extension UInt16: _ModelScalar { static var modelAttributeType: AttributeType { .int32 } }
+extension UInt32: _ModelScalar { static var modelAttributeType: AttributeType { .int64 } }
+extension UInt: _ModelScalar { static var modelAttributeType: AttributeType { .int64 } }
+extension UInt64: _ModelScalar { static var modelAttributeType: AttributeType { .int64 } }
 extension Double: _ModelScalar { static var modelAttributeType: AttributeType { .double } }
 extension Float: _ModelScalar { static var modelAttributeType: AttributeType { .float } }
 extension Bool: _ModelScalar { static var modelAttributeType: AttributeType { .bool } }

@@ -30,7 +30,7 @@ extension ManagedObjectContext {
             throw LogbookError(
                 .typeMismatch, "\(layout.name) objects are \(layout.managedClass), not \(T.self)", entity: layout.name)
         }
-        let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout)
+        let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout, model: model, allowsPaths: false)
         let plan = try plan(fetch, layout: layout)
         let snapshot = readSnapshot()
         let result = AsynchronousFetchResult<T>(progress: FetchProgress(), queue: queue)

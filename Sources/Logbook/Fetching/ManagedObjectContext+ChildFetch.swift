@@ -24,7 +24,7 @@ extension ManagedObjectContext {
     func fetchInChild<T: ManagedObject>(
         _ request: FetchRequest<T>, layout: EntityLayout, parent: ManagedObjectContext
     ) throws -> [ManagedObject] {
-        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout, model: model)
         let overlay = parent.performAndWait { parent.pendingOverlay(entity: layout.index) }
         let snapshot = readSnapshot()
         var keys = Set(snapshot.keys(inKeyspace: storeLayout.keyspace[layout.index]))

@@ -47,7 +47,7 @@ extension ManagedObjectContext {
         guard request.fetchBatchSize == 0, !spansSubentities(request, layout), !considersPendingChanges(request, layout)
         else { return nil }
         guard plan.objectResidual == nil, plan.orderFromIndex || request.sortDescriptors.isEmpty else { return nil }
-        _ = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        _ = try SortKey.resolve(request.sortDescriptors, layout: layout, model: model)
         let snapshot = readSnapshot()
         let stopAfter = plan.limitPushedDown ? request.window.stopAfter : nil
         if plan.residual != nil || plan.index == nil {
@@ -391,7 +391,7 @@ extension ManagedObjectContext {
         _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot? = nil,
         plan planned: ExecutionPlan? = nil
     ) throws -> [ManagedObject] {
-        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout, model: model)
         let plan = try planned ?? plan(request, layout: layout)
         // Sub-entities first: a child fetches each entity of the tree through its parent.
         if spansSubentities(request, layout) { return try fetchAcross(request, layout: layout, snapshot: given) }
@@ -529,7 +529,7 @@ extension ManagedObjectContext {
     func fetchAcross<T: ManagedObject>(
         _ request: FetchRequest<T>, layout: EntityLayout, snapshot given: Snapshot?
     ) throws -> [ManagedObject] {
-        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout)
+        let sortKeys = try SortKey.resolve(request.sortDescriptors, layout: layout, model: model)
         if let p = request.predicate {
             // The predicate's keys are the fetched entity's: tried once on an empty object of it,
             // so that a key only some sub-entities have is an error naming the fetched entity.

@@ -36,9 +36,46 @@ struct SortKey {
     var comparison: StringComparison
     /// The attribute or to-one relationship sorted by.
     var name: String = ""
+    /// For a key path through to-one relationships (`author.name`): its names, the last an
+    /// attribute of the last relationship's destination (`slot` is then unused).
+    var path: [String]? = nil
 
-    static func resolve(_ descriptors: [FetchSortDescriptor], layout: EntityLayout) throws -> [SortKey] {
+    /// `allowsPaths`: whether keys through relationships are allowed (a sort that reads the
+    /// related objects, so not one that runs away from a context).
+    static func resolve(
+        _ descriptors: [FetchSortDescriptor], layout: EntityLayout, model: ManagedObjectModel, allowsPaths: Bool = true
+    ) throws
+        -> [SortKey]
+    {
         try descriptors.map { s in
+            if s.key.contains(".") {
+                let names = s.key.split(separator: ".").map(String.init)
+                var current = layout
+                for (n, name) in names.enumerated() {
+                    let last = n == names.count - 1
+                    guard let slot = current.slotByName[name] else {
+                        throw LogbookError(
+                            .unknownKey, "cannot sort by \(s.key): \(current.name) has no property \(name)",
+                            entity: layout.name, key: s.key)
+                    }
+                    if last { continue }
+                    guard slot >= current.attributeCount, let r = current.relationshipByName[name],
+                        !current.entity.relationships[r].isToMany
+                    else {
+                        throw LogbookError(
+                            .unknownKey, "cannot sort by \(s.key): \(name) is not a to-one relationship",
+                            entity: layout.name, key: s.key)
+                    }
+                    current = model.layouts[current.relationshipDestination[r]]
+                }
+                guard allowsPaths else {
+                    throw LogbookError(
+                        .invalidArgument,
+                        "an asynchronous fetch cannot sort by \(s.key), a key path through a relationship: sort by an attribute",
+                        entity: layout.name, key: s.key)
+                }
+                return SortKey(slot: -1, ascending: s.ascending, comparison: s.comparison, name: s.key, path: names)
+            }
             guard let slot = layout.slotByName[s.key] else {
                 throw LogbookError(
                     .unknownKey, "cannot sort by \(s.key): \(layout.name) has no such attribute", entity: layout.name,
@@ -54,7 +91,8 @@ struct SortKey {
     /// relationship's slot then differs between them and is looked up by name.
     static func sort(_ objects: inout [ManagedObject], by keys: [SortKey], mixedEntities: Bool = false) {
         let byName = mixedEntities && keys.contains { k in objects.contains { $0.layout.attributeCount <= k.slot } }
-        if keys.allSatisfy({ $0.comparison == .plain }) && !byName {
+        let hasPaths = keys.contains { $0.path != nil }
+        if keys.allSatisfy({ $0.comparison == .plain }) && !byName && !hasPaths {
             objects.sort { a, b in
                 for k in keys {
                     let c = FieldValue.compare(a.slots[k.slot], b.slots[k.slot])
@@ -67,7 +105,10 @@ struct SortKey {
         // Folded strings are computed once per object, not once per comparison.
         let folded: [[FieldValue]] = objects.map { o in
             keys.map { k in
-                let value = byName ? (o.layout.slotByName[k.name].map { o.slots[$0] } ?? .null) : o.slots[k.slot]
+                let value =
+                    if let path = k.path { pathValue(o, path) } else if byName {
+                        o.layout.slotByName[k.name].map { o.slots[$0] } ?? .null
+                    } else { o.slots[k.slot] }
                 guard let options = k.comparison.foldingOptions, case .string(let s) = value else {
                     return value
                 }
@@ -83,6 +124,21 @@ struct SortKey {
             return objects[i].engineKey < objects[j].engineKey
         }
         objects = order.map { objects[$0] }
+    }
+
+    /// The value at the end of a key path through to-one relationships (no value when one of
+    /// them has none), read through the object's context (on its queue, as a fetch is).
+    static func pathValue(_ o: ManagedObject, _ path: [String]) -> FieldValue {
+        var current = o
+        for name in path.dropLast() {
+            guard let next = (try? current.value(forKey: name)) as? ManagedObject else { return .null }
+            current = next
+        }
+        let last = path[path.count - 1]
+        // Reading the value fulfils a fault; the slot then holds the stored form.
+        _ = try? current.value(forKey: last)
+        guard let slot = current.layout.slotByName[last], !current.flags.contains(.fault) else { return .null }
+        return current.slots[slot]
     }
 
     static func compare(_ a: FieldValue, _ b: FieldValue, _ comparison: StringComparison) -> Int {

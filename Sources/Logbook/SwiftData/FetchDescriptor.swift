@@ -75,15 +75,111 @@ extension FetchPredicate {
 }
 
 extension FetchSortDescriptor {
-    /// The order of a key-path `SortDescriptor` of a `@Model` class.
+    /// The order of a key-path `SortDescriptor` of a `@Model` class: a stored property, or a
+    /// key path through to-one relationships (`\.author?.name`), with the descriptor's string
+    /// comparator (`.localizedStandard`, `.localized`, `.lexical`).
     public init<T: PersistentModel>(_ descriptor: SortDescriptor<T>) throws {
-        guard let keyPath = descriptor.keyPath, let key = try ModelEntityInfo.info(for: T.self).names[keyPath] else {
+        let info = try ModelEntityInfo.info(for: T.self)
+        guard let keyPath = descriptor.keyPath,
+            let key = try info.names[keyPath] ?? Self.relationshipPath(String(describing: keyPath), in: info)
+        else {
             throw LogbookError(
                 .invalidPredicate, "the sort descriptor \(descriptor) does not name a persisted property of \(T.self)")
         }
-        self.init(key: key, ascending: descriptor.order == .forward)
+        self.init(
+            key: key, ascending: descriptor.order == .forward,
+            comparison: descriptor.stringComparator.map(StringComparison.init) ?? .plain)
+    }
+
+    /// The key (`author.name`) of a key path through to-one relationships, found by the text
+    /// of its components (a composed key path cannot be taken apart otherwise); nil when it is
+    /// not one.
+    static func relationshipPath(_ text: String, in info: ModelEntityInfo) throws -> String? {
+        func components(_ info: ModelEntityInfo) -> [(text: String, name: String)] {
+            info.names.compactMap { keyPath, name in
+                let whole = String(describing: keyPath)
+                guard let dot = whole.firstIndex(of: ".") else { return nil }
+                return (String(whole[whole.index(after: dot)...]), name)
+            }
+        }
+        func walk(_ rest: Substring, _ info: ModelEntityInfo) throws -> String? {
+            for (component, name) in components(info) where rest.hasPrefix(component) {
+                var tail = rest.dropFirst(component.count)
+                if tail.isEmpty || tail == "?" { return name }
+                if tail.hasPrefix("?") { tail = tail.dropFirst() }
+                guard tail.hasPrefix("."), case .toOne(let related, _) = info.kinds[name] else { continue }
+                if let inner = try walk(tail.dropFirst(), try ModelEntityInfo.info(for: related)) {
+                    return name + "." + inner
+                }
+            }
+            return nil
+        }
+        guard let dot = text.firstIndex(of: ".") else { return nil }
+        return try walk(text[text.index(after: dot)...], info)
     }
 }
+
+extension StringComparison {
+    /// The comparison a `SortDescriptor`'s string comparator asks for.
+    init(_ comparator: String.StandardComparator) {
+        var localized = false
+        var options = String.CompareOptions()
+        for child in Mirror(reflecting: comparator).children {
+            switch child.label {
+            case "isLocalized": localized = child.value as? Bool ?? false
+            case "options": options = child.value as? String.CompareOptions ?? []
+            default: break
+            }
+        }
+        if localized {
+            self = options.contains(.numeric) ? .localizedStandard : .localized
+        } else if options.contains(.caseInsensitive) {
+            self = options.contains(.diacriticInsensitive) ? .caseAndDiacriticInsensitive : .caseInsensitive
+        } else {
+            self = options.contains(.diacriticInsensitive) ? .diacriticInsensitive : .plain
+        }
+    }
+}
+
+#if !canImport(Darwin)
+    extension String.StandardComparator {
+        /// The Finder's order (numbers by value, case- and diacritic-insensitive), which Foundation
+        /// on Apple platforms offers and Foundation on Linux does not: a fetch sorts by it in the
+        /// store, as `localizedStandardCompare(_:)` orders. Foundation on Linux has no public way
+        /// to make such a comparator and compares only lexically in memory (`sorted(using:)`
+        /// orders by it as `.lexical` does there); Logbook makes one with the layout Foundation's
+        /// has, checked when first used.
+        public static var localizedStandard: String.StandardComparator { LocalizedComparators.standard }
+        /// The current locale's order (`localizedCompare(_:)`), as `localizedStandard` is made.
+        public static var localized: String.StandardComparator { LocalizedComparators.localized }
+    }
+
+    /// Comparators Foundation on Linux cannot make, made with its layout (three stored
+    /// properties: options, whether localized, order) and read back to check it.
+    enum LocalizedComparators {
+        struct Layout {
+            var options: String.CompareOptions
+            var isLocalized: Bool
+            var order: SortOrder
+        }
+        static let standard = make([.numeric])
+        static let localized = make([])
+
+        static func make(_ options: String.CompareOptions) -> String.StandardComparator {
+            precondition(
+                MemoryLayout<Layout>.size == MemoryLayout<String.StandardComparator>.size
+                    && MemoryLayout<Layout>.alignment == MemoryLayout<String.StandardComparator>.alignment,
+                "Foundation's String.StandardComparator changed its layout")
+            let made = unsafeBitCast(
+                Layout(options: options, isLocalized: true, order: .forward), to: String.StandardComparator.self)
+            let read = StringComparison(made)
+            precondition(
+                read == (options.contains(.numeric) ? .localizedStandard : .localized),
+                "Foundation's String.StandardComparator changed its layout")
+            return made
+        }
+    }
+#endif
 
 extension ModelContext {
     /// The objects the descriptor asks for.

@@ -17,12 +17,14 @@ extension FetchPredicate {
     /// list of values, of a to-many relationship), `contains { … }` and `allSatisfy { … }` over
     /// a to-many relationship, `starts(with:)`, `a...b` and `a..<b` ranges, `count` and `isEmpty`
     /// of a to-many relationship, `??`, key paths into stored values (`$0.address?.city` of a
-    /// `Codable` struct, an enum's `rawValue`). Anything else (arithmetic, conditionals) throws
-    /// `.invalidPredicate` naming the construct.
+    /// `Codable` struct, an enum's `rawValue`), arithmetic, conditionals between conditions (or
+    /// decided by captured values), `flatMap { } ?? Bool`, `filter { }.count`,
+    /// `localizedStandardContains`. Anything else (a conditional choosing between values by a
+    /// condition on the object) throws `.invalidPredicate` naming the construct.
     public init<T: ManagedObject>(_ predicate: Predicate<T>) throws {
         var translator = SwiftPredicateTranslator()
         translator.variables[predicate.variable.key] = .keyPath([], column: 0)
-        let node = try translator.node(predicate.expression)
+        let node = try translator.node(predicate.expression).simplified()
         self.init(node: node, format: node.formatDescription)
     }
 }
@@ -105,7 +107,7 @@ struct SwiftPredicateTranslator {
         if let angle = name.firstIndex(of: "<") { name = String(name[..<angle]) }
         return LogbookError(
             .invalidPredicate,
-            "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties and into stored values, optional chaining, ??, nil, contains, starts(with:), allSatisfy, ranges, count, isEmpty, is and as?"
+            "a #Predicate using \(name) cannot be translated; Logbook translates comparisons, &&, ||, !, key paths of typed properties and into stored values, optional chaining, ??, nil, contains, starts(with:), allSatisfy, filter, ranges, count, isEmpty, arithmetic, conditionals, is and as?"
         )
     }
 
@@ -254,6 +256,14 @@ extension PredicateExpressions.KeyPath: SwiftPredicateTranslatable {
             // `rawValue`, a string's `count`): Swift's own key path, applied to the value when
             // the predicate is evaluated.
             return .expression(.function(PredicateEvaluator.swiftKeyPath, [base, .value(keyPath)], column: 0))
+        }
+        // `filter { }.count` and `.isEmpty`: the subquery's count.
+        if case .subquery(let collection, let variable, let predicate, nil, let column) = base,
+            component == "@count" || component == "isEmpty"
+        {
+            let counted = ExpressionNode.subquery(
+                collection: collection, variable: variable, predicate: predicate, aggregate: "count", column: column)
+            return component == "isEmpty" ? t.compare(counted, .equal, .value(0)) : .expression(counted)
         }
         func extended(_ path: [String]) -> [String] { path + [component == "isEmpty" ? "@count" : component] }
         let expression: ExpressionNode
@@ -416,7 +426,9 @@ extension PredicateExpressions.OptionalFlatMap: SwiftPredicateTranslatable {
 extension PredicateExpressions.NilCoalesce: SwiftPredicateTranslatable {
     /// `a ?? b`: `a`'s value, `b`'s when `a` has none.
     func translate(_ t: inout SwiftPredicateTranslator) throws -> TranslatedPart {
-        .expression(.function(PredicateEvaluator.coalesce, [try t.expression(lhs), try t.expression(rhs)], column: 0))
+        if let condition = try t.coalescedCondition(lhs, rhs) { return .node(condition) }
+        return .expression(
+            .function(PredicateEvaluator.coalesce, [try t.expression(lhs), try t.expression(rhs)], column: 0))
     }
 }
 

@@ -69,7 +69,7 @@ extension FetchPredicate {
         var translator = SwiftPredicateTranslator()
         translator.resolveIdentifier = resolve
         translator.variables[predicate.variable.key] = .keyPath([], column: 0)
-        let node = try translator.node(predicate.expression)
+        let node = try translator.node(predicate.expression).simplified()
         self.init(node: node, format: node.formatDescription)
     }
 }

@@ -10,7 +10,7 @@ func openRecorded(_ directory: String, asOf: UInt64? = nil) throws -> (Persisten
     var options = ContainerOptions()
     options.readOnly = true
     let container = try PersistentContainer(name: "inspect", model: model, directory: directory, options: options)
-    if let asOf { return (container, try container.snapshot(asOf: HistoryToken(version: asOf))) }
+    if let asOf { return (container, try container.snapshot(asOf: PersistentHistoryToken(version: asOf))) }
     return (container, container.newContext(concurrencyType: .confinement))
 }
 

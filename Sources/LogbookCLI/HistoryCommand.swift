@@ -18,7 +18,7 @@ struct HistoryCommand: ParsableCommand {
     func run() throws {
         do {
             let (container, _) = try openRecorded(directory)
-            let transactions = try container.history(after: since.map(HistoryToken.init(version:)))
+            let transactions = try container.history(after: since.map(PersistentHistoryToken.init(version:)))
             if json { print("[", terminator: "") }
             for (n, t) in transactions.enumerated() {
                 let version = t.token.version

@@ -429,8 +429,8 @@ extension ToolTests {
         try writer.run()
         defer { writer.waitUntilExit() }
 
-        let follow = Task { () throws -> [HistoryTransaction] in
-            var received: [HistoryTransaction] = []
+        let follow = Task { () throws -> [PersistentHistoryTransaction] in
+            var received: [PersistentHistoryTransaction] = []
             for try await transaction in follower.remoteChanges(after: start, pollInterval: .seconds(5)) {
                 received.append(transaction)
                 if received.count == 300 { break }

@@ -102,7 +102,7 @@ import Testing
         let store = TemporaryStore()
         var container = try open(store)
         var c = container.newContext(concurrencyType: .confinement)
-        var tokens: [HistoryToken] = []
+        var tokens: [PersistentHistoryToken] = []
         for i in 0..<5 {
             let n = try note(c, "n\(i)")
             try c.save()
@@ -111,13 +111,13 @@ import Testing
             tokens.append(container.currentHistoryToken)
         }
         let encoded = try JSONEncoder().encode(tokens[1])
-        #expect(try JSONDecoder().decode(HistoryToken.self, from: encoded) == tokens[1])
+        #expect(try JSONDecoder().decode(PersistentHistoryToken.self, from: encoded) == tokens[1])
         _ = try container.store.compact()
         try container.close()
 
         container = try open(store)
         c = container.newContext(concurrencyType: .confinement)
-        let after = try container.history(after: JSONDecoder().decode(HistoryToken.self, from: encoded))
+        let after = try container.history(after: JSONDecoder().decode(PersistentHistoryToken.self, from: encoded))
         #expect(after.count == 6)
         #expect(after.map(\.token) == after.map(\.token).sorted())
         #expect(after.last?.token == tokens[4])
@@ -145,11 +145,23 @@ import Testing
                 all[4].token, all[5].token
             ])
         #expect(try c.execute(HistoryRequest.changes(after: all[5].timestamp)).transactions.last?.token == all[5].token)
+        // A token of a purged transaction has expired: what came after it may be gone too.
+        func expired(_ body: () throws -> Any) -> Bool {
+            do {
+                _ = try body()
+                return false
+            } catch { return (error as? LogbookError)?.code == .historyTokenExpired }
+        }
+        #expect(expired { try container.history(after: all[1].token) })
+        #expect(expired { try c.execute(HistoryRequest.fetchHistory(after: all[2].token)) })
+        #expect(!expired { try container.history(after: all[3].token) })
         #expect(try container.deleteHistory(before: Date().addingTimeInterval(60)) == 3)
+        #expect(expired { try container.history(after: all[4].token) })
         #expect(try container.history(after: nil).isEmpty)
         try container.close()
         let again = try open(store)
         #expect(try again.history(after: nil).isEmpty)
+        #expect((try? again.history(after: all[5].token)) == nil)
         // Objects are untouched by a purge.
         #expect(
             try again.newContext(concurrencyType: .confinement).count(
@@ -281,9 +293,9 @@ extension HistoryTests {
 
         // Versions after the last commit do not exist yet.
         #expect(throws: LogbookError.self) {
-            try container.snapshot(asOf: HistoryToken(version: container.currentHistoryToken.version + 1))
+            try container.snapshot(asOf: PersistentHistoryToken(version: container.currentHistoryToken.version + 1))
         }
-        #expect(try container.oldestReadableToken == HistoryToken(version: 0))
+        #expect(try container.oldestReadableToken == PersistentHistoryToken(version: 0))
 
         // A reopened store (from its checkpoint) reads the past the same way.
         try container.close()
@@ -337,7 +349,7 @@ extension HistoryTests {
         return try PersistentContainer(name: "Notes", model: Self.model(), directory: store.path, options: options)
     }
 
-    func saveNotes(_ container: PersistentContainer, _ count: Int) throws -> [HistoryToken] {
+    func saveNotes(_ container: PersistentContainer, _ count: Int) throws -> [PersistentHistoryToken] {
         let c = container.newContext(concurrencyType: .confinement)
         return try (0..<count).map { i in
             _ = try note(c, "n\(i)")
@@ -349,7 +361,7 @@ extension HistoryTests {
     @Test func aCompactionKeepsTheHistoryTheRetentionSays() throws {
         // By token: the transactions after it.
         let a = TemporaryStore()
-        var tokens: [HistoryToken] = []
+        var tokens: [PersistentHistoryToken] = []
         do {
             let probe = try open(a, retention: .all)
             tokens = try saveNotes(probe, 5)
@@ -400,7 +412,7 @@ extension HistoryTests {
             return try PersistentContainer(name: "Notes", model: Self.model(), directory: store.path, options: options)
         }
         // 40 saves, each inserting a note and retitling every note before it: dead bytes.
-        func fill(_ container: PersistentContainer) throws -> [HistoryToken] {
+        func fill(_ container: PersistentContainer) throws -> [PersistentHistoryToken] {
             let c = container.newContext(concurrencyType: .confinement)
             var notes: [ManagedObject] = []
             return try (0..<40).map { i in
@@ -418,7 +430,7 @@ extension HistoryTests {
 
         // Kept after token 19: the segments before it are folded, every version from it on reads.
         let a = TemporaryStore()
-        let kept = try open(a, .after(HistoryToken(version: 0)))
+        let kept = try open(a, .after(PersistentHistoryToken(version: 0)))
         let tokens = try fill(kept)
         try kept.close()
         let partly = try open(a, .after(tokens[19]))
@@ -428,7 +440,7 @@ extension HistoryTests {
         #expect(partly.store.statistics().fileBytes < sizeBefore)
         #expect(try partly.history(after: nil).map(\.token) == Array(tokens[20...]))
         let oldest = try partly.oldestReadableToken
-        #expect(oldest > HistoryToken(version: 0) && oldest < tokens[20])
+        #expect(oldest > PersistentHistoryToken(version: 0) && oldest < tokens[20])
         for i in [20, 25, 39] {
             let then = try partly.snapshot(asOf: tokens[i])
             #expect(try count(then) == i + 1)

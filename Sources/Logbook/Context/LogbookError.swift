@@ -69,6 +69,10 @@ public struct LogbookError: Error, Sendable, CustomStringConvertible {
         /// `constraintConflicts`. Nothing was written.
         public static let constraintConflict = Code("constraintConflict")
 
+        /// A history token of (or from before) transactions that were purged since: reading
+        /// history after it could miss some (Core Data's `NSPersistentHistoryTokenExpiredError`).
+        public static let historyTokenExpired = Code("historyTokenExpired")
+
         /// Whether `error` is a `LogbookError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool { (error as? LogbookError)?.code == code }
     }

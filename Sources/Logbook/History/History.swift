@@ -12,17 +12,17 @@ import LogbookEngine
 /// let token = container.currentHistoryToken
 /// let data = try JSONEncoder().encode(token)
 /// // … later, maybe in another process …
-/// let since = try JSONDecoder().decode(HistoryToken.self, from: data)
+/// let since = try JSONDecoder().decode(PersistentHistoryToken.self, from: data)
 /// let transactions = try container.history(after: since)
 /// ```
-public struct HistoryToken: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+public struct PersistentHistoryToken: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
     /// The store version of the transaction the token names (what `logbook history` prints).
     public let version: UInt64
 
     /// The token of the transaction that made store version `version`.
     public init(version: UInt64) { self.version = version }
 
-    public static func < (a: HistoryToken, b: HistoryToken) -> Bool { a.version < b.version }
+    public static func < (a: PersistentHistoryToken, b: PersistentHistoryToken) -> Bool { a.version < b.version }
 
     public init(from decoder: any Decoder) throws {
         version = try decoder.singleValueContainer().decode(UInt64.self)
@@ -33,20 +33,20 @@ public struct HistoryToken: Sendable, Hashable, Comparable, Codable, CustomStrin
         try c.encode(version)
     }
 
-    public var description: String { "HistoryToken(\(version))" }
+    public var description: String { "PersistentHistoryToken(\(version))" }
 }
 
 /// What happened to one object in a transaction (Core Data's `NSPersistentHistoryChangeType`).
-public enum HistoryChangeType: String, Sendable, Hashable, Codable {
+public enum PersistentHistoryChangeType: String, Sendable, Hashable, Codable {
     case insert
     case update
     case delete
 }
 
 /// One object's change in a recorded transaction (Core Data's `NSPersistentHistoryChange`).
-public struct HistoryChange: Sendable {
+public struct PersistentHistoryChange: Sendable {
     /// Insert, update or delete.
-    public var changeType: HistoryChangeType
+    public var changeType: PersistentHistoryChangeType
     /// The object changed (a deleted object's ID no longer finds an object).
     public var changedObjectID: ObjectID
     /// The entity of the object.
@@ -63,9 +63,9 @@ public struct HistoryChange: Sendable {
 
 /// One committed transaction, as history recorded it (Core Data's
 /// `NSPersistentHistoryTransaction`).
-public struct HistoryTransaction: Sendable {
+public struct PersistentHistoryTransaction: Sendable {
     /// The transaction's token: ask for the changes `after:` it to read what came next.
-    public var token: HistoryToken
+    public var token: PersistentHistoryToken
     /// When the transaction was committed.
     public var timestamp: Date
     /// The saving context's `transactionAuthor`, if it had one.
@@ -73,7 +73,7 @@ public struct HistoryTransaction: Sendable {
     /// The saving context's `name`, if it had one.
     public var contextName: String?
     /// The objects the transaction inserted, updated and deleted, in that order.
-    public var changes: [HistoryChange]
+    public var changes: [PersistentHistoryChange]
 
     /// The number of changes of each type for each entity, for summaries.
     public func counts() -> [String: (inserted: Int, updated: Int, deleted: Int)] {
@@ -101,23 +101,25 @@ public struct HistoryTransaction: Sendable {
 /// ```
 public struct HistoryRequest: Sendable {
     enum Kind: Sendable {
-        case fetch(after: HistoryToken?)
+        case fetch(after: PersistentHistoryToken?)
         case fetchAfterDate(Date)
-        case delete(before: HistoryToken)
+        case delete(before: PersistentHistoryToken)
         case deleteBeforeDate(Date)
     }
     let kind: Kind
 
     /// The transactions after `token` (all recorded ones with nil), oldest first.
-    public static func fetchHistory(after token: HistoryToken?) -> HistoryRequest { .init(kind: .fetch(after: token)) }
+    public static func fetchHistory(after token: PersistentHistoryToken?) -> HistoryRequest {
+        .init(kind: .fetch(after: token))
+    }
     /// The transactions committed at or after `date`, oldest first.
     public static func fetchHistory(after date: Date) -> HistoryRequest { .init(kind: .fetchAfterDate(date)) }
     /// The same as `fetchHistory(after:)`, by the name SwiftData's history API leads to.
-    public static func changes(after token: HistoryToken?) -> HistoryRequest { fetchHistory(after: token) }
+    public static func changes(after token: PersistentHistoryToken?) -> HistoryRequest { fetchHistory(after: token) }
     /// The same as `fetchHistory(after:)` with a date.
     public static func changes(after date: Date) -> HistoryRequest { fetchHistory(after: date) }
     /// Purges the transactions before `token` (the one it names is kept).
-    public static func deleteHistory(before token: HistoryToken) -> HistoryRequest {
+    public static func deleteHistory(before token: PersistentHistoryToken) -> HistoryRequest {
         .init(kind: .delete(before: token))
     }
     /// Purges the transactions committed before `date`.
@@ -127,7 +129,7 @@ public struct HistoryRequest: Sendable {
 /// What a history request gives back.
 public struct HistoryResult: Sendable {
     /// The transactions fetched (empty for a purge).
-    public var transactions: [HistoryTransaction]
+    public var transactions: [PersistentHistoryTransaction]
     /// The number of transactions purged (0 for a fetch).
     public var deletedCount: Int
 }
@@ -135,17 +137,28 @@ public struct HistoryResult: Sendable {
 extension PersistentContainer {
     /// The token of the store's latest transaction (Core Data's
     /// `currentPersistentHistoryToken(fromStores:)`): history after it is what comes next.
-    public var currentHistoryToken: HistoryToken { HistoryToken(version: store.version) }
+    public var currentHistoryToken: PersistentHistoryToken { PersistentHistoryToken(version: store.version) }
 
     /// The recorded transactions after `token` (all of them with nil), oldest first.
     ///
     /// History is recorded only while `ContainerOptions.persistentHistoryTracking` is on;
     /// commits made with it off (and the container's own, such as a schema migration) have no
     /// transaction here, so tokens of consecutive transactions need not be consecutive.
-    public func history(after token: HistoryToken?) throws -> [HistoryTransaction] {
+    ///
+    /// A token of a transaction that was purged since (`deleteHistory(before:)`, the
+    /// retention), or of one before it, is expired: reading after it could silently miss
+    /// purged transactions, so it is a
+    /// `.historyTokenExpired` error (Core Data's `NSPersistentHistoryTokenExpiredError`); start
+    /// again from `nil` or `currentHistoryToken`.
+    public func history(after token: PersistentHistoryToken?) throws -> [PersistentHistoryTransaction] {
         let snapshot = store.snapshot()
+        if let token, let purged = HistoryRecord.purgedThrough(snapshot), token.version <= purged {
+            throw LogbookError(
+                .historyTokenExpired,
+                "the history after \(token) was purged up to version \(purged): start again from the current token")
+        }
         let start = token.map { $0.version &+ 1 } ?? 0
-        var out: [HistoryTransaction] = []
+        var out: [PersistentHistoryTransaction] = []
         var failure: (any Error)?
         let names = storeLayout.entityByKeyspace.mapValues { model.entities[$0].name }
         snapshot.forEachKey(inKeyspace: HistoryRecord.keyspace, from: HistoryRecord.key(version: start)) { key in
@@ -182,7 +195,7 @@ extension PersistentContainer {
     /// let openThen = try then.count(for: FetchRequest<Item>(predicate: "done == NO"))
     /// ```
     public func snapshot(
-        asOf token: HistoryToken, concurrencyType: ManagedObjectContext.ConcurrencyType = .confinement
+        asOf token: PersistentHistoryToken, concurrencyType: ManagedObjectContext.ConcurrencyType = .confinement
     ) throws -> ManagedObjectContext {
         let past: Snapshot
         do { past = try store.snapshot(asOf: token.version) } catch { throw LogbookError.wrap(error) }
@@ -212,14 +225,16 @@ extension PersistentContainer {
 
     /// The token of the oldest version `snapshot(asOf:)` can read: the store's first (0) if it
     /// was never compacted, else the version its last compaction folded the earlier ones into.
-    public var oldestReadableToken: HistoryToken {
+    public var oldestReadableToken: PersistentHistoryToken {
         get throws {
-            do { return HistoryToken(version: try store.oldestVersion()) } catch { throw LogbookError.wrap(error) }
+            do { return PersistentHistoryToken(version: try store.oldestVersion()) } catch {
+                throw LogbookError.wrap(error)
+            }
         }
     }
 
     /// The recorded transactions committed at or after `date`, oldest first.
-    public func history(after date: Date) throws -> [HistoryTransaction] {
+    public func history(after date: Date) throws -> [PersistentHistoryTransaction] {
         try history(after: nil).filter { $0.timestamp >= date }
     }
 
@@ -227,7 +242,7 @@ extension PersistentContainer {
     /// kept); returns how many were purged. Purged history is gone for every reader; the
     /// space it took is reclaimed by the next compaction.
     @discardableResult
-    public func deleteHistory(before token: HistoryToken) throws -> Int {
+    public func deleteHistory(before token: PersistentHistoryToken) throws -> Int {
         try purgeHistory { version, _ in version < token.version }
     }
 
@@ -260,20 +275,31 @@ extension PersistentContainer {
         return oldest
     }
 
+    /// Purges the records from the oldest on while `matches` holds (versions and times both
+    /// grow: the first record kept ends the purge).
     private func purgeHistory(_ matches: (UInt64, [UInt8]) -> Bool) throws -> Int {
+        try purgeHistory(stoppingAtFirstKept: true, matches)
+    }
+
+    /// Purges the records `matches` picks among all of them (`stoppingAtFirstKept`: only the
+    /// first ones, up to the first it keeps), and records the newest version purged, which
+    /// expires older tokens (docs/journal-format.md, "History records").
+    func purgeHistory(stoppingAtFirstKept: Bool, _ matches: (UInt64, [UInt8]) -> Bool) throws -> Int {
         try writer.withSaveLock { _ in
             let snapshot = store.snapshot()
             var t = Transaction()
             var failure: (any Error)?
+            var newest: UInt64?
             snapshot.forEachKey(inKeyspace: HistoryRecord.keyspace) { key in
                 do {
                     guard let bytes = try snapshot.value(forKey: key) else { return true }
-                    if matches(EngineKey(rawValue: key).id, bytes) {
+                    let version = EngineKey(rawValue: key).id
+                    if matches(version, bytes) {
                         t.delete(key)
+                        newest = version
                         return true
                     }
-                    // Versions and times both grow: the first record kept ends the purge.
-                    return false
+                    return !stoppingAtFirstKept
                 } catch {
                     failure = error
                     return false
@@ -281,7 +307,9 @@ extension PersistentContainer {
             }
             if let failure { throw LogbookError.wrap(failure) }
             let count = t.operationCount
-            if count > 0 {
+            if let newest {
+                let through = max(newest, HistoryRecord.purgedThrough(snapshot) ?? 0)
+                t.put(HistoryRecord.purgedThroughKey, value: withUnsafeBytes(of: through.littleEndian) { Array($0) })
                 try StoreWriter.commit(t, to: store)
             }
             return count
@@ -303,7 +331,7 @@ public enum HistoryRetention: Sendable, Hashable {
     /// until the next compaction).
     case none
     /// The transactions after the token (a follower's last acknowledged one, say).
-    case after(HistoryToken)
+    case after(PersistentHistoryToken)
     /// The transactions of the last so many seconds.
     case age(TimeInterval)
 }
@@ -339,6 +367,15 @@ struct HistoryRecord {
     static let formatVersion: UInt8 = 1
 
     static func key(version: UInt64) -> UInt64 { EngineKey(keyspace: keyspace, id: version).rawValue }
+
+    /// The engine key (keyspace 0) of the newest version whose history record was purged:
+    /// tokens up to it are expired.
+    static let purgedThroughKey: UInt64 = 3
+
+    static func purgedThrough(_ snapshot: Snapshot) -> UInt64? {
+        guard let bytes = try? snapshot.value(forKey: purgedThroughKey), bytes.count == 8 else { return nil }
+        return bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+    }
 
     /// Writes a record change by change, with no list of changes kept beside it (a save of a
     /// million objects writes a million changes).
@@ -442,7 +479,7 @@ struct HistoryRecord {
 
     static func decode(
         _ bytes: [UInt8], version: UInt64, entityNames: [UInt16: String], store: StoreIdentity
-    ) throws -> HistoryTransaction {
+    ) throws -> PersistentHistoryTransaction {
         try bytes.withUnsafeBytes { raw in
             var r = ByteReader(raw)
             func fail(_ reason: String) -> LogbookError {
@@ -455,7 +492,7 @@ struct HistoryRecord {
                 let author = flags & 1 != 0 ? try readString(&r) : nil
                 let contextName = flags & 2 != 0 ? try readString(&r) : nil
                 let count = try r.readLength(limit: r.remaining)
-                var changes: [HistoryChange] = []
+                var changes: [PersistentHistoryChange] = []
                 changes.reserveCapacity(count)
                 var previous: UInt64 = 0
                 for _ in 0..<count {
@@ -467,13 +504,14 @@ struct HistoryRecord {
                     let id = ObjectID(store: store, key: key)
                     switch type {
                     case 1:
-                        changes.append(HistoryChange(changeType: .insert, changedObjectID: id, entityName: entityName))
+                        changes.append(
+                            PersistentHistoryChange(changeType: .insert, changedObjectID: id, entityName: entityName))
                     case 2:
                         let n = try r.readLength(limit: r.remaining)
                         var names = Set<String>()
                         for _ in 0..<n { names.insert(try readString(&r)) }
                         changes.append(
-                            HistoryChange(
+                            PersistentHistoryChange(
                                 changeType: .update, changedObjectID: id, entityName: entityName,
                                 updatedProperties: names))
                     case 3:
@@ -484,14 +522,15 @@ struct HistoryRecord {
                             if let v = try readValue(&r) { values[name] = v }
                         }
                         changes.append(
-                            HistoryChange(
+                            PersistentHistoryChange(
                                 changeType: .delete, changedObjectID: id, entityName: entityName, tombstone: values))
                     default: throw fail("unknown change type \(type)")
                     }
                 }
                 guard r.isAtEnd else { throw fail("bytes after the last change") }
-                return HistoryTransaction(
-                    token: HistoryToken(version: version), timestamp: Date(timeIntervalSince1970: Double(ms) / 1000),
+                return PersistentHistoryTransaction(
+                    token: PersistentHistoryToken(version: version),
+                    timestamp: Date(timeIntervalSince1970: Double(ms) / 1000),
                     author: author, contextName: contextName, changes: changes)
             } catch is ByteReader.OutOfBounds {
                 throw fail("truncated")

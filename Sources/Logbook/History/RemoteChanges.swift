@@ -5,7 +5,7 @@ import LogbookEngine
     import Glibc
 #endif
 
-extension HistoryTransaction {
+extension PersistentHistoryTransaction {
     /// The transaction's changes by object ID, to merge into a context with
     /// `mergeChanges(fromContextDidSave:)` (Core Data's `objectIDNotification()`): registered
     /// objects it updated are refreshed, those it deleted go.
@@ -55,9 +55,9 @@ extension PersistentContainer {
     /// }
     /// ```
     public func remoteChanges(
-        after token: HistoryToken? = nil, pollInterval: Duration = .milliseconds(500)
-    ) -> AsyncThrowingStream<HistoryTransaction, any Error> {
-        let (stream, continuation) = AsyncThrowingStream<HistoryTransaction, any Error>.makeStream()
+        after token: PersistentHistoryToken? = nil, pollInterval: Duration = .milliseconds(500)
+    ) -> AsyncThrowingStream<PersistentHistoryTransaction, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<PersistentHistoryTransaction, any Error>.makeStream()
         let watcher = DirectoryWatcher(storeDirectory)
         let start = token ?? currentHistoryToken
         continuation.onTermination = { _ in watcher.stop() }

@@ -167,6 +167,8 @@ public final class ModelContainer: Sendable {
         var options = ContainerOptions()
         options.readOnly = !configuration.allowsSave
         options.inMemory = configuration.isStoredInMemoryOnly
+        // SwiftData records history by default (read with `ModelContext.fetchHistory(_:)`).
+        options.persistentHistoryTracking = true
         var version = schema.version
         if let migrationPlan {
             version =

@@ -7,6 +7,14 @@ import PackageDescription
 // with the fuzzer and address sanitizers takes longer than the whole CI run may.
 let withoutMacros = Context.environment["LOGBOOK_WITHOUT_MACROS"] != nil
 
+// `import SwiftData` on Linux (a module re-exporting Logbook under SwiftData's name): only where
+// Apple's framework of that name does not exist.
+#if os(Linux)
+    let offersSwiftDataModule = !withoutMacros
+#else
+    let offersSwiftDataModule = false
+#endif
+
 let package = Package(
     name: "Logbook",
     platforms: [.macOS(.v15)],
@@ -14,7 +22,7 @@ let package = Package(
         .library(name: "Logbook", targets: ["Logbook"]),
         .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
         .executable(name: "logbook", targets: ["LogbookCLI"])
-    ],
+    ] + (offersSwiftDataModule ? [.library(name: "SwiftData", targets: ["SwiftData"])] : []),
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // `swift package generate-documentation --target Logbook` (a plugin: nothing is linked).
@@ -108,6 +116,7 @@ let package = Package(
                     ]
                 ),
                 // SwiftData code, unchanged but for `import Logbook`.
+                // (`import SwiftData` itself: see `SwiftDataImportTests`.)
                 .testTarget(
                     name: "SwiftDataStyleTests",
                     dependencies: ["Logbook"]
@@ -124,3 +133,12 @@ let package = Package(
             ]),
     swiftLanguageModes: [.v6]
 )
+
+if offersSwiftDataModule {
+    package.targets += [
+        // SwiftData's module name on Linux: re-exports Logbook, Foundation and Observation.
+        .target(name: "SwiftData", dependencies: ["Logbook"]),
+        // App code that imports SwiftData alone, unchanged.
+        .testTarget(name: "SwiftDataImportTests", dependencies: ["SwiftData"])
+    ]
+}

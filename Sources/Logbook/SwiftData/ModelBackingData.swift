@@ -69,8 +69,12 @@ public final class ModelBackingData {
         case .codable:
             if let v = (try? object.value(forKey: key)) ?? nil { return v as! Value }
         case .toOne:
-            if let related = (try? object.value(forKey: key)) as? ManagedObject, let context {
-                return context.model(for: related) as! Value
+            // The relationship, or (for one several to-many relationships name as their
+            // inverse) the first hidden inverse that has a value.
+            for name in [key] + (info.alternates[key] ?? []) {
+                if let related = (try? object.value(forKey: name)) as? ManagedObject, let context {
+                    return context.model(for: related) as! Value
+                }
             }
         case .toMany:
             guard let context, let related = try? object.objects(forKey: key) else { break }
@@ -113,7 +117,12 @@ public final class ModelBackingData {
             context.record { try object.setValue(unwrapped, forKey: key) }
         case .toOne:
             let model = Self.unwrapped(value) as? any PersistentModel
-            context.record { try object.setValue(model.map { try context.managedObject(for: $0) }, forKey: key) }
+            context.record {
+                // Set directly, the object joins the primary relationship's set and leaves the
+                // others' (see `ModelEntityInfo.siblingInverses`).
+                for hidden in info.alternates[key] ?? [] { try object.setValue(nil, forKey: hidden) }
+                try object.setValue(model.map { try context.managedObject(for: $0) }, forKey: key)
+            }
         case .toMany:
             let models = Self.unwrapped(value) as? [any PersistentModel] ?? []
             context.record { try object.setValue(try models.map { try context.managedObject(for: $0) }, forKey: key) }

@@ -300,6 +300,10 @@ final class ModelEntityInfo: @unchecked Sendable {
     let superInfo: ModelEntityInfo?
     /// The properties the class declares itself (not inherited).
     let ownMetadata: [ModelPropertyMetadata]
+    /// For a to-one relationship that several to-many relationships of its destination name as
+    /// their inverse: the hidden to-one relationships that are the inverses of all but the
+    /// first (see `siblingInverses`).
+    let alternates: [String: [String]]
 
     private static let cache = Locked<[ObjectIdentifier: ModelEntityInfo]>([:])
 
@@ -370,7 +374,30 @@ final class ModelEntityInfo: @unchecked Sendable {
         }
         self.kinds = kinds
         self.names = names
+        var alternates: [String: [String]] = [:]
+        for p in metadata {
+            guard case .toOne(let destination, _) = kinds[p.name] else { continue }
+            let hidden = Self.siblingInverses(of: p, in: destination.schemaMetadata).map { Self.hiddenName(p.name, $0) }
+            if !hidden.isEmpty { alternates[p.name] = hidden }
+        }
+        self.alternates = alternates
     }
+
+    /// The to-many relationships of a destination that name the to-one `p` as their inverse,
+    /// but for the one that is its inverse (the one `p` names, else the first declared):
+    /// Apple's Backyard Birds has `leadingPlants` and `trailingPlants`, both
+    /// `inverse: \Plant.backyard`. Each of these gets a hidden to-one inverse on `p`'s class
+    /// (`hiddenName`), so that every link has its inverse kept in step; `p` reads the first of
+    /// them that has a value.
+    static func siblingInverses(of p: ModelPropertyMetadata, in destination: [ModelPropertyMetadata]) -> [String] {
+        let naming = destination.filter { $0.relationship?.inverse == p.keyPath }
+        guard naming.count > 1 else { return [] }
+        let primary = naming.first { $0.keyPath == p.relationship?.inverse } ?? naming[0]
+        return naming.filter { $0.name != primary.name }.map(\.name)
+    }
+
+    /// The hidden to-one relationship that is the inverse of `sibling` in place of `toOne`.
+    static func hiddenName(_ toOne: String, _ sibling: String) -> String { "\(toOne)$\(sibling)" }
 
     /// The entity of the class; `others` finds the classes its relationships point to.
     func entityDescription(resolving others: [ObjectIdentifier: ModelEntityInfo]) throws -> EntityDescription {
@@ -422,6 +449,15 @@ final class ModelEntityInfo: @unchecked Sendable {
                 if r?.options.contains(.unique) == true { entity.uniquenessConstraints.append([p.name]) }
             }
         }
+        // The hidden inverses of sibling to-many relationships (see `siblingInverses`).
+        for p in ownMetadata {
+            guard case .toOne(let destination, _) = kinds[p.name], let target = others[ObjectIdentifier(destination)]
+            else { continue }
+            for sibling in Self.siblingInverses(of: p, in: target.metadata) {
+                entity.relationships.append(
+                    RelationshipDescription(Self.hiddenName(p.name, sibling), to: target.name, inverse: sibling))
+            }
+        }
         entity.uniquenessConstraints += constraints.unique
         for index in constraints.indexes {
             if index.count == 1, let i = entity.attributes.firstIndex(where: { $0.name == index[0] }) {
@@ -442,12 +478,19 @@ final class ModelEntityInfo: @unchecked Sendable {
                     .invalidModel, "the inverse of \(name).\(p.name) is not a persisted property of \(target.name)",
                     entity: name, key: p.name)
             }
+            // Several relationships naming the same inverse: all but one have a hidden inverse.
+            if let toOne = target.metadata.first(where: { $0.name == n }),
+                Self.siblingInverses(of: toOne, in: metadata).contains(p.name)
+            {
+                return Self.hiddenName(n, p.name)
+            }
             return n
         }
         func points(_ q: ModelPropertyMetadata, to t: any PersistentModel.Type) -> Bool {
             ModelPropertyKind.relatedModel(q.valueType).map { ObjectIdentifier($0) == ObjectIdentifier(t) } ?? false
         }
         let back = target.metadata.filter { q in points(q, to: type) && !(target.name == name && q.name == p.name) }
+        // The first relationship naming this one as its inverse (see above for several).
         if let named = back.first(where: { $0.relationship?.inverse == p.keyPath }) { return named.name }
         // Inferred only when it is unambiguous: one relationship each way (for a class related to
         // itself, two relationships that are each other's only candidate).

@@ -123,6 +123,8 @@ extension PredicateExpressions.UnaryMinus: SwiftPredicateTranslatable {
             }
         }
 
+        /// What `#Predicate` expands `a.localizedStandardContains(b)` to (Foundation's name).
+        // swift-format-ignore: AlwaysUseLowerCamelCase
         public static func build_localizedStandardContains<Root, Other>(_ root: Root, _ other: Other)
             -> StringLocalizedStandardContains<Root, Other>
         {

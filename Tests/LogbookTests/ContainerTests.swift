@@ -119,13 +119,65 @@ import Testing
         try c.close()
     }
 
-    @Test func aSecondContainerOnTheSameStoreIsRefused() throws {
+    /// A second container on a store open in this process shares it: one engine store, one
+    /// save lock, one sequence of serial numbers, and each container's contexts merge the
+    /// other's saves. The store closes with the last container.
+    @Test func aSecondContainerOnTheSameStoreSharesIt() throws {
         let store = TemporaryStore()
-        let c = try makeContainer(store)
-        #expect { try makeContainer(store) } throws: { e in
-            (e as? LogbookError)?.underlying?.code == .locked
+        let first = try makeContainer(store)
+        let second = try makeContainer(store)
+        #expect(first.store === second.store)
+        let a = first.newContext(concurrencyType: .privateQueue)
+        let b = second.newContext(concurrencyType: .privateQueue)
+        b.automaticallyMergesChangesFromOtherContexts = true
+        let idA = try a.performAndWait {
+            let p = try a.insert(Manager.self)
+            p.firstName = "Ada"
+            p.lastName = "L"
+            try a.save()
+            return p.objectID
         }
-        try c.close()
+        let seen = try b.performAndWait { try b.existingObject(with: idA) as! Manager }
+        #expect(b.performAndWait { seen.lastName } == "L")
+        // A save in the first container reaches the second's context (it merges automatically).
+        try a.performAndWait {
+            (try a.existingObject(with: idA) as! Manager).lastName = "Lovelace"
+            try a.save()
+        }
+        b.performAndWait {}
+        #expect(b.performAndWait { seen.lastName } == "Lovelace")
+        // Objects inserted in both get distinct serial numbers.
+        let ids = try [a, b].map { c in
+            try c.performAndWait {
+                let m = try c.insert(Manager.self)
+                m.firstName = "M"
+                m.lastName = "M"
+                try c.save()
+                return m.objectID
+            }
+        }
+        #expect(Set(ids + [idA]).count == 3)
+        // Closing the first leaves the second working; the last close closes the store.
+        try first.close()
+        try b.performAndWait {
+            #expect(try b.count(for: FetchRequest<Manager>()) == 3)
+            let m = try b.insert(Manager.self)
+            m.firstName = "After"
+            m.lastName = "Close"
+            try b.save()
+        }
+        try second.close()
+        let again = try makeContainer(store)
+        #expect(try again.newContext(concurrencyType: .confinement).count(for: FetchRequest<Manager>()) == 4)
+        // Another model, or other options, on a store open here: a clear error.
+        let other = try ManagedObjectModel { EntityDescription("Other") { AttributeDescription("x", .string) } }
+        #expect { try makeContainer(store, model: other) } throws: { e in
+            (e as? LogbookError)?.code == .incompatibleModel
+        }
+        #expect { try makeContainer(store, durability: .normal) } throws: { e in
+            (e as? LogbookError)?.code == .invalidArgument
+        }
+        try again.close()
     }
 
     @Test func toManyChangesAreWrittenAsDeltas() throws {

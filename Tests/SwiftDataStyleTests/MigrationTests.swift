@@ -156,6 +156,11 @@ enum TasksMigrationPlan: SchemaMigrationPlan {
                 FetchDescriptor<TasksSchemaV2.Task>(sortBy: [SortDescriptor(\.title)]))
             #expect(tasks.map(\.title) == ["a", "b"])
             #expect(tasks.allSatisfy { !$0.done })
+            // A second container with the plan, while the first is open, shares the store.
+            let second = try ModelContainer(
+                for: TasksSchemaV2.Task.self, migrationPlan: TasksMigrationPlan.self,
+                configurations: ModelConfiguration(url: url))
+            #expect(try ModelContext(second).fetchCount(FetchDescriptor<TasksSchemaV2.Task>()) == 2)
             try container.persistentContainer.close()
         }
     }

@@ -359,3 +359,34 @@ final class Locked<Value: Sendable>: @unchecked Sendable {
     func get() -> Value { lock.withLock { value } }
     func set(_ v: Value) { lock.withLock { value = v } }
 }
+
+/// SwiftData's pattern of a container per feature (or a widget's, or a test that "reopens"):
+/// several `ModelContainer`s on one URL in one process share the store.
+@Suite struct SeveralContainersTests {
+    @Test func twoContainersOnOneURLSeeEachOthersSaves() throws {
+        try withStoreURL { url in
+            let app = try ModelContainer(for: Author.self, configurations: ModelConfiguration(url: url))
+            let widget = try ModelContainer(for: Author.self, configurations: ModelConfiguration(url: url))
+            let appContext = ModelContext(app)
+            appContext.insert(Author(name: "Ada"))
+            try appContext.save()
+            let widgetContext = ModelContext(widget)
+            #expect(try widgetContext.fetch(FetchDescriptor<Author>()).map(\.name) == ["Ada"])
+            widgetContext.insert(Author(name: "Grace"))
+            try widgetContext.save()
+            #expect(try appContext.fetchCount(FetchDescriptor<Author>()) == 2)
+            // A third, made and dropped as a test that "reopens" does, leaves the others working.
+            do {
+                let again = try ModelContainer(for: Author.self, configurations: ModelConfiguration(url: url))
+                #expect(try ModelContext(again).fetchCount(FetchDescriptor<Author>()) == 2)
+            }
+            appContext.insert(Author(name: "Alan"))
+            try appContext.save()
+            #expect(try widgetContext.fetchCount(FetchDescriptor<Author>()) == 3)
+            // The unique constraint holds across them: an upsert, not a duplicate.
+            widgetContext.insert(Author(name: "Ada", born: 1815))
+            try widgetContext.save()
+            #expect(try appContext.fetchCount(FetchDescriptor<Author>()) == 3)
+        }
+    }
+}

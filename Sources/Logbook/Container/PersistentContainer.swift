@@ -72,9 +72,11 @@ public final class PersistentContainer: Sendable {
     public let historyRetention: HistoryRetention
     /// Whether saves record history (`ContainerOptions.persistentHistoryTracking`).
     let historyTracking: Bool
-    /// Next serial number per entity (by model index), shared by all contexts.
-    private let counters: Locked<[UInt64]>
+    /// The store as this process's containers share it (serial numbers, order pages, the save
+    /// lock, and the other containers whose contexts hear of saves).
+    let shared: SharedStore
     private let contexts = Locked<[WeakContext]>([])
+    private let closed = Locked(false)
     /// The door to the store's commits, with the save lock (`Storage/StoreWriter.swift`).
     let writer: StoreWriter
     private let viewContextBox = Locked<ManagedObjectContext?>(nil)
@@ -105,21 +107,59 @@ public final class PersistentContainer: Sendable {
         storeOptions.readOnly = options.readOnly
         storeOptions.inMemory = options.inMemory
         historyRetention = options.historyRetention
-        let retention = RetentionHook()
-        if options.persistentHistoryTracking { storeOptions.beforeCompaction = { retention.run() } }
-        do { store = try Store.open(at: storeDirectory, options: storeOptions) } catch {
-            throw LogbookError.wrap(error)
+        let fingerprint = SharedStores.Options(
+            readOnly: options.readOnly, durability: options.durability,
+            historyTracking: options.persistentHistoryTracking, historyRetention: options.historyRetention)
+        let directory = storeDirectory
+        let tracking = historyTracking
+        var openedHere = false
+        func openStore() throws -> SharedStore {
+            openedHere = true
+            let retention = RetentionHook()
+            if options.persistentHistoryTracking { storeOptions.beforeCompaction = { retention.run() } }
+            let store: Store
+            do { store = try Store.open(at: directory, options: storeOptions) } catch {
+                throw LogbookError.wrap(error)
+            }
+            do {
+                let (layout, counters) = try Migration.prepare(store: store, model: model)
+                var byRoot: [UInt16: UInt64] = [:]
+                for i in counters.indices where model.root[i] == i { byRoot[layout.keyspace[i]] = counters[i] }
+                let shared = SharedStore(
+                    store: store, writer: StoreWriter(store: store, historyTracking: tracking),
+                    schema: layout.schema, fingerprint: fingerprint, counters: byRoot)
+                retention.shared.withLock { $0.value = shared }
+                return shared
+            } catch {
+                try? store.close()
+                throw error
+            }
         }
-        writer = StoreWriter(store: store, historyTracking: historyTracking)
+        // A store on disk is shared by the containers of this process that open it; an
+        // in-memory store is each container's own.
+        let shared = try SharedStores.shared.store(at: directory, inMemory: options.inMemory, make: openStore)
         do {
-            let (layout, counters) = try Migration.prepare(store: store, model: model)
-            storeLayout = layout
-            self.counters = Locked(counters)
+            if shared.fingerprint != fingerprint {
+                throw LogbookError(
+                    .invalidArgument,
+                    "the store at \(directory) is open in this process with other options (read-only, durability, history tracking or retention): open it with the same"
+                )
+            }
+            if !openedHere, StoredSchema.make(for: model, previous: shared.schema) != shared.schema {
+                throw LogbookError(
+                    .incompatibleModel,
+                    "the store at \(directory) is open in this process with another model: open it with the same model, or close the other container first"
+                )
+            }
         } catch {
-            try? store.close()
+            try? shared.leave()
             throw error
         }
-        retention.container.withLock { $0.value = self }
+        self.shared = shared
+        store = shared.store
+        writer = shared.writer
+        storeLayout = StoreLayout(schema: shared.schema, model: model)
+        shared.attach(self)
     }
 
     /// The model indexes of a configuration's entities (their sub-entities included), checked.
@@ -194,13 +234,10 @@ public final class PersistentContainer: Sendable {
         return c
     }
 
-    /// The next page number of each order keyspace (under the save lock; found on first use).
-    private let orderPages = Locked<[UInt16: UInt64]>([:])
-
     /// A new page number in an order keyspace: above every page the store holds. Called under
     /// the save lock.
     func nextOrderPage(keyspace: UInt16, snapshot: Snapshot) -> UInt64 {
-        orderPages.withLock { next in
+        shared.orderPages.withLock { next in
             if next[keyspace] == nil {
                 // Pages have the keyspace's largest ids (from `pageBase` up): the last key, if
                 // it is a page, is the last page.
@@ -244,8 +281,20 @@ public final class PersistentContainer: Sendable {
     }
 
     /// Closes the store (writing a checkpoint). Contexts and objects must not be used after.
+    ///
+    /// Another container of this process on the same store keeps it open: the store closes
+    /// with the last of them.
     public func close() throws {
-        do { try store.close() } catch { throw LogbookError.wrap(error) }
+        let first = closed.withLock { c -> Bool in
+            defer { c = true }
+            return !c
+        }
+        guard first else { return }
+        try shared.leave()
+    }
+
+    deinit {
+        if !closed.withLock({ $0 }) { try? shared.leave() }
     }
 
     // MARK: Serial numbers
@@ -254,31 +303,31 @@ public final class PersistentContainer: Sendable {
     /// are counted per inheritance tree (by its root), so that the objects of a tree never
     /// share a serial: inherited to-many relationships share one set keyspace.
     func reserveKeys(entity: Int, count: UInt64) -> Range<UInt64> {
-        let counter = model.root[entity]
-        let first = counters.withLock { c -> UInt64 in
-            defer { c[counter] += count }
-            return c[counter]
+        let counter = storeLayout.keyspace[model.root[entity]]
+        let first = shared.counters.withLock { c -> UInt64 in
+            defer { c[counter, default: 1] += count }
+            return c[counter, default: 1]
         }
         let base = EngineKey.first(inKeyspace: storeLayout.keyspace[entity]).rawValue
         return (base | first)..<(base | (first + count))
     }
 
     func allocateKey(entity: Int) -> UInt64 {
-        let counter = model.root[entity]
-        let serial = counters.withLock { c -> UInt64 in
-            defer { c[counter] += 1 }
-            return c[counter]
+        let counter = storeLayout.keyspace[model.root[entity]]
+        let serial = shared.counters.withLock { c -> UInt64 in
+            defer { c[counter, default: 1] += 1 }
+            return c[counter, default: 1]
         }
         return EngineKey(keyspace: storeLayout.keyspace[entity], id: serial).rawValue
     }
 
     /// The counters record: (keyspace uvarint, next serial uvarint) pairs.
     func countersRecord() -> [UInt8] {
-        let values = counters.withLock { $0 }
+        let values = shared.counters.withLock { $0 }
         var out: [UInt8] = []
-        for i in values.indices {
+        for i in model.entities.indices {
             RecordCodec.appendVarint(UInt64(storeLayout.keyspace[i]), &out)
-            RecordCodec.appendVarint(values[model.root[i]], &out)
+            RecordCodec.appendVarint(values[storeLayout.keyspace[model.root[i]]] ?? 1, &out)
         }
         return out
     }
@@ -287,10 +336,12 @@ public final class PersistentContainer: Sendable {
 
     /// Whether a save of `source` has anyone to tell (another context that merges).
     func hasListeners(besides source: ManagedObjectContext) -> Bool {
-        contexts.withLock { list in
-            list.contains { c in
-                guard let c = c.context, c !== source else { return false }
-                return c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement
+        shared.containers.contains { container in
+            container.contexts.withLock { list in
+                list.contains { c in
+                    guard let c = c.context, c !== source else { return false }
+                    return c.automaticallyMergesChangesFromOtherContexts && c.concurrencyType != .confinement
+                }
             }
         }
     }
@@ -301,7 +352,9 @@ public final class PersistentContainer: Sendable {
     }
 
     func didSave(_ changes: ContextChanges, from source: ManagedObjectContext) {
-        let others = contexts.withLock { $0.compactMap(\.context) }.filter { $0 !== source }
+        // The contexts of every container of this process on the store.
+        let others = shared.containers.flatMap { c in c.contexts.withLock { $0.compactMap(\.context) } }
+            .filter { $0 !== source }
         // Child contexts hear of a save through their parent, which passes on what it merged
         // (Core Data's `automaticallyMergesChangesFromParent`): their values come from it.
         for c in others

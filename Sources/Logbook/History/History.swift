@@ -339,17 +339,18 @@ public enum HistoryRetention: Sendable, Hashable {
 /// Runs the container's retention from the engine's compaction thread; holds the container
 /// weakly (the store holds the hook, the container the store).
 final class RetentionHook: Sendable {
-    let container = Locked<WeakContainer>(WeakContainer())
+    let shared = Locked<WeakShared>(WeakShared())
 
-    struct WeakContainer {
-        weak var value: PersistentContainer?
+    struct WeakShared {
+        weak var value: SharedStore?
         init() {}
     }
 
     /// Applies the retention, and returns the version before the oldest transaction kept: the
     /// versions after it stay readable with `snapshot(asOf:)` (nil: no history is kept).
     func run() -> UInt64? {
-        guard let container = container.withLock({ $0.value }) else { return nil }
+        // Any container of the store applies it (they agree on the retention).
+        guard let container = shared.withLock({ $0.value })?.containers.first else { return nil }
         do { try container.applyHistoryRetention() } catch {
             StoreOptions.standardError("logbook: the history retention was not applied before a compaction: \(error)")
         }

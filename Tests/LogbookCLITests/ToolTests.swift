@@ -459,3 +459,71 @@ extension ToolTests {
         try follower.close()
     }
 }
+
+extension ToolTests {
+    /// A read-only container that observes remote changes follows `logbook bench commits`
+    /// writing in another process: its remote-change notifications reach the writer's last
+    /// version, and a fetched-results controller over a context that merges automatically ends
+    /// with every object the writer inserted, with no call of the app's own.
+    @Test func aReadOnlyContainerFollowsAWriterInAnotherProcess() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-follow-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = dir + "/items"
+        let first = try run(["bench", "commits", "--store", store, "--commits", "10", "--per", "1"])
+        #expect(first.status == 0, "\(first.err)")
+        var options = ContainerOptions()
+        options.readOnly = true
+        options.observesRemoteChanges = true
+        let follower = try PersistentContainer(
+            name: "follower", model: ManagedObjectModel(recordedIn: store), directory: store, options: options)
+        let context = follower.newContext(concurrencyType: .privateQueue)
+        context.automaticallyMergesChangesFromOtherContexts = true
+        let controller = context.performAndWait {
+            let c = FetchedResultsController(
+                fetchRequest: FetchRequest<ManagedObject>(entityName: "Item"), managedObjectContext: context)
+            try? c.performFetch()
+            return c
+        }
+        #expect(context.performAndWait { controller.fetchedObjects?.count } == 10)
+        let changes = follower.remoteChangeNotifications()
+
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: Self.tool)
+        writer.arguments = [
+            "bench", "commits", "--store", store, "--commits", "200", "--per", "2", "--history", "--durability",
+            "normal"
+        ]
+        writer.standardOutput = FileHandle.nullDevice
+        writer.standardError = FileHandle.nullDevice
+        try writer.run()
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        let last = try PersistentContainer(
+            name: "check", model: ManagedObjectModel(recordedIn: store), directory: store,
+            options: {
+                var o = ContainerOptions()
+                o.readOnly = true
+                return o
+            }()
+        ).currentHistoryToken
+        let heard = Task { () -> Int in
+            var notifications = 0
+            for await change in changes {
+                notifications += 1
+                if change.historyToken >= last { break }
+            }
+            return notifications
+        }
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            heard.cancel()
+        }
+        let notifications = await heard.value
+        watchdog.cancel()
+        #expect(notifications >= 1)
+        context.performAndWait {}
+        #expect(context.performAndWait { controller.fetchedObjects?.count } == 10 + 400)
+        try follower.close()
+    }
+}

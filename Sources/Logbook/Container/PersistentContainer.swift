@@ -36,6 +36,14 @@ public struct ContainerOptions: Sendable {
     /// starts, automatic or not, by purging what it lets go; between compactions every
     /// transaction stays readable, for `history(after:)` and for a follower.
     public var historyRetention: HistoryRetention = .all
+    /// Follow the commits of the process that writes the store (Core Data's
+    /// `NSPersistentStoreRemoteChangeNotificationPostOptionKey`): for a read-only container, a
+    /// thread waits for the store's files to change (inotify), reads what was committed, posts
+    /// `PersistentContainer.remoteChangeNotification`, tells `observeRemoteChanges` handlers,
+    /// and makes the contexts that merge automatically merge it as another context's save. A
+    /// writable container has no other writer (one process writes a store), so nothing is
+    /// remote to it. See `RemoteChange`.
+    public var observesRemoteChanges = false
     /// The defaults: full durability, automatic compaction.
     public init() {}
 }
@@ -77,6 +85,8 @@ public final class PersistentContainer: Sendable {
     let shared: SharedStore
     private let contexts = Locked<[WeakContext]>([])
     private let closed = Locked(false)
+    /// The remote-change follower (`ContainerOptions.observesRemoteChanges`) and its handlers.
+    let remote = RemoteChangeState()
     /// The door to the store's commits, with the save lock (`Storage/StoreWriter.swift`).
     let writer: StoreWriter
     private let viewContextBox = Locked<ManagedObjectContext?>(nil)
@@ -137,7 +147,8 @@ public final class PersistentContainer: Sendable {
         }
         // A store on disk is shared by the containers of this process that open it; an
         // in-memory store is each container's own.
-        let shared = try SharedStores.shared.store(at: directory, inMemory: options.inMemory, make: openStore)
+        let shared = try SharedStores.shared.store(
+            at: directory, inMemory: options.inMemory, readOnly: options.readOnly, make: openStore)
         do {
             if shared.fingerprint != fingerprint {
                 throw LogbookError(
@@ -160,6 +171,7 @@ public final class PersistentContainer: Sendable {
         writer = shared.writer
         storeLayout = StoreLayout(schema: shared.schema, model: model)
         shared.attach(self)
+        if options.observesRemoteChanges && options.readOnly && !options.inMemory { startFollowing() }
     }
 
     /// The model indexes of a configuration's entities (their sub-entities included), checked.
@@ -290,10 +302,12 @@ public final class PersistentContainer: Sendable {
             return !c
         }
         guard first else { return }
+        stopFollowing()
         try shared.leave()
     }
 
     deinit {
+        stopFollowing()
         if !closed.withLock({ $0 }) { try? shared.leave() }
     }
 
@@ -349,6 +363,28 @@ public final class PersistentContainer: Sendable {
     /// The child contexts of `parent` that are alive.
     func children(of parent: ManagedObjectContext) -> [ManagedObjectContext] {
         contexts.withLock { $0.compactMap(\.context) }.filter { $0.parent === parent }
+    }
+
+    /// Every context of this container that merges automatically merges `changes` (a commit
+    /// of another process), as it merges another context's save.
+    func mergeRemote(_ changes: ContextChanges?) {
+        let merging = contexts.withLock { $0.compactMap(\.context) }.filter {
+            $0.automaticallyMergesChangesFromOtherContexts && $0.concurrencyType != .confinement && $0.parent == nil
+        }
+        for c in merging {
+            if let changes {
+                c.perform { c.mergeChanges(changes) }
+            } else {
+                // Commits whose changes were not recorded: every object is refreshed, and the
+                // context's change observers (fetched-results controllers) fetch again.
+                c.perform {
+                    c.refreshAllObjects()
+                    var all = ContextChanges()
+                    all.refreshed = Set(c.registeredObjects.map(\.objectID))
+                    for observer in c.changeObservers { observer(all) }
+                }
+            }
+        }
     }
 
     func didSave(_ changes: ContextChanges, from source: ManagedObjectContext) {

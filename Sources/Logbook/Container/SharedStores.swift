@@ -95,9 +95,12 @@ final class SharedStores: Sendable {
     /// process has none open. Opening and closing happen under the registry's lock, so two
     /// containers opening at once open it once, and none finds one that is closing.
     /// `inMemory`: a store of its own, never shared.
-    func store(at directory: String, inMemory: Bool, make: () throws -> SharedStore) throws -> SharedStore {
+    func store(at directory: String, inMemory: Bool, readOnly: Bool, make: () throws -> SharedStore) throws
+        -> SharedStore
+    {
         try open.withLock { table in
-            let key = Self.key(directory)
+            // Read-only containers share a follower of their own, beside the writer's store.
+            let key = Self.key(directory) + (readOnly ? "\u{0}read-only" : "")
             if !inMemory, let existing = table[key]?.store {
                 existing.retain()
                 return existing

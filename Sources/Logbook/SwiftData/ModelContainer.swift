@@ -169,6 +169,8 @@ public final class ModelContainer: Sendable {
         options.inMemory = configuration.isStoredInMemoryOnly
         // SwiftData records history by default (read with `ModelContext.fetchHistory(_:)`).
         options.persistentHistoryTracking = true
+        // A read-only container follows the process that writes the store.
+        options.observesRemoteChanges = !configuration.allowsSave
         var version = schema.version
         if let migrationPlan {
             version =

@@ -7,7 +7,7 @@ struct LogbookCommand: ParsableCommand {
         abstract: "Populate, benchmark, inspect, verify and compact Logbook stores.",
         subcommands: [
             BenchCommand.self, StatsCommand.self, VerifyCommand.self, SchemaCommand.self, CountCommand.self,
-            QueryCommand.self, HistoryCommand.self, ExportCommand.self,
+            QueryCommand.self, HistoryCommand.self, ExportCommand.self, ImportCommand.self,
             CompactCommand.self
         ])
 }

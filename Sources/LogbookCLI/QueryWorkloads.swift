@@ -105,8 +105,13 @@ func relationshipQueryWorkload(store path: String, count: Int, durability: Durab
     }
     // Queries in a context of their own (as an app's reading context would be).
     let context = container.newContext(concurrencyType: .confinement)
-    let manager = try context.fetch(
-        FetchRequest<ManagedObject>(entityName: "Manager").with(try FetchPredicate(format: "name == 'M7'")))[0]
+    // Manager 7 (or the last, for fewer than 8: a small --count crashed here).
+    let chosen = "M\(min(7, managers - 1))"
+    guard
+        let manager = try context.fetch(
+            FetchRequest<ManagedObject>(entityName: "Manager").with(try FetchPredicate(format: "name == %@", chosen))
+        ).first
+    else { throw LogbookError(.objectNotFound, "the store has no manager named \(chosen)") }
     func run(_ phase: String, _ predicate: FetchPredicate) throws {
         let request = FetchRequest<ManagedObject>(entityName: "Employee").with(predicate)
         let t = try timedTen {
@@ -125,7 +130,7 @@ func relationshipQueryWorkload(store path: String, count: Int, durability: Durab
             ])
     }
     try run("relation_to_one", try FetchPredicate(format: "manager == %@", manager))
-    try run("relation_path", try FetchPredicate(format: "manager.name == 'M7'"))
+    try run("relation_path", try FetchPredicate(format: "manager.name == %@", chosen))
     try run("compound_index", try FetchPredicate(format: "lastName == 'L7' AND age > 40"))
     report("relation_memory", ["peak_rss_mb": peakRSSMegabytes()])
     try container.close()

@@ -2,15 +2,15 @@
 import CompilerPluginSupport
 import PackageDescription
 
-// `LOGBOOK_WITHOUT_MACROS=1` builds the package without SwiftData's layer and its macros, so
-// without swift-syntax: the libFuzzer build (`Fuzz/run`) uses it, since swift-syntax built
-// with the fuzzer and address sanitizers takes longer than the whole CI run may.
-let withoutMacros = Context.environment["LOGBOOK_WITHOUT_MACROS"] != nil
+// The modules follow the architecture: the engine (`LogbookEngine`), the object graph with
+// Core Data's API (`LogbookGraph`), SwiftData's layer with its macros (`LogbookSwiftData`),
+// and `Logbook`, which re-exports both. The `logbook` tool and apps that use the Core
+// Data–style API alone depend on `LogbookGraph`, and build without swift-syntax.
 
 // `import SwiftData` on Linux (a module re-exporting Logbook under SwiftData's name): only where
 // Apple's framework of that name does not exist.
 #if os(Linux)
-    let offersSwiftDataModule = !withoutMacros
+    let offersSwiftDataModule = true
 #else
     let offersSwiftDataModule = false
 #endif
@@ -19,21 +19,21 @@ let package = Package(
     name: "Logbook",
     platforms: [.macOS(.v15)],
     products: [
+        // Everything: the object graph, and SwiftData's layer with its macros.
         .library(name: "Logbook", targets: ["Logbook"]),
+        // The object graph with Core Data's API alone: no macros, no swift-syntax to build.
+        .library(name: "LogbookGraph", targets: ["LogbookGraph"]),
         .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
         .executable(name: "logbook", targets: ["LogbookCLI"])
     ] + (offersSwiftDataModule ? [.library(name: "SwiftData", targets: ["SwiftData"])] : []),
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
-        // `swift package generate-documentation --target Logbook` (a plugin: nothing is linked).
-        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
-    ]
-        + (withoutMacros
-            ? []
-            : [
-                // The `@Model` family of macros (SwiftData's API); built for the host, never linked.
-                .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1")
-            ]),
+        // `swift package generate-documentation --target LogbookGraph` (a plugin: nothing is linked).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // The `@Model` family of macros (SwiftData's API): built for the host, never linked, and
+        // only for what depends on `LogbookSwiftData`.
+        .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1")
+    ],
     targets: [
         // Debian's liblz4-dev (`apt-get install liblz4-dev`).
         .systemLibrary(
@@ -49,13 +49,30 @@ let package = Package(
             dependencies: ["CLZ4", "CLogbookSupport"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
-        // The object graph: Core Data's model on the engine, and SwiftData's API over it.
+        // The object graph: Core Data's model, contexts, fetches, batch requests and history.
         .target(
-            name: "Logbook",
-            dependencies: withoutMacros ? ["LogbookEngine"] : ["LogbookEngine", "LogbookMacros"],
-            exclude: withoutMacros ? ["SwiftData"] : [],
+            name: "LogbookGraph",
+            dependencies: ["LogbookEngine"],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
-                + (withoutMacros ? [.define("LOGBOOK_WITHOUT_MACROS")] : [])
+        ),
+        // SwiftData's API over the object graph.
+        .target(
+            name: "LogbookSwiftData",
+            dependencies: ["LogbookGraph", "LogbookEngine", "LogbookMacros"],
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+        ),
+        // `import Logbook`: both layers, re-exported.
+        .target(name: "Logbook", dependencies: ["LogbookGraph", "LogbookSwiftData"]),
+        // `@Model`, `@Attribute`, `@Relationship`, `@Transient`, `#Unique`, `#Index` and
+        // `@ModelActor`: SwiftData's macros, expanding to code against `Logbook`.
+        .macro(
+            name: "LogbookMacros",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax")
+            ]
         ),
         // What the test targets share: temporary directories and stores, a seeded generator, the
         // fault-injecting file system. Only test targets depend on it.
@@ -69,27 +86,27 @@ let package = Package(
         // killed.
         .target(
             name: "LogbookContextCheck",
-            dependencies: ["Logbook", "LogbookEngine", "LogbookTestSupport"],
+            dependencies: ["LogbookGraph", "LogbookEngine", "LogbookTestSupport"],
             path: "Tests/LogbookContextCheck"
         ),
         .testTarget(
             name: "LogbookTests",
             dependencies: [
-                "Logbook", "LogbookEngine", "LogbookTestSupport", "LogbookContextCheck", "LogbookCrashHelper"
+                "LogbookGraph", "LogbookEngine", "LogbookTestSupport", "LogbookContextCheck", "LogbookCrashHelper"
             ]
         ),
         // The `logbook` tool (named so that it does not clash with the `Logbook` module).
         .executableTarget(
             name: "LogbookCLI",
             dependencies: [
-                "Logbook",
+                "LogbookGraph",
                 "LogbookEngine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser")
             ]
         ),
         .testTarget(
             name: "LogbookCLITests",
-            dependencies: ["LogbookCLI", "Logbook", "LogbookEngine"]
+            dependencies: ["LogbookCLI", "LogbookGraph", "LogbookEngine"]
         ),
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(
@@ -99,40 +116,24 @@ let package = Package(
         .testTarget(
             name: "LogbookEngineTests",
             dependencies: ["LogbookEngine", "CLogbookSupport", "LogbookCrashHelper", "LogbookTestSupport"]
+        ),
+        // SwiftData code, unchanged but for `import Logbook` (its sample app imports SwiftData
+        // alone, a module that exists on Linux only).
+        .testTarget(
+            name: "SwiftDataStyleTests",
+            dependencies: ["Logbook"] + (offersSwiftDataModule ? ["SwiftData"] : []),
+            exclude: offersSwiftDataModule ? [] : ["SampleApp.swift"]
+        ),
+        // What the macros write, and what they refuse, checked on source text.
+        .testTarget(
+            name: "LogbookMacrosTests",
+            dependencies: [
+                "LogbookMacros",
+                .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax")
+            ]
         )
-    ]
-        + (withoutMacros
-            ? []
-            : [
-                // `@Model`, `@Attribute`, `@Relationship`, `@Transient`, `#Unique`, `#Index` and
-                // `@ModelActor`: SwiftData's macros, expanding to code against `Logbook`.
-                .macro(
-                    name: "LogbookMacros",
-                    dependencies: [
-                        .product(name: "SwiftSyntax", package: "swift-syntax"),
-                        .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
-                        .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
-                        .product(name: "SwiftDiagnostics", package: "swift-syntax")
-                    ]
-                ),
-                // SwiftData code, unchanged but for `import Logbook`.
-                // (`import SwiftData` itself: see `SwiftDataImportTests`.)
-                .testTarget(
-                    name: "SwiftDataStyleTests",
-                    // Its sample app imports SwiftData alone (the module exists on Linux only).
-                    dependencies: ["Logbook"] + (offersSwiftDataModule ? ["SwiftData"] : []),
-                    exclude: offersSwiftDataModule ? [] : ["SampleApp.swift"]
-                ),
-                // What the macros write, and what they refuse, checked on source text.
-                .testTarget(
-                    name: "LogbookMacrosTests",
-                    dependencies: [
-                        "LogbookMacros",
-                        .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
-                        .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax")
-                    ]
-                )
-            ]),
+    ],
     swiftLanguageModes: [.v6]
 )
 

@@ -16,7 +16,7 @@ let package = Package(
         .executableTarget(
             name: "PeerRunner",
             dependencies: [
-                .product(name: "Logbook", package: "Logbook"),
+                .product(name: "LogbookGraph", package: "Logbook"),
                 .product(name: "LogbookEngine", package: "Logbook"),
                 .product(name: "GRDB", package: "GRDB.swift")
             ]
@@ -27,7 +27,7 @@ let package = Package(
         .executableTarget(
             name: "LogbookBenchmarks",
             dependencies: [
-                .product(name: "Logbook", package: "Logbook"),
+                .product(name: "LogbookGraph", package: "Logbook"),
                 .product(name: "LogbookEngine", package: "Logbook"),
                 .product(name: "Benchmark", package: "benchmark")
             ],

@@ -22,19 +22,19 @@ let package = Package(
             dependencies: [
                 "FuzzDriver", "FuzzModel",
                 .product(name: "LogbookEngine", package: "Logbook"),
-                .product(name: "Logbook", package: "Logbook")
+                .product(name: "LogbookGraph", package: "Logbook")
             ]
         )
     } + [
         .target(name: "FuzzDriver"),
-        .target(name: "FuzzModel", dependencies: [.product(name: "Logbook", package: "Logbook")]),
+        .target(name: "FuzzModel", dependencies: [.product(name: "LogbookGraph", package: "Logbook")]),
         // Writes the seed corpus (Corpus/) from real encoder output; built without sanitizers.
         .executableTarget(
             name: "FuzzSeeds",
             dependencies: [
                 "FuzzModel",
                 .product(name: "LogbookEngine", package: "Logbook"),
-                .product(name: "Logbook", package: "Logbook")
+                .product(name: "LogbookGraph", package: "Logbook")
             ]
         )
     ],

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 /// Opens a store read-only with the model it records; the context reads the store as it
 /// was at version `asOf` when one is given (`snapshot(asOf:)`).

@@ -1,6 +1,6 @@
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 /// The exchange format of `logbook export --json` and `logbook import --json`: JSON Lines
 /// (one JSON value per line), so that a reader streams it and an error names its line.

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 struct ExportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,6 +1,6 @@
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 /// Runs `body` once (not counted), then ten times; the median, fastest and slowest of the ten.
 func timedTen(_ body: () throws -> Int) rethrows -> (median: Double, min: Double, max: Double, result: Int) {

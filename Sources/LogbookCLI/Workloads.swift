@@ -1,6 +1,6 @@
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 import Synchronization
 
 /// The benchmark data of docs/benchmarks.md ("The data").

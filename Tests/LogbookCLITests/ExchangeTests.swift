@@ -1,5 +1,5 @@
 import Foundation
-import Logbook
+import LogbookGraph
 import Testing
 
 /// `logbook export --json` and `logbook import --json`: export → import → export gives the same

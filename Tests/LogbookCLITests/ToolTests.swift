@@ -1,6 +1,6 @@
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 import Testing
 
 /// The `logbook` tool as a user runs it: arguments, output, exit codes.
@@ -178,7 +178,7 @@ import Testing
         #expect(try run(["verify", empty + "/missing"]).status == 2)
     }
 
-    @Test func exportStreamsEveryObjectAsJSON() throws {
+    @Test func exportStreamsEveryObjectAsJSONLines() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-export-\(UUID().uuidString)")
             .path
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -206,15 +206,22 @@ import Testing
         try container.close()
         let r = try run(["export", dir, "--json"])
         #expect(r.status == 0, "\(r.err)")
-        let parsed = try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any]
-        let entities = parsed?["entities"] as? [[String: Any]] ?? []
-        #expect(entities.map { $0["name"] as? String } == ["Manager", "Employee"])
-        let managers = entities.first?["objects"] as? [[String: Any]] ?? []
-        let employees = entities.last?["objects"] as? [[String: Any]] ?? []
-        #expect(employees.count == 2500)
+        // JSON Lines: the header with the schema, then an object per line.
+        let lines = try r.out.split(separator: "\n").map {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
+        }
+        let schema = (lines.first?["schema"] as? [String: Any])?["entities"] as? [[String: Any]] ?? []
+        #expect(schema.map { $0["name"] as? String } == ["Manager", "Employee"])
+        let objects = lines.dropFirst()
+        let managers = objects.filter { $0["entity"] as? String == "Manager" }
+        let employees = objects.filter { $0["entity"] as? String == "Employee" }.map {
+            $0["values"] as? [String: Any] ?? [:]
+        }
+        #expect(managers.count == 1 && employees.count == 2500)
         #expect(employees.map { $0["name"] as? String } == (0..<2500).map { "E\($0)" }, "in insertion order")
-        #expect((managers.first?["employees"] as? [String])?.count == 1250)
-        #expect(employees[0]["manager"] as? String == managers.first?["id"] as? String)
+        let bossLine = managers.first ?? [:]
+        #expect(((bossLine["values"] as? [String: Any])?["employees"] as? [String])?.count == 1250)
+        #expect(employees[0]["manager"] as? String == bossLine["id"] as? String)
         #expect(employees[1]["manager"] is NSNull && employees[1]["hired"] is NSNull)
         let usage = try run(["export", dir])
         #expect(usage.status != 0 && usage.err.contains("--json"))

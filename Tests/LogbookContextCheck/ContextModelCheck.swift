@@ -1,6 +1,6 @@
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 import LogbookTestSupport
 
 // A randomized, deterministic, model-checked test of contexts (FoundationDB's simulation tests

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 import LogbookTestSupport
 
 /// One run of the context checker: a container, its contexts, and the reference — per

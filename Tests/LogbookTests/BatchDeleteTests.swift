@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Batch deletes: delete rules through two levels of cascades, nullified inverses, deny,
 /// deletes by object ID, exact indexes, and the merge into other contexts.

@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The article's to-do item (001), for S16 and the batch insert.
 final class TodoItem: ManagedObject {

@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// A batch update of constant values rewrites each record's stored bytes without decoding the
 /// others (`RecordCodec.splice`): every other value, present or absent, of every kind, stays

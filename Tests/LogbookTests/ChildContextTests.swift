@@ -4,7 +4,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Child contexts, fetches with pending changes, query generations and the main actor.
 @Suite struct ChildContextTests {

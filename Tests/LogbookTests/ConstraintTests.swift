@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Uniqueness constraints: single and compound, against the store and within a save, under
 /// each merge policy (errors, or upserts), through batch inserts, inherited by sub-entities.

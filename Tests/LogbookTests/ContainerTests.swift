@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 @Suite struct ContainerTests {
     func v1() throws -> ManagedObjectModel {

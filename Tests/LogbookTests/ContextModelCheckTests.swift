@@ -1,6 +1,6 @@
 import Foundation
-import Logbook
 import LogbookContextCheck
+import LogbookGraph
 import Testing
 
 @Suite struct ContextModelCheckTests {

@@ -4,7 +4,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The defects the context checker (`ContextModelCheckTests`) and the contexts issue found,
 /// each as the steps that showed it, with the public API only.

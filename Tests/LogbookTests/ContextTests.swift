@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 @Suite struct ContextTests {
     func person(_ context: ManagedObjectContext, _ first: String, _ last: String = "L", age: Int32? = nil) throws
@@ -153,7 +153,7 @@ import Testing
     }
 
     @Test func aTransformerThatCannotDecodeIsATypedError() throws {
-        struct Picky: Logbook.AttributeTransformer {
+        struct Picky: LogbookGraph.AttributeTransformer {
             struct No: Error {}
             func transformedValue(_ value: Any) throws -> Data { Data((value as? String ?? "").utf8) }
             func reverseTransformedValue(_ data: Data) throws -> Any { throw No() }

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Records a controller's delegate calls as lines.
 final class ChangeRecorder: FetchedResultsControllerDelegate, @unchecked Sendable {

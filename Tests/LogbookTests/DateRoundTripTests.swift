@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Every `Date` comes back bit for bit: through a save, a reopen, predicates on an indexed and
 /// a plain attribute, sorting, a batch update and history. Dates used to be stored as seconds

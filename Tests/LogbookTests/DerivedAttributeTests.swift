@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Derived attributes, batch updates with expressions, and testing the entity in a predicate.
 @Suite struct DerivedAttributeTests {

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The scenarios of docs/scenarios.md that the object graph owns: S1–S6, S9, S11.
 @Suite struct DocumentScenarioTests {

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The planner on its own, over a store's layout and a snapshot, with no context; and the
 /// window that every fetch path applies.

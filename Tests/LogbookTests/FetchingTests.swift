@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// S7 and S10 of the scenarios, and planning on indexes.
 @Suite struct FetchingTests {

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Persistent history: what a save records, tokens, purging, batch requests, reopen and
 /// compaction.

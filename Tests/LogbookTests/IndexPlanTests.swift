@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Relationship indexes, compound indexes, and what `explain` says about them.
 @Suite struct IndexPlanTests {

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Entity inheritance: three levels, an abstract root, fetches across sub-entities with
 /// indexes, relationships to a parent entity.

@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Names made at run time: `@Managed` takes a `String` as well as a literal.
 private let firstNameKey = ["first", "Name"].joined()

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Two contexts editing the same objects: merges keep both sides, saves detect conflicts,
 /// and each merge policy resolves them as Core Data documents.

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Every item of the object-graph issue, beyond the document scenarios.
 @Suite struct ModelTests {

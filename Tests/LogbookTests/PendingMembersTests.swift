@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The unsaved members of a to-many relationship: a sorted list while members come in order
 /// (or few come out of it), a hash set once many do; either way a set's behaviour.

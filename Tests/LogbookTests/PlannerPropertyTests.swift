@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Random data and random predicates over every operator, each fetch (whatever its plan: a
 /// scan with a filter on records, an index range, index points, a compound index, a

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The rest of the predicate language: SELF, arithmetic and bitwise expressions, CAST,
 /// functions, NOT IN, collection subscripts, @distinctUnionOfObjects, variables, and

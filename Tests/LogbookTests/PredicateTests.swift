@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The predicate language, checked against plain Swift filtering of the same objects.
 @Suite struct PredicateTests {

@@ -2,7 +2,7 @@ import Foundation
 import LogbookEngine
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// Records that do not decode are errors, never traps: inputs the fuzzer found.
 @Suite struct RecordCodecTests {

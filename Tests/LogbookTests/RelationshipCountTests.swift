@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// `count(forKey:)` counts a to-many relationship without reading the owner's record: a
 /// fault stays one, and unsaved changes count.

@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// A read-only container that observes remote changes follows the store's writer: it posts the
 /// remote-change notification with the token, and its contexts that merge automatically (and a

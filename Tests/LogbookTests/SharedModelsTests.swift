@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The six real Core Data models in `../shared/models` (outside the repository, when present):
 /// each loads with the entities and the own attribute, relationship and fetched-property

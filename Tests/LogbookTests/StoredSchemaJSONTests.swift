@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// The recorded schema is read without `JSONDecoder` when it is what `encoded()` writes
 /// (`StoredSchema.init(json:)`), and must read exactly what `JSONDecoder` reads.

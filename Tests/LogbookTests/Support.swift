@@ -3,7 +3,7 @@ import LogbookEngine
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 // MARK: The model of the source documents (004 §16.1–16.10)
 
@@ -36,7 +36,7 @@ struct Color: Equatable, Sendable {
 }
 
 /// Writes a colour's four components as a 32-byte blob and reads them back (004 §16.10).
-struct ColorTransformer: Logbook.AttributeTransformer {
+struct ColorTransformer: LogbookGraph.AttributeTransformer {
     struct NotAColor: Error {}
     func transformedValue(_ value: Any) throws -> Data {
         guard let c = value as? Color else { throw NotAColor() }

@@ -2,7 +2,7 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
+@testable import LogbookGraph
 
 /// A typed class whose properties are not named like their keys.
 final class Chore: ManagedObject {

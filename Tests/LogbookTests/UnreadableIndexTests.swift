@@ -2,8 +2,8 @@ import Foundation
 import LogbookTestSupport
 import Testing
 
-@testable import Logbook
 @testable import LogbookEngine
+@testable import LogbookGraph
 
 /// A store whose checkpoint holds a secondary-index section that fails the check made after
 /// the open, and whose journal cannot give the indexes either (`DeferredIndexes`): what an

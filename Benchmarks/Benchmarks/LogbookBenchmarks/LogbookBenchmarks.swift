@@ -8,13 +8,13 @@
 //   swift package --allow-writing-to-package-directory benchmark thresholds update
 import Benchmark
 import Foundation
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 final class Item: ManagedObject {
-    @Logbook.Managed("name") var name: String
-    @Logbook.Managed("createdAt") var createdAt: Date
-    @Logbook.Managed("done") var done: Bool
+    @LogbookGraph.Managed("name") var name: String
+    @LogbookGraph.Managed("createdAt") var createdAt: Date
+    @LogbookGraph.Managed("done") var done: Bool
 }
 
 let itemCount = 10_000

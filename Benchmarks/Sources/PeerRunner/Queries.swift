@@ -3,8 +3,8 @@
 // that a relationship (foreign-key) index or a compound index answers (W12).
 import Foundation
 import GRDB
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 /// The peak resident memory of this process, in MB (VmHWM).
 func peakRSSMegabytes() -> Double {

@@ -7,8 +7,8 @@
 //   … PeerRunner --scale --count 10000000 --repeat 3  W1 batch, W2, W4, W8, W9, W11: the scale table
 import Foundation
 import GRDB
-import Logbook
 import LogbookEngine
+import LogbookGraph
 
 let arguments = CommandLine.arguments
 func option(_ name: String, _ fallback: Int) -> Int {
@@ -54,9 +54,9 @@ let traversePause: UInt32 = 200_000
 // MARK: Logbook
 
 final class Item: ManagedObject {
-    @Logbook.Managed("name") var name: String
-    @Logbook.Managed("createdAt") var createdAt: Date
-    @Logbook.Managed("done") var done: Bool
+    @LogbookGraph.Managed("name") var name: String
+    @LogbookGraph.Managed("createdAt") var createdAt: Date
+    @LogbookGraph.Managed("done") var done: Bool
 }
 
 func logbookModel() throws -> ManagedObjectModel {

@@ -1,6 +1,6 @@
 // The model the record-codec target and its seeds share: an entity with an attribute of
 // every type and a to-one relationship (with its to-many inverse).
-import Logbook
+import LogbookGraph
 
 public func everythingModel() throws -> ManagedObjectModel {
     try ManagedObjectModel {

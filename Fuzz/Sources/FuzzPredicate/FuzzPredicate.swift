@@ -1,7 +1,7 @@
 import Foundation
 // The predicate parser: any text as a format string, with a few arguments for its `%@`s.
 import FuzzDriver
-import Logbook
+import LogbookGraph
 
 @_cdecl("FuzzPredicate_main")
 public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {

@@ -4,7 +4,7 @@ import Foundation
 import FuzzDriver
 import FuzzModel
 
-@testable import Logbook
+@testable import LogbookGraph
 
 let layout: EntityLayout = try! everythingModel().layouts[0]
 

@@ -3,8 +3,8 @@
 import Foundation
 import FuzzModel
 
-@testable import Logbook
 @testable import LogbookEngine
+@testable import LogbookGraph
 
 func write(_ bytes: [UInt8], _ directory: String, _ name: String) {
     // Fuzz/Corpus, found from this file's place (Fuzz/Sources/FuzzSeeds/main.swift).

@@ -1080,6 +1080,85 @@ import Testing
         #expect((try stored.value(forKey: "folder") as? ManagedObject)?.objectID == newID)
     }
 
+    /// Three levels: the root deletes an object while a grandchild changes it and links it to
+    /// a folder the child made; the grandchild saves, the root resets (its deletion was never
+    /// final), the child and the root save: the change and both sides of the link reach the
+    /// store (checker seed 441589: the child dropped the change, and then the link's set side,
+    /// for the root's deletion).
+    @Test func aGrandchildsChangeOutlivesADeletionItsGrandparentReset() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        root.undoHistory = UndoHistory()
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        child.mergePolicy = .mergeByPropertyStoreTrump
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        grandchild.mergePolicy = .overwrite
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        // The merges of that save, down the chain, before anything else (as the checker does).
+        for c in [root, child, grandchild] { c.performAndWait {} }
+        let folderID = try child.performAndWait {
+            let folder = try child.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("b", forKey: "name")
+            return folder.objectID
+        }
+        try grandchild.performAndWait {
+            let o = try grandchild.existingObject(with: item.objectID)
+            try o.setValue(true, forKey: "done")
+            try o.setValue(try grandchild.existingObject(with: folderID), forKey: "owner")
+        }
+        try root.performAndWait { root.delete(try root.existingObject(with: item.objectID)) }
+        try grandchild.performAndWait { try grandchild.save() }
+        root.performAndWait { root.reset() }
+        try child.performAndWait { try child.save() }
+        try root.performAndWait { try root.save() }
+        let reader = f.context()
+        let stored = try reader.existingObject(with: item.objectID)
+        #expect(try stored.value(forKey: "done") as? Bool == true)
+        #expect((try stored.value(forKey: "owner") as? ManagedObject)?.objectID == folderID)
+        #expect(try reader.existingObject(with: folderID).objects(forKey: "owned").map(\.objectID) == [item.objectID])
+        try ContextModelRun.checkStore(f.container)
+    }
+
+    /// The parent links an item to its new folder, a child makes the same link, the parent
+    /// refreshes the item without merging (dropping its own link, both sides), and the child
+    /// saves: the folder's owned objects hold the item again (checker seed 455706: the child
+    /// saw the item in the set, so its save carried only the item's owner, and the folder did
+    /// not hold it).
+    @Test func aChildsLinkOverItsParentsRefreshedLinkSetsBothSides() throws {
+        let f = try Fixture()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        parent.mergePolicy = .mergeByPropertyObjectTrump
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        let (itemID, folderID) = try parent.performAndWait {
+            let item = try parent.insertNewObject(forEntityName: "Item")
+            try item.setValue("a", forKey: "name")
+            try parent.save()
+            let folder = try parent.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("a", forKey: "name")
+            try item.setValue(folder, forKey: "owner")
+            return (item.objectID, folder.objectID)
+        }
+        child.performAndWait {}  // the parent's save, passed down
+        try child.performAndWait {
+            let item = try child.existingObject(with: itemID)
+            try item.setValue("c", forKey: "name")
+            try item.setValue(try child.existingObject(with: folderID), forKey: "owner")
+        }
+        try parent.performAndWait { parent.refresh(try parent.existingObject(with: itemID), mergeChanges: false) }
+        try child.performAndWait { try child.save() }
+        try parent.performAndWait {
+            let item = try parent.existingObject(with: itemID)
+            let folder = try parent.existingObject(with: folderID)
+            #expect((try item.value(forKey: "owner") as? ManagedObject) === folder)
+            #expect(try folder.objects(forKey: "owned").contains(item))
+            try parent.save()
+        }
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

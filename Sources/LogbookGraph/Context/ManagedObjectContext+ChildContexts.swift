@@ -90,6 +90,7 @@ extension ManagedObjectContext {
         changes.policy = mergePolicy
         let handed = UncheckedSendable(changes)
         try parent.performAndWait { try parent.apply(childChanges: handed.value) }
+
         let saved = ContextChanges(
             inserted: Set(inserted.values.map(\.objectID)), updated: Set(updated.values.map(\.objectID)),
             deleted: Set(deleted.values.map(\.objectID)))
@@ -102,15 +103,47 @@ extension ManagedObjectContext {
         post(.didSave(saved))
     }
 
+    /// The object of `key` for a child's change: as this context sees it, or, when an ancestor
+    /// deleted it (unsaved there), as the store holds it. Nil when it is gone for good (deleted
+    /// here, or not in the store).
+    func objectForChildChange(_ key: UInt64) -> ManagedObject? {
+        if deleted[key] != nil { return nil }
+        if let o = try? object(forKey: key), (try? fulfill(o)) != nil { return o }
+        guard parent != nil, let entity = storeLayout.entityByKeyspace[EngineKey(rawValue: key).keyspace] else {
+            return nil
+        }
+        let layout = model.layouts[entity]
+        let snapshot = readSnapshot()
+        guard let slots = try? decode(snapshot, key: key, layout: layout) else { return nil }
+        if let o = registered(key) {
+            guard o.flags.contains(.fault), !o.flags.contains(.invalid) else { return nil }
+            o.batch?.forget(o)
+            o.batch = nil
+            o.slots = slots
+            o.baseVersion = snapshot.version
+            o.flags.remove(.fault)
+            return o
+        }
+        return materialize(key: key, layout: layout, slots: slots, version: snapshot.version)
+    }
+
     /// On the parent's queue: a child's saved changes become unsaved changes here.
     func apply(childChanges given: ChildChanges) throws {
         var c = given
-        // A change to an object another save deleted from the store is a conflict: an error
-        // under `.error`, else the deletion wins and the change is dropped (as at a save).
+        // A change to an object another save deleted from the store (or this context deleted)
+        // is a conflict: an error under `.error`, else the deletion wins and the change is
+        // dropped (as at a save). An ancestor's deletion is not final — it may still roll back
+        // or reset — so the change is kept here, on the object as the store holds it, and that
+        // ancestor decides when this context saves into it (checker seed 441589: a grandchild's
+        // change was dropped for a deletion its grandparent then reset, and lost).
+        // (Held here: the registry keeps objects weakly, until a change keeps them.)
+        var held: [UInt64: ManagedObject] = [:]
         let gone = c.updated.map(\.key).filter { key in
-            guard exists(key), let o = try? object(forKey: key) else { return true }
-            return (try? fulfill(o)) == nil
+            guard let o = objectForChildChange(key) else { return true }
+            held[key] = o
+            return false
         }
+
         if !gone.isEmpty {
             if c.policy == .error {
                 throw goneObjectsConflict(
@@ -147,7 +180,7 @@ extension ManagedObjectContext {
             report.inserted.insert(o.objectID)
         }
         for (key, slotChanges) in c.updated {
-            let o = try object(forKey: key)
+            let o = try held[key] ?? object(forKey: key)
             try fulfill(o)
             for (i, value) in slotChanges {
                 // A to-one value this context changed otherwise since the child read it: the
@@ -157,6 +190,19 @@ extension ManagedObjectContext {
                     if o.layout.relationshipInverse[r] != nil { try linkInverse(o, r, old, adding: false) }
                 }
                 setSlot(o, i, value)
+                // The new destination's set holds the object here too. The child's sets bring
+                // it when the child saw it missing; not when the child saw it there and this
+                // context has since dropped it (checker seed 455706: a refresh without merging
+                // here took the item out of the folder's owned objects, then the child's save set
+                // the item's owner back to the folder, which no longer held it).
+                if i >= o.layout.attributeCount, case .object(let new) = value {
+                    let r = o.layout.toOne[i - o.layout.attributeCount]
+                    if let inv = o.layout.relationshipInverse[r],
+                        model.layouts[o.layout.relationshipDestination[r]].entity.relationships[inv].isToMany
+                    {
+                        try linkInverse(o, r, new, adding: true)
+                    }
+                }
             }
             report.updated.insert(o.objectID)
         }
@@ -261,7 +307,9 @@ extension ManagedObjectContext {
         func present(_ k: UInt64) -> Bool {
             if inserted.contains(k) { return true }
             if let p = known[k] { return p }
-            let p = exists(k)
+            // An ancestor's deletion is not final (see `objectForChildChange`): an object it
+            // deleted that the store holds is still there for a child's links.
+            let p = deleted[k] == nil && (exists(k) || (parent != nil && readSnapshot().contains(k)))
             known[k] = p
             return p
         }

@@ -1122,30 +1122,37 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
-    /// The parent links an item to its new folder, a child makes the same link, the parent
-    /// refreshes the item without merging (dropping its own link, both sides), and the child
-    /// saves: the folder's owned objects hold the item again (checker seed 455706: the child
-    /// saw the item in the set, so its save carried only the item's owner, and the folder did
-    /// not hold it).
+    /// A child reads an item; the parent links it to its new folder; the child makes the same
+    /// link; the parent refreshes the item without merging (dropping its own link, both
+    /// sides); the child saves: the folder's owned objects hold the item again (checker seed
+    /// 455706: the child's save carried only the item's owner, since the folder's set had held
+    /// the item when the child linked it, and the folder no longer held it).
     @Test func aChildsLinkOverItsParentsRefreshedLinkSetsBothSides() throws {
         let f = try Fixture()
         let parent = f.container.newContext(concurrencyType: .privateQueue)
         parent.mergePolicy = .mergeByPropertyObjectTrump
         let child = parent.newChildContext(concurrencyType: .privateQueue)
-        let (itemID, folderID) = try parent.performAndWait {
+        let itemID = try parent.performAndWait {
             let item = try parent.insertNewObject(forEntityName: "Item")
             try item.setValue("a", forKey: "name")
             try parent.save()
-            let folder = try parent.insertNewObject(forEntityName: "Folder")
-            try folder.setValue("a", forKey: "name")
-            try item.setValue(folder, forKey: "owner")
-            return (item.objectID, folder.objectID)
+            return item.objectID
         }
         child.performAndWait {}  // the parent's save, passed down
-        try child.performAndWait {
+        let held = try child.performAndWait {
             let item = try child.existingObject(with: itemID)
             try item.setValue("c", forKey: "name")
-            try item.setValue(try child.existingObject(with: folderID), forKey: "owner")
+            return item
+        }
+        let folderID = try parent.performAndWait {
+            let folder = try parent.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("a", forKey: "name")
+            try parent.existingObject(with: itemID).setValue(folder, forKey: "owner")
+            return folder.objectID
+        }
+        try child.performAndWait {
+            #expect(try held.value(forKey: "owner") == nil)
+            try held.setValue(try child.existingObject(with: folderID), forKey: "owner")
         }
         try parent.performAndWait { parent.refresh(try parent.existingObject(with: itemID), mergeChanges: false) }
         try child.performAndWait { try child.save() }

@@ -11,7 +11,9 @@ struct BenchCommand: ParsableCommand {
             Workloads: populate (W1; --batch for the batch insert), fetch (W2-W4, in a new process on a W1 store), \
             update (W5), relations (W6), commits (W7; --commits C --per K), open (W8, in a new process), \
             compact (W9, after W5), snapshot (W10), contexts (W13: releasing large results, an asynchronous fetch's hand-over), ordered (W14: moves in a 100,000-member ordered relationship), \
-            scan (W11: queries no index answers, on a W1 store), joins (W12: a to-one relationship's index and a compound index), all (each of them, N = --count), and engine \
+            scan (W11: queries no index answers, on a W1 store), joins (W12: a to-one relationship's index and a compound index), \
+            follow (W15: from a commit in another process to this one's remote-change handler; --commits C), \
+            all (each of them, N = --count), and engine \
             (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
             (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
             """)
@@ -27,6 +29,8 @@ struct BenchCommand: ParsableCommand {
     var compactEvery: Int?
     @Flag(help: "Print each phase as a JSON object on its own line.") var json = false
     @Flag(help: "Open the workloads' stores with persistent history tracking on.") var history = false
+    @Flag(help: "commits: stamp each Item's createdAt with the time of its save (what `follow` measures from).")
+    var stamp = false
     @Option(
         help:
             "Journal segment size in bytes for the Items workloads (default 64 MiB; down to 1 KiB here, below a store's 64 KiB minimum, so that small ones roll over often)."
@@ -94,7 +98,22 @@ struct BenchCommand: ParsableCommand {
         case "commits":
             try commitsWorkload(
                 store: store ?? freshStore("commits"), commits: commits, per: per, durability: durability,
-                compactEvery: compactEvery)
+                compactEvery: compactEvery, stamp: stamp)
+        case "follow":
+            let path = store ?? freshStore("follow")
+            try followWorkload(store: path, commits: commits) { arguments in
+                let p = Process()
+                p.executableURL = URL(
+                    fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                        ?? CommandLine.arguments[0])
+                p.arguments = ["bench"] + arguments
+                p.standardOutput = FileHandle.nullDevice
+                try p.run()
+                p.waitUntilExit()
+                guard p.terminationStatus == 0 else {
+                    throw LogbookError(.store, "logbook bench \(arguments.joined(separator: " ")) failed")
+                }
+            }
         case "snapshot":
             try snapshotWorkload(store: try populatedStore(), count: count, durability: durability)
         case "contexts":

@@ -312,8 +312,9 @@ func relationsWorkload(store path: String, count: Int, durability: Durability) t
 }
 
 /// W7: C saves of K inserted Items each.
+/// `stamp`: each Item's createdAt is the time of its save (what `follow` measures from).
 func commitsWorkload(
-    store path: String, commits: Int, per: Int, durability: Durability, compactEvery: Int? = nil
+    store path: String, commits: Int, per: Int, durability: Durability, compactEvery: Int? = nil, stamp: Bool = false
 ) throws {
     let container = try openItems(path, durability: durability)
     let context = container.newContext(concurrencyType: .confinement)
@@ -325,10 +326,11 @@ func commitsWorkload(
             i += 1
             let item = try context.insert(Item.self)
             item.name = "Item \(i)"
-            item.createdAt = itemDate(i)
+            item.createdAt = stamp ? Date() : itemDate(i)
             item.done = i % 2 == 0
         }
         try context.save()
+        if stamp { usleep(2_000) }  // commits apart, as an app's are
         if let compactEvery, compactEvery > 0, (c + 1) % compactEvery == 0 { try container.store.compact() }
         if c & 0xFF == 0 { progress.update(c) }
     }
@@ -342,6 +344,58 @@ func commitsWorkload(
             "mean_us_per_commit": seconds * 1e6 / Double(max(1, commits)),
             "durability": durability.rawValue, "file_bytes": directoryBytes(path)
         ])
+}
+
+/// W15: a writer in another process (`logbook bench commits --stamp --history`) makes
+/// `commits` saves; this process follows it with a read-only container that observes remote
+/// changes. Each Item's latency is the time from its save (its createdAt, stamped by the
+/// writer) to the moment the remote-change handler here read it; p50, p99 and the maximum.
+func followWorkload(store path: String, commits: Int, writer: ([String]) throws -> Void) throws {
+    try writer(["commits", "--store", path, "--commits", "1", "--per", "1", "--history"])
+    var options = ContainerOptions()
+    options.readOnly = true
+    options.observesRemoteChanges = true
+    let follower = try PersistentContainer(
+        name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
+    let reader = follower.newContext(concurrencyType: .privateQueue)
+    let latencies = Locked<[Double]>([])
+    let notifications = Locked(0)
+    let observation = follower.observeRemoteChanges { change in
+        let heard = Date()
+        notifications.withLock { $0 += 1 }
+        let ids = change.transactions.flatMap { $0.changes.filter { $0.changeType == .insert }.map(\.changedObjectID) }
+        let found: [Double] = reader.performAndWait {
+            ids.compactMap { id in
+                guard let item = try? reader.existingObject(with: id),
+                    let stamped = try? item.value(forKey: "createdAt") as? Date
+                else { return nil }
+                return heard.timeIntervalSince(stamped)
+            }
+        }
+        latencies.withLock { $0 += found }
+    }
+    let t0 = now()
+    try writer([
+        "commits", "--store", path, "--commits", "\(commits)", "--per", "1", "--history", "--stamp", "--durability",
+        "normal"
+    ])
+    // The last commits' notifications.
+    let deadline = now() + 10
+    while latencies.withLock({ $0.count }) < commits && now() < deadline { usleep(10_000) }
+    observation.cancel()
+    let seconds = now() - t0
+    let sorted = latencies.withLock { $0 }.sorted()
+    func percentile(_ p: Double) -> Double {
+        sorted.isEmpty ? .nan : sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)] * 1000
+    }
+    report(
+        "follow",
+        [
+            "commits": commits, "received": sorted.count, "notifications": notifications.withLock { $0 },
+            "p50_ms": (percentile(0.5) * 1000).rounded() / 1000, "p99_ms": (percentile(0.99) * 1000).rounded() / 1000,
+            "max_ms": ((sorted.last ?? .nan) * 1e6).rounded() / 1000, "seconds": seconds
+        ])
+    try follower.close()
 }
 
 /// W10: a background context fetches the W3 range repeatedly while the main context makes 100

@@ -534,3 +534,16 @@ extension ToolTests {
         try follower.close()
     }
 }
+
+extension ToolTests {
+    /// W15: every commit of the writer process reaches the follower's remote-change handler.
+    @Test func followMeasuresEveryCommitOfAWriterInAnotherProcess() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-w15-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let r = try run(["bench", "follow", "--store", dir + "/store", "--commits", "50"])
+        #expect(r.status == 0, "\(r.err)")
+        let line = try #require(r.out.split(separator: "\n").first { $0.hasPrefix("follow ") })
+        #expect(line.contains("commits=50 received=50"), "\(line)")
+        #expect(line.contains("p50_ms=") && line.contains("p99_ms="))
+    }
+}

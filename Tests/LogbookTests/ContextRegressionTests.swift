@@ -1166,6 +1166,38 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// The shape of checker seed 441589 with a merge that arrives late, as a slow queue makes
+    /// it: a grandchild's change reaches the child, the root (which deleted the object, unsaved)
+    /// then passes another save's change of the object down, and the root resets: the child's
+    /// change still reaches the store (the merge took the root's deletion for final, and the
+    /// child forgot its change).
+    @Test(arguments: [false, true]) func aLateMergeKeepsAChangeToAnObjectAnAncestorDeleted(asInsert: Bool) throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        root.automaticallyMergesChangesFromOtherContexts = false
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        child.mergePolicy = .mergeByPropertyStoreTrump
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        grandchild.mergePolicy = .overwrite
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        try grandchild.performAndWait {
+            try grandchild.existingObject(with: item.objectID).setValue(true, forKey: "done")
+        }
+        try root.performAndWait { root.delete(try root.existingObject(with: item.objectID)) }
+        try grandchild.performAndWait { try grandchild.save() }
+        let late = asInsert ? ContextChanges(inserted: [item.objectID]) : ContextChanges(updated: [item.objectID])
+        child.performAndWait { child.mergeChanges(late) }
+        root.performAndWait { root.reset() }
+        try child.performAndWait { try child.save() }
+        try root.performAndWait { try root.save() }
+        let reader = f.context()
+        #expect(try reader.existingObject(with: item.objectID).value(forKey: "done") as? Bool == true)
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

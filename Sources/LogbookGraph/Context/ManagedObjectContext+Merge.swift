@@ -73,7 +73,10 @@ extension ManagedObjectContext {
         let parentView = try parent.flatMap { try parentState(of: o.engineKey, parent: $0) }
         let stored: [FieldValue]?
         if let parentView {
-            stored = parentView.slots
+            // An ancestor's unsaved deletion is not final (it may still reset or roll back):
+            // this context's changes stay, over the store's values (checker seed 441589's
+            // shape, with the merge arriving late: the child lost the grandchild's change).
+            stored = try parentView.slots ?? decode(snapshot, key: o.engineKey, layout: o.layout)
         } else {
             stored = try decode(snapshot, key: o.engineKey, layout: o.layout)
         }

@@ -87,10 +87,14 @@ func configuration() -> Benchmark.Configuration {
         maxDuration: .seconds(3),
         maxIterations: 50,
         // Tolerances applied when checking against the static thresholds: the machines this runs
-        // on are shared and noisy, so time gets a wide margin; allocation counts are exact.
+        // on are shared and noisy, so time gets a wide margin. Allocation counts are nearly
+        // exact, but a benchmark of about 17 allocations (the engine's walk and snapshot read)
+        // varied by 2 from run to run, on the code of the last stop as on this one (the runtime's
+        // and Dispatch's own allocations landing in the measured span): a count fails when it is
+        // both 10 % and 3 allocations above its threshold.
         thresholds: [
             .wallClock: .init(relative: [.p50: 50.0], absolute: [.p50: 5_000_000]),
-            .mallocCountTotal: .init(relative: [.p90: 10.0]),
+            .mallocCountTotal: .init(relative: [.p90: 10.0], absolute: [.p90: 3]),
             .peakMemoryResident: .init(relative: [.p90: 25.0])
         ]
     )

@@ -79,7 +79,8 @@ func engineStore(_ dir: String, indexed: Bool) throws -> Store {
     return store
 }
 
-func configuration() -> Benchmark.Configuration {
+/// `mallocTolerance`: the percentage by which the allocation count may exceed its threshold.
+func configuration(mallocTolerance: Double = 10) -> Benchmark.Configuration {
     Benchmark.Configuration(
         metrics: [.wallClock, .mallocCountTotal, .peakMemoryResident],
         warmupIterations: 1,
@@ -87,14 +88,11 @@ func configuration() -> Benchmark.Configuration {
         maxDuration: .seconds(3),
         maxIterations: 50,
         // Tolerances applied when checking against the static thresholds: the machines this runs
-        // on are shared and noisy, so time gets a wide margin. Allocation counts are nearly
-        // exact, but a benchmark of about 17 allocations (the engine's walk and snapshot read)
-        // varied by 2 from run to run, on the code of the last stop as on this one (the runtime's
-        // and Dispatch's own allocations landing in the measured span): a count fails when it is
-        // both 10 % and 3 allocations above its threshold.
+        // on are shared and noisy, so time gets a wide margin; allocation counts are nearly exact
+        // (see the engine's walk and snapshot read below for the exception).
         thresholds: [
             .wallClock: .init(relative: [.p50: 50.0], absolute: [.p50: 5_000_000]),
-            .mallocCountTotal: .init(relative: [.p90: 10.0], absolute: [.p90: 3]),
+            .mallocCountTotal: .init(relative: [.p90: mallocTolerance]),
             .peakMemoryResident: .init(relative: [.p90: 25.0])
         ]
     )
@@ -153,7 +151,10 @@ let benchmarks: @Sendable () -> Void = {
         blackHole(t.encodedSize)
     }
 
-    Benchmark("engine-snapshot-read-10k-values") { benchmark in
+    // These two make about 17 allocations, and the count varied by 2 from run to run (on the
+    // last stop's code too: the runtime's and Dispatch's own allocations landing in the measured
+    // span), which is 12 %: they get 20 %.
+    Benchmark("engine-snapshot-read-10k-values", configuration: configuration(mallocTolerance: 20)) { benchmark in
         let dir = freshDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let store = try engineStore(dir, indexed: false)
@@ -167,7 +168,7 @@ let benchmarks: @Sendable () -> Void = {
         try store.close()
     }
 
-    Benchmark("engine-index-walk-10k") { benchmark in
+    Benchmark("engine-index-walk-10k", configuration: configuration(mallocTolerance: 20)) { benchmark in
         let dir = freshDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let store = try engineStore(dir, indexed: true)

@@ -28,6 +28,8 @@ let package = Package(
     ] + (offersSwiftDataModule ? [.library(name: "SwiftData", targets: ["SwiftData"])] : []),
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // AES-256-GCM, HKDF and HMAC for encrypted stores (`StoreOptions.encryptionKey`).
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // `swift package generate-documentation --target LogbookGraph` (a plugin: nothing is linked).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // The `@Model` family of macros (SwiftData's API): built for the host, never linked, and
@@ -46,7 +48,7 @@ let package = Package(
         // The storage engine: bytes, keys, versions and transactions. Knows nothing of entities.
         .target(
             name: "LogbookEngine",
-            dependencies: ["CLZ4", "CLogbookSupport"],
+            dependencies: ["CLZ4", "CLogbookSupport", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
         // The object graph: Core Data's model, contexts, fetches, batch requests and history.

@@ -3,12 +3,27 @@ import Foundation
 import LogbookEngine
 import LogbookGraph
 
+/// `--key-file PATH`: the key of an encrypted store, a file of exactly 32 bytes.
+struct KeyOption: ParsableArguments {
+    @Option(
+        name: .customLong("key-file"),
+        help: ArgumentHelp(
+            "The key of an encrypted store: a file of 32 bytes (head -c 32 /dev/urandom > key).", valueName: "path"))
+    var keyFile: String?
+
+    /// The key in the file, or nil without `--key-file`.
+    func key() throws -> EncryptionKey? { try keyFile.map { try EncryptionKey(contentsOfFile: $0) } }
+}
+
 /// Opens a store read-only with the model it records; the context reads the store as it
 /// was at version `asOf` when one is given (`snapshot(asOf:)`).
-func openRecorded(_ directory: String, asOf: UInt64? = nil) throws -> (PersistentContainer, ManagedObjectContext) {
-    let model = try ManagedObjectModel(recordedIn: directory)
+func openRecorded(_ directory: String, asOf: UInt64? = nil, key: EncryptionKey? = nil) throws -> (
+    PersistentContainer, ManagedObjectContext
+) {
+    let model = try ManagedObjectModel(recordedIn: directory, encryptionKey: key)
     var options = ContainerOptions()
     options.readOnly = true
+    options.encryptionKey = key
     let container = try PersistentContainer(name: "inspect", model: model, directory: directory, options: options)
     if let asOf { return (container, try container.snapshot(asOf: PersistentHistoryToken(version: asOf))) }
     return (container, container.newContext(concurrencyType: .confinement))

@@ -8,11 +8,13 @@ struct CompactCommand: ParsableCommand {
         commandName: "compact",
         abstract: "Compact a store: rewrite its live records and reclaim the rest.")
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
 
     func run() throws {
         do {
             var options = StoreOptions()
             options.compaction = .manual
+            options.encryptionKey = try key.key()
             // The versions of the recorded history stay readable (`--as-of`), as in a container
             // that tracks history with its retention at `.all`: only segments before the oldest
             // recorded transaction are folded.

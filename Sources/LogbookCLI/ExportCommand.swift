@@ -15,13 +15,14 @@ struct ExportCommand: ParsableCommand {
             """
     )
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
     @Flag(help: "Write JSON Lines (the only format).") var json = false
     @Option(help: "Only this entity (and not its sub-entities).") var entity: String?
 
     func run() throws {
         guard json else { fail(ValidationError("export needs --json (the only format)"), code: 1) }
         do {
-            let (container, context) = try openRecorded(directory)
+            let (container, context) = try openRecorded(directory, key: key.key())
             if let entity, container.model[entity: entity] == nil {
                 throw LogbookError(.unknownEntity, "the store has no entity named \(entity)", entity: entity)
             }

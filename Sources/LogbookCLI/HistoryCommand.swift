@@ -12,12 +12,13 @@ struct HistoryCommand: ParsableCommand {
             the number of objects inserted (+), updated (~) and deleted (-).
             """)
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
     @Option(help: "Only the transactions after this version.") var since: UInt64?
     @Flag(help: "Print JSON (one array).") var json = false
 
     func run() throws {
         do {
-            let (container, _) = try openRecorded(directory)
+            let (container, _) = try openRecorded(directory, key: key.key())
             let transactions = try container.history(after: since.map(PersistentHistoryToken.init(version:)))
             if json { print("[", terminator: "") }
             for (n, t) in transactions.enumerated() {

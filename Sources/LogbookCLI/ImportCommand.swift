@@ -17,6 +17,7 @@ struct ImportCommand: ParsableCommand {
             """
     )
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
     @Flag(help: "Read JSON Lines (the only format).") var json = false
     @Argument(help: "The file `logbook export --json` wrote; standard input when - or not given.") var file: String?
     @Option(help: "Objects per save.") var batch = 10_000
@@ -62,7 +63,7 @@ struct ImportCommand: ParsableCommand {
             let exists =
                 fm.fileExists(atPath: directory) && !((try? fm.contentsOfDirectory(atPath: directory)) ?? []).isEmpty
             if exists {
-                let recorded = try ManagedObjectModel(recordedIn: directory)
+                let recorded = try ManagedObjectModel(recordedIn: directory, encryptionKey: key.key())
                 let a = try JSONSerialization.data(
                     withJSONObject: Exchange.schemaJSON(recorded), options: [.sortedKeys])
                 let b = try JSONSerialization.data(withJSONObject: Exchange.schemaJSON(model), options: [.sortedKeys])
@@ -72,8 +73,14 @@ struct ImportCommand: ParsableCommand {
                 }
                 try fm.copyItem(atPath: directory, toPath: staging)
             }
+            // With `--key-file`, a new store is encrypted with the key; an existing one opens with it.
+            var options = ContainerOptions()
+            options.encryptionKey = try key.key()
             let container = try PersistentContainer(
-                name: "import", model: exists ? try ManagedObjectModel(recordedIn: staging) : model, directory: staging)
+                name: "import",
+                model: exists
+                    ? try ManagedObjectModel(recordedIn: staging, encryptionKey: options.encryptionKey) : model,
+                directory: staging, options: options)
             let total = (try? fm.attributesOfItem(atPath: input)[.size] as? Int) ?? 0
             var progress = Progress(total: 2 * max(1, total), quiet: quiet)
             let imported = try importObjects(input, into: container, progress: &progress, relationships: false)

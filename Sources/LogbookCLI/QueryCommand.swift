@@ -8,6 +8,7 @@ struct QueryCommand: ParsableCommand {
         commandName: "query",
         abstract: "Print the objects of an entity, filtered, sorted and limited.")
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
     @Option(help: "The entity.") var entity: String
     @Option(name: .customLong("where"), help: "A predicate, in Core Data's format language.") var predicate: String?
     @Option(help: "Sort keys, KEY or KEY:desc, separated by commas.") var sort: String?
@@ -17,7 +18,7 @@ struct QueryCommand: ParsableCommand {
 
     func run() throws {
         do {
-            let (container, context) = try openRecorded(directory, asOf: asOf)
+            let (container, context) = try openRecorded(directory, asOf: asOf, key: key.key())
             var request = FetchRequest<ManagedObject>(entityName: entity)
             if let predicate { request.predicate = try FetchPredicate(format: predicate) }
             if let sort {

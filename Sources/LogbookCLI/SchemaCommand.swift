@@ -8,10 +8,11 @@ struct SchemaCommand: ParsableCommand {
         commandName: "schema",
         abstract: "Print the entities, attributes, relationships and indexes a store records.")
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
 
     func run() throws {
         do {
-            let model = try ManagedObjectModel(recordedIn: directory)
+            let model = try ManagedObjectModel(recordedIn: directory, encryptionKey: key.key())
             for e in model.entities {
                 print(
                     "entity \(e.name)" + (e.parentEntity.map { " : \($0)" } ?? "") + (e.isAbstract ? " (abstract)" : "")

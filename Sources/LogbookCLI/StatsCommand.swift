@@ -7,6 +7,7 @@ struct StatsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stats", abstract: "Print a store's segments, sizes and counts.")
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
 
     func run() throws {
         var options = StoreOptions()
@@ -14,7 +15,8 @@ struct StatsCommand: ParsableCommand {
         let names: RecordedNames
         let store: Store
         do {
-            names = try RecordedNames(in: directory)
+            options.encryptionKey = try key.key()
+            names = try RecordedNames(in: directory, encryptionKey: options.encryptionKey)
             store = try Store.open(at: directory, options: options)
         } catch { fail(error) }
         let s = store.statistics()

@@ -11,11 +11,12 @@ struct VerifyCommand: ParsableCommand {
             "Exit status: 0 when the store is sound, 1 when it is damaged (the file and offset are printed), 2 when the directory is not a store or cannot be read."
     )
     @Argument(help: "The store directory.") var directory: String
+    @OptionGroup var key: KeyOption
 
     func run() throws {
         let report: VerificationReport
         do {
-            report = try Store.verify(at: directory)
+            report = try Store.verify(at: directory, encryptionKey: key.key())
         } catch let e as EngineError where e.code == .corruption {
             printError("logbook: damaged: \(e)")
             print("damaged")

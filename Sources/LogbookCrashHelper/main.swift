@@ -1,8 +1,8 @@
 // A child process for the kill -9 tests (Tests/LogbookEngineTests/CrashRecoveryTests.swift).
 //
-//   LogbookCrashHelper STORE_DIR
+//   LogbookCrashHelper STORE_DIR [KEY_FILE]
 //
-// Opens the store with full durability and commits transactions forever, each writing a
+// Opens the store (encrypted with the key in KEY_FILE when one is given) with full durability and commits transactions forever, each writing a
 // pair of keys (2i, 2i+1) and a few padding records of varying size, and prints "i" on
 // standard output after each commit returns. The parent kills it at a random moment and then
 // checks that every acknowledged commit survived and that no commit survived in part.
@@ -56,6 +56,7 @@ do {
     options.segmentSize = 256 << 10
     options.checkpointInterval = 128 << 10
     options.compaction = .automatic(deadRatio: 0.3, minimumBytes: 256 << 10)
+    if arguments.count >= 3 { options.encryptionKey = try EncryptionKey(contentsOfFile: arguments[2]) }
     let store = try Store.open(at: arguments[1], options: options)
     var i = UInt64(store.snapshot().count(inKeyspace: 1) / 2)
     var rng = SystemRandomNumberGenerator()

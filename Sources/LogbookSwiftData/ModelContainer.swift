@@ -23,6 +23,15 @@ public struct ModelConfiguration: Sendable, Hashable {
     public let groupContainer: GroupContainer
     /// The CloudKit database the store mirrors to (see `CloudKitDatabase`).
     public let cloudKitDatabase: CloudKitDatabase
+    /// The store's encryption key (Logbook's, not in SwiftData): a new store is encrypted with
+    /// it, an encrypted one opens only with it (`ContainerOptions.encryptionKey`). Not part of
+    /// the configuration's equality.
+    ///
+    /// ```swift
+    /// var configuration = ModelConfiguration("Notes")
+    /// configuration.encryptionKey = KeyClosure { try EncryptionKey(contentsOfFile: keyPath) }
+    /// ```
+    public var encryptionKey: (any EncryptionKeyProvider)?
 
     /// The directory an app shares with its extensions (SwiftData's app group). Linux has no
     /// entitlements: `.automatic` is the app's own directory, as on Apple platforms for an app
@@ -168,6 +177,7 @@ public final class ModelContainer: Sendable {
         var options = ContainerOptions()
         options.readOnly = !configuration.allowsSave
         options.inMemory = configuration.isStoredInMemoryOnly
+        options.encryptionKey = configuration.encryptionKey
         // SwiftData records history by default (read with `ModelContext.fetchHistory(_:)`).
         options.persistentHistoryTracking = true
         // A read-only container follows the process that writes the store.

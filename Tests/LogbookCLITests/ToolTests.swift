@@ -90,6 +90,56 @@ import Testing
         #expect(help.status == 0 && help.out.contains("--where"))
     }
 
+    /// A key file of 32 random bytes, as `head -c 32 /dev/urandom > key` makes one.
+    func keyFile() -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-key-\(UUID().uuidString)")
+            .path
+        FileManager.default.createFile(atPath: path, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }))
+        return path
+    }
+
+    /// `rekey` encrypts a store and changes its key; every reading command takes `--key-file`,
+    /// and without it (or with another key) says why in one line.
+    @Test func rekeyEncryptsAStoreAndEveryCommandReadsItWithItsKey() throws {
+        let store = try makeStore()
+        let (first, second) = (keyFile(), keyFile())
+        defer { for p in [store, first, second] { try? FileManager.default.removeItem(atPath: p) } }
+        let encrypt = try run(["rekey", store, "--new-key-file", first])
+        #expect(encrypt.status == 0 && encrypt.out.contains("encrypted=true"), "\(encrypt.err)")
+        for name in try FileManager.default.contentsOfDirectory(atPath: store) {
+            let data = FileManager.default.contents(atPath: store + "/" + name) ?? Data()
+            #expect(data.range(of: Data("Bob".utf8)) == nil, "\(name) holds a name in clear")
+        }
+        let locked = try run(["count", store, "--entity", "Person"])
+        #expect(locked.status != 0 && locked.err.contains("encrypted") && locked.err.contains("--key-file"))
+        #expect(locked.err.split(separator: "\n").count == 1)
+        #expect(try run(["count", store, "--entity", "Person", "--key-file", first]).out == "4\n")
+        #expect(try run(["schema", store, "--key-file", first]).out.hasPrefix("entity Person"))
+        #expect(
+            try run(["query", store, "--entity", "Person", "--where", "age > 40", "--key-file", first]).out.contains(
+                "Bob"))
+        let verify = try run(["verify", store, "--key-file", first])
+        #expect(verify.status == 0 && verify.out.contains("sound"), "\(verify.out)\(verify.err)")
+        #expect(try run(["stats", store, "--key-file", first]).out.contains("Person (keyspace 1): 4 records"))
+        #expect(try run(["export", store, "--json", "--key-file", first]).out.contains("\"Bob\""))
+        #expect(try run(["compact", store, "--key-file", first]).status == 0)
+        #expect(try run(["history", store, "--key-file", first]).status == 0)
+
+        let rekey = try run(["rekey", store, "--key-file", first, "--new-key-file", second])
+        #expect(rekey.status == 0, "\(rekey.err)")
+        let wrong = try run(["count", store, "--entity", "Person", "--key-file", first])
+        #expect(wrong.status != 0 && wrong.err.contains("not the store's key"))
+        #expect(try run(["count", store, "--entity", "Person", "--key-file", second]).out == "4\n")
+        let short = keyFile()
+        defer { try? FileManager.default.removeItem(atPath: short) }
+        FileManager.default.createFile(atPath: short, contents: Data([1, 2, 3]))
+        let bad = try run(["count", store, "--entity", "Person", "--key-file", short])
+        #expect(bad.status != 0 && bad.err.contains("exactly 32 bytes"))
+        #expect(try run(["rekey", store, "--key-file", second]).status != 0)  // neither a new key nor --decrypt
+        #expect(try run(["rekey", store, "--key-file", second, "--decrypt"]).status == 0)
+        #expect(try run(["count", store, "--entity", "Person"]).out == "4\n")
+    }
+
     @Test func statsNameEntitiesAndIndexes() throws {
         let store = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: store) }

@@ -6,14 +6,18 @@ import Testing
 
 /// A child process commits and acknowledges each commit over a pipe; it is killed with
 /// SIGKILL at a random moment; every acknowledged commit must be there after reopening, and
-/// no commit in part. 50 iterations by default; set LOGBOOK_CRASH_ITERATIONS for more.
+/// no commit in part. 50 iterations by default; set LOGBOOK_CRASH_ITERATIONS for more. On a
+/// plain store and on an encrypted one.
 @Suite struct CrashRecoveryTests {
     static var helperPath: String { crashHelperPath }
 
-    @Test func killDashNineNeverLosesAnAcknowledgedCommit() throws {
+    @Test(arguments: [false, true]) func killDashNineNeverLosesAnAcknowledgedCommit(encrypted: Bool) throws {
         let iterations = Int(ProcessInfo.processInfo.environment["LOGBOOK_CRASH_ITERATIONS"] ?? "") ?? 50
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
+        let keyFile = dir.path + "/key"
+        let storeKey = EncryptionKey.random()
+        writeFileBytes(keyFile, storeKey.bytes)
         let helper = Self.helperPath
         #expect(FileManager.default.isExecutableFile(atPath: helper), "helper at \(helper)")
         var lastAcknowledged = -1
@@ -21,7 +25,7 @@ import Testing
         for iteration in 0..<iterations {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: helper)
-            process.arguments = [dir.store()]
+            process.arguments = [dir.store()] + (encrypted ? [keyFile] : [])
             let pipe = Pipe()
             process.standardOutput = pipe
             try process.run()
@@ -37,6 +41,7 @@ import Testing
             }
             var options = StoreOptions()
             options.readOnly = true
+            if encrypted { options.encryptionKey = storeKey }
             let store: Store
             do {
                 store = try Store.open(at: dir.store(), options: options)
@@ -58,6 +63,7 @@ import Testing
                 #expect(string(try s.value(forKey: key(1, 2 * UInt64(i) + 1))) == "b\(i)")
             }
             #expect(try s.indexCount(index: 1) == committed)
+            #expect(store.isEncrypted == encrypted)
             lastAcknowledged = committed - 1
         }
         #expect(totalAcknowledged > 0)

@@ -102,14 +102,34 @@ import Testing
         var name: String
         var durability: Durability
         var segmentSize = 32 << 10
+        /// Whether the store is encrypted (every workload runs both ways).
+        var encrypted = false
         var body: @Sendable (Runner) throws -> Void
-        var description: String { name }
+        var description: String { encrypted ? name + ", encrypted" : name }
+
+        init(
+            name: String, durability: Durability, segmentSize: Int = 32 << 10,
+            body: @escaping @Sendable (Runner) throws -> Void
+        ) {
+            self.name = name
+            self.durability = durability
+            self.segmentSize = segmentSize
+            self.body = body
+        }
 
         var options: StoreOptions {
             var o = quietOptions(durability)
             o.segmentSize = segmentSize
             o.allowsTinySegments = true
+            if encrypted { o.encryptionKey = try! EncryptionKey(bytes: (0..<32).map { UInt8($0 * 7 + 1) }) }
             return o
+        }
+
+        /// The same workload on an encrypted store.
+        var onEncryptedStore: Workload {
+            var w = self
+            w.encrypted = true
+            return w
         }
 
         /// Runs the workload over `fs` until it ends or the file system stops it.
@@ -276,7 +296,10 @@ import Testing
 
     static func environment(_ name: String) -> String? { ProcessInfo.processInfo.environment[name] }
 
-    @Test(arguments: workloads)
+    /// Every workload, on a plain store and on an encrypted one.
+    static let workloadsBothWays = workloads + workloads.map(\.onEncryptedStore)
+
+    @Test(arguments: workloadsBothWays)
     func everyCrashStateOpensAtAnAcknowledgedCommit(_ workload: Workload) throws {
         let exhaustive = Self.environment("LOGBOOK_CRASH_EXPLORE") == "exhaustive"
         let budget = exhaustive ? Int.max : Int(Self.environment("LOGBOOK_CRASH_EXPLORE_STATES") ?? "") ?? 400
@@ -286,7 +309,7 @@ import Testing
         #expect(full.states.count > 2, "the workload commits")
         #expect(full.raced == workload.name.contains("racing"), "the compaction raced the commits")
         let steps = clean.steps
-        var random = SeededGenerator(seed: UInt64(workload.name.utf8.count) &* 31)
+        var random = SeededGenerator(seed: UInt64(workload.description.utf8.count) &* 31)
         // Steps spread over the whole run when the budget does not reach every state.
         let perStep = max(1, budget / max(1, steps))
         var explored = 0
@@ -301,7 +324,9 @@ import Testing
                 exhaustiveChoices: exhaustiveChoices, budgetLeft: budget - explored, random: &random,
                 explored: &explored, failures: &failures)
         }
-        print("crash-state explorer: \(workload.name): \(steps) steps, \(explored) crash states, \(failures) failing")
+        print(
+            "crash-state explorer: \(workload.description): \(steps) steps, \(explored) crash states, \(failures) failing"
+        )
         #expect(failures == 0)
     }
 
@@ -318,7 +343,7 @@ import Testing
         explored += 1
         if let problem = check(sameBoot, history, options: workload.options) {
             failures += 1
-            if failures <= 5 { Issue.record(Comment(rawValue: "\(workload.name): \(place), same boot: \(problem)")) }
+            if failures <= 5 { Issue.record(Comment(rawValue: "\(workload): \(place), same boot: \(problem)")) }
         }
         var spent = 1
         for (pageSize, (pages, lengths, entries)) in [4096, 512].map({ ($0, fs.unsynced(pageSize: $0)) }) {
@@ -357,7 +382,7 @@ import Testing
                 explored += 1
                 spent += 1
                 let what =
-                    "\(workload.name): \(place), \(pageSize)-byte pages, choices \(bits.map { $0 ? "1" : "0" }.joined())"
+                    "\(workload): \(place), \(pageSize)-byte pages, choices \(bits.map { $0 ? "1" : "0" }.joined())"
                 if let problem = check(state, history, options: workload.options) {
                     failures += 1
                     if failures <= 5 { Issue.record(Comment(rawValue: "\(what): \(problem)")) }
@@ -369,14 +394,14 @@ import Testing
     /// A sync fails (`EIO`, its pages dropped as Linux drops them) at each sync step of the
     /// workload, which goes on; the end of the run is the crash. No state may show a commit
     /// the store said failed, lose one it acknowledged, or fail to open.
-    @Test(arguments: workloads)
+    @Test(arguments: workloadsBothWays)
     func aFailedSyncNeverLosesAnAcknowledgedCommitNorShowsAFailedOne(_ workload: Workload) throws {
         let exhaustive = Self.environment("LOGBOOK_CRASH_EXPLORE") == "exhaustive"
         let budget = exhaustive ? Int.max : Int(Self.environment("LOGBOOK_CRASH_EXPLORE_STATES") ?? "") ?? 400
         let clean = FaultFileSystem()
         _ = workload.run(clean)
         let syncs = clean.stepNames.enumerated().filter { $0.element.hasPrefix("sync ") }.map { $0.offset + 1 }
-        var random = SeededGenerator(seed: UInt64(workload.name.utf8.count) &* 37)
+        var random = SeededGenerator(seed: UInt64(workload.description.utf8.count) &* 37)
         var explored = 0
         var failures = 0
         for step in syncs {
@@ -390,7 +415,7 @@ import Testing
                 explored: &explored, failures: &failures)
         }
         print(
-            "crash-state explorer, failed syncs: \(workload.name): \(syncs.count) syncs, \(explored) crash states, \(failures) failing"
+            "crash-state explorer, failed syncs: \(workload): \(syncs.count) syncs, \(explored) crash states, \(failures) failing"
         )
         #expect(failures == 0)
     }
@@ -428,7 +453,7 @@ import Testing
             return "after the open: \(error)"
         }
         do {
-            let report = try Store.verify(at: directory, fileSystem: fs)
+            let report = try Store.verify(at: directory, fileSystem: fs, encryptionKey: options.encryptionKey)
             if !report.isSound { return "verify: \(report.problems.prefix(3))" }
         } catch {
             return "verify throws: \(error)"

@@ -1198,6 +1198,80 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// Checker seed 663777: a grandchild sets a name its parent then sets too (unsaved);
+    /// another context's save merges down to the grandchild (its change now equals its
+    /// parent's value); the parent changes the name again; the grandchild saves: its name
+    /// reaches the parent and the store (it was dropped as "unchanged").
+    @Test func aChildsChangeThatItsParentsValueMatchedAtAMergeIsStillSaved() throws {
+        let f = try Fixture()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        parent.automaticallyMergesChangesFromOtherContexts = true
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        child.automaticallyMergesChangesFromOtherContexts = true
+        child.mergePolicy = .overwrite
+        let other = f.container.newContext(concurrencyType: .privateQueue)
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try setup.save()
+        for c in [parent, child, other] { c.performAndWait {} }
+        try other.performAndWait { try other.existingObject(with: item.objectID).setValue(true, forKey: "done") }
+        try child.performAndWait { try child.existingObject(with: item.objectID).setValue("b", forKey: "name") }
+        try parent.performAndWait { try parent.existingObject(with: item.objectID).setValue("b", forKey: "name") }
+        try other.performAndWait { try other.save() }
+        for c in [parent, child] { c.performAndWait {} }
+        try parent.performAndWait { try parent.existingObject(with: item.objectID).setValue("c", forKey: "name") }
+        try child.performAndWait { try child.save() }
+        try parent.performAndWait {
+            #expect(try parent.existingObject(with: item.objectID).value(forKey: "name") as? String == "b")
+            try parent.save()
+        }
+        let reader = f.context()
+        let stored = try reader.existingObject(with: item.objectID)
+        #expect(try stored.value(forKey: "name") as? String == "b")
+        #expect(try stored.value(forKey: "done") as? Bool == true)
+        try ContextModelRun.checkStore(f.container)
+    }
+
+    /// Checker seed 636107: a grandchild's change that another save then made the store's
+    /// value is settled (as in a context without a parent): a later save that changes the
+    /// value again is not undone by the grandchild's save.
+    @Test func aChildsChangeThatTheStoreThenHeldIsSettled() throws {
+        let f = try Fixture()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        parent.automaticallyMergesChangesFromOtherContexts = true
+        parent.mergePolicy = .rollback
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        child.automaticallyMergesChangesFromOtherContexts = true
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        grandchild.automaticallyMergesChangesFromOtherContexts = true
+        let writer = f.context()
+        writer.automaticallyMergesChangesFromOtherContexts = true
+        let item = try writer.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try writer.save()
+        func drain() { for c in [parent, child, grandchild] { c.performAndWait {} } }
+        drain()
+        try child.performAndWait { try child.existingObject(with: item.objectID).setValue("c", forKey: "name") }
+        try grandchild.performAndWait {
+            try grandchild.existingObject(with: item.objectID).setValue(true, forKey: "done")
+        }
+        try item.setValue(true, forKey: "done")
+        try writer.save()
+        drain()
+        try item.setValue(false, forKey: "done")
+        try writer.save()
+        drain()
+        try grandchild.performAndWait { try grandchild.save() }
+        try child.performAndWait { try child.save() }
+        try parent.performAndWait { try parent.save() }
+        let reader = f.context()
+        let stored = try reader.existingObject(with: item.objectID)
+        #expect(try stored.value(forKey: "done") as? Bool == false)
+        #expect(try stored.value(forKey: "name") as? String == "c")
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

@@ -30,7 +30,8 @@ func medianOfTen(_ body: () throws -> Int) rethrows -> (seconds: Double, records
 
 /// `--phase logbook-w11`: the three W11 queries on the Logbook W1 store.
 func logbookW11Phase(_ path: String) throws {
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     func fetchNames(_ format: String) throws -> Int {
         var request = FetchRequest<Item>()
@@ -109,7 +110,7 @@ struct W12: CustomStringConvertible {
 
 /// A W12 Logbook store in `path` (the parent process builds it once, as W1's).
 func logbookW12Store(_ path: String) throws {
-    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: path)
+    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: path, options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     var bosses: [ManagedObject] = []
     for m in 0..<w12Managers {
@@ -132,7 +133,7 @@ func logbookW12Store(_ path: String) throws {
 /// `--phase logbook-w12`: open the W12 store (a new process, as for W2–W4), then the three
 /// fetches; prints them.
 func logbookW12(_ path: String) throws -> W12 {
-    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: path)
+    let container = try PersistentContainer(name: "Staff", model: staffModel(), directory: path, options: peerOptions())
     let reader = container.newContext(concurrencyType: .confinement)
     var managerRequest = FetchRequest<ManagedObject>(entityName: "Manager")
     managerRequest.predicate = try FetchPredicate(format: "name == 'M7'")

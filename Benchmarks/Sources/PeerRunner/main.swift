@@ -5,6 +5,7 @@
 //   swift run -c release --package-path Benchmarks PeerRunner [--count N] [--repeat R]
 //   … PeerRunner --only-queries            W11 and W12 alone
 //   … PeerRunner --scale --count 10000000 --repeat 3  W1 batch, W2, W4, W8, W9, W11: the scale table
+//   … PeerRunner --encryption              W1, W2, W3, W8, W11 of Logbook, plain and encrypted
 import Foundation
 import GRDB
 import LogbookEngine
@@ -18,6 +19,17 @@ func option(_ name: String, _ fallback: Int) -> Int {
     return v
 }
 let count = option("--count", 1_000_000)
+/// Whether Logbook's stores are encrypted (`--encrypted`; the `--encryption` table switches it).
+nonisolated(unsafe) var encryptsLogbook = arguments.contains("--encrypted")
+/// The key of the encrypted runs (a fixed one: what is measured is the cipher's cost).
+let benchmarkKey = try! EncryptionKey(bytes: (0..<32).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) })
+
+/// The options of every Logbook container of a run: encrypted with `--encrypted`.
+func peerOptions() -> ContainerOptions {
+    var options = ContainerOptions()
+    if encryptsLogbook { options.encryptionKey = benchmarkKey }
+    return options
+}
 let repeats = option("--repeat", 3)
 let base = 1_700_000_000.0
 
@@ -85,7 +97,8 @@ func logbookModel() throws -> ManagedObjectModel {
 /// seconds from opening the container to the end of the save.
 func logbookW1(_ path: String) throws -> Double {
     let start = now()
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     for i in 1...count {
         let item = try context.insert(Item.self)
@@ -193,7 +206,8 @@ func runPhase(_ phase: String, _ path: String) throws {
     switch phase {
     case "logbook-w2":
         let t0 = now()
-        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let container = try PersistentContainer(
+            name: "Items", model: logbookModel(), directory: path, options: peerOptions())
         let context = container.newContext(concurrencyType: .confinement)
         let opened = now()
         var request = FetchRequest<Item>()
@@ -210,7 +224,8 @@ func runPhase(_ phase: String, _ path: String) throws {
         )
     case "logbook-w3":
         let t0 = now()
-        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let container = try PersistentContainer(
+            name: "Items", model: logbookModel(), directory: path, options: peerOptions())
         let context = container.newContext(concurrencyType: .confinement)
         let opened = now() - t0
         var request = FetchRequest<Item>()
@@ -227,7 +242,8 @@ func runPhase(_ phase: String, _ path: String) throws {
         print("median=\(m) first=\(first) open_first=\(opened + first) records=\(n)")
     case "logbook-w4":
         let t0 = now()
-        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let container = try PersistentContainer(
+            name: "Items", model: logbookModel(), directory: path, options: peerOptions())
         let context = container.newContext(concurrencyType: .confinement)
         let firstAnswer = try context.count(for: FetchRequest<Item>())
         let answered = now() - t0
@@ -292,7 +308,8 @@ func runPhase(_ phase: String, _ path: String) throws {
     case "logbook-w8":
         // Open to the first count, then the index memory the open store holds.
         let t0 = now()
-        let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+        let container = try PersistentContainer(
+            name: "Items", model: logbookModel(), directory: path, options: peerOptions())
         let n = try container.newContext(concurrencyType: .confinement).count(for: FetchRequest<Item>())
         let answered = now() - t0
         let stats = container.store.statistics()
@@ -309,6 +326,7 @@ func runPhase(_ phase: String, _ path: String) throws {
         // the writer's lock.
         var options = StoreOptions()
         options.compaction = .manual
+        if encryptsLogbook { options.encryptionKey = benchmarkKey }
         let store = try Store.open(at: path, options: options)
         let live = store.statistics().liveBytes
         let r = try store.compact()
@@ -335,7 +353,7 @@ func runPhase(_ phase: String, _ path: String) throws {
 func inNewProcess(_ phase: String, _ path: String) throws -> [String: Double] {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-    p.arguments = ["--phase", phase, "--store", path, "--count", "\(count)"]
+    p.arguments = ["--phase", phase, "--store", path, "--count", "\(count)"] + (encryptsLogbook ? ["--encrypted"] : [])
     let pipe = Pipe()
     p.standardOutput = pipe
     try p.run()
@@ -384,7 +402,8 @@ func logbookBatchPopulate() throws -> Double {
 /// container to the end of the insert.
 func logbookBatchInsert(into path: String) throws -> Double {
     let start = now()
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     _ = try context.execute(
         BatchInsertRequest(entityName: "Item", count: count) { i, row in
@@ -413,7 +432,8 @@ struct ItemRow: Codable, FetchableRecord, PersistableRecord {
 /// save; then (a) again setting done = false, which changes every record (after (b), so that
 /// (b) runs as it did before this was added).
 func logbookW5(_ path: String) throws -> (batch: Double, context: Double, everyRecord: Double) {
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: path)
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     let t0 = now()
     var update = BatchUpdateRequest(entityName: "Item")
@@ -464,7 +484,8 @@ func logbookW6() throws -> (populate: Double, traverse: Double, links: Int) {
     let employees = count / 10
     let managersCount = max(1, count / 1000)
     let start = now()
-    let container = try PersistentContainer(name: "Staff", model: logbookModel(), directory: dir + "/store")
+    let container = try PersistentContainer(
+        name: "Staff", model: logbookModel(), directory: dir + "/store", options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     var managers: [ManagedObject] = []
     for m in 0..<managersCount {
@@ -601,7 +622,8 @@ let commitCount = option("--commits", 10_000)
 func logbookW7() throws -> Double {
     let dir = freshDirectory("logbook-w7")
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    let container = try PersistentContainer(name: "Items", model: logbookModel(), directory: dir + "/store")
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: dir + "/store", options: peerOptions())
     let context = container.newContext(concurrencyType: .confinement)
     let t0 = now()
     for i in 1...commitCount {
@@ -688,6 +710,64 @@ func queryRows(logbookStore: String, grdbStore: String) throws -> [String] {
             "W12 lastName == 'L7' AND age > 40 (compound index)", (lw12["compound"] ?? .nan) * 1e6,
             (gw12["compound"] ?? .nan) * 1e6, unit: "µs")
     ]
+}
+
+if arguments.contains("--encryption") {
+    // The cost of encryption (docs/benchmarks.md): W1, W2, W3, W8 and W11 of Logbook on a
+    // plain store and on an encrypted one, in one run, alternating; each phase after W1 in a
+    // new process, medians of --repeat.
+    var w1: [Bool: [Double]] = [:]
+    for round in 1...repeats {
+        for encrypted in [false, true] {
+            encryptsLogbook = encrypted
+            w1[encrypted, default: []].append(try logbookPopulate().seconds)
+        }
+        FileHandle.standardError.write(Data("W1 round \(round)\n".utf8))
+    }
+    var stores: [Bool: String] = [:]
+    var phases: [Bool: [String: [String: Double]]] = [:]
+    for encrypted in [false, true] {
+        encryptsLogbook = encrypted
+        stores[encrypted] = try keptLogbookStore()
+    }
+    for phase in ["logbook-w2", "logbook-w3", "logbook-w4", "logbook-w11"] {
+        FileHandle.standardError.write(Data("\(phase)…\n".utf8))
+        var runs: [Bool: [[String: Double]]] = [:]
+        for _ in 0..<repeats {
+            for encrypted in [false, true] {
+                encryptsLogbook = encrypted
+                runs[encrypted, default: []].append(try inNewProcess(phase, stores[encrypted]!))
+            }
+        }
+        for encrypted in [false, true] {
+            var combined: [String: Double] = [:]
+            for k in runs[encrypted]![0].keys { combined[k] = median(runs[encrypted]!.compactMap { $0[k] }) }
+            phases[encrypted, default: [:]][phase] = combined
+        }
+    }
+    for encrypted in [false, true] {
+        try? FileManager.default.removeItem(atPath: (stores[encrypted]! as NSString).deletingLastPathComponent)
+    }
+    func costRow(_ name: String, _ plain: Double, _ sealed: Double) -> String {
+        String(format: "| %@ | %.4f s | %.4f s | %+.1f %% |", name, plain, sealed, (sealed / plain - 1) * 100)
+    }
+    func value(_ encrypted: Bool, _ phase: String, _ key: String) -> Double { phases[encrypted]?[phase]?[key] ?? .nan }
+    print("| workload (\(count) Items, median of \(repeats)) | plain | encrypted | cost |")
+    print("|---|---|---|---|")
+    print(costRow("W1 populate, one save", median(w1[false]!), median(w1[true]!)))
+    for (name, phase, key) in [
+        ("W2 open (new process)", "logbook-w2", "open"),
+        ("W2 fetch all sorted by createdAt, read names", "logbook-w2", "fetch"),
+        ("W3 100,000-row range, median of 10", "logbook-w3", "median"),
+        ("W3 open + first run (new process)", "logbook-w3", "open_first"),
+        ("W8 open to first count", "logbook-w4", "open_to_count"),
+        ("W11 count done == YES, median of 10", "logbook-w11", "count"),
+        ("W11 fetch name CONTAINS '99999', read names", "logbook-w11", "contains"),
+        ("W11 fetch done == NO AND name LIKE 'Item 1*', read names", "logbook-w11", "mixed")
+    ] {
+        print(costRow(name, value(false, phase, key), value(true, phase, key)))
+    }
+    exit(0)
 }
 
 if arguments.contains("--scale") {

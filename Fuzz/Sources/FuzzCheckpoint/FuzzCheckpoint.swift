@@ -11,6 +11,7 @@ public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutableP
 func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let stream = Array(UnsafeBufferPointer(start: data, count: size))
     fuzzWholeLeaves(stream)
+    fuzzSealedFile(stream)
     // Both layouts of the primary section: files of version 3 (whole leaves named; none
     // here, where no file holds them) and of versions 1 and 2 (every key in the stream).
     for form in [Checkpoint.PrimaryForm.leaves, .entries] {
@@ -82,4 +83,48 @@ func fuzzWholeLeaves(_ input: [UInt8]) {
         }
     }
     withExtendedLifetime(image) { precondition(n >= 0) }
+}
+
+/// A checkpoint file of an encrypted store: the input, behind a plain checkpoint header, is
+/// written through the sealing file system and read back whole (its chunks authenticated):
+/// exactly the same bytes. The sealed file with one byte changed (the input's last byte says
+/// where) is refused, at its open or at the read.
+func fuzzSealedFile(_ input: [UInt8]) {
+    let fs = MemoryFileSystem()
+    let sealing = SealedFileSystem(
+        base: fs,
+        cipher: StoreCipher(
+            key: try! EncryptionKey(bytes: [UInt8](repeating: 3, count: 32)), keySalt: [UInt8](repeating: 1, count: 16))
+    )
+    var header = FileHeader(magic: JournalFormat.checkpointMagic, number: 7, salt: 11)
+    header.version = JournalFormat.checkpointVersion
+    let plain = header.encoded() + input
+    let path = "/" + Checkpoint.fileName(7)
+    guard let file = try? sealing.openFile(path, writable: true, create: true, exclusive: true) else { return }
+    var written = 0
+    // In pieces of the sizes the input's first bytes give, as a checkpoint writes it.
+    var piece = 1
+    while written < plain.count {
+        let n = min(plain.count - written, 1 + Int(input.isEmpty ? 0 : input[piece % input.count]) * 997)
+        try! plain.withUnsafeBytes {
+            try file.write(UnsafeRawBufferPointer(rebasing: $0[written..<(written + n)]), at: written)
+        }
+        written += n
+        piece += 1
+    }
+    try! file.sync()
+    file.close()
+    let back = try! sealing.openFile(path, writable: false, create: false, exclusive: false)
+    precondition(try! back.read(count: plain.count + 1, at: 0) == plain, "a sealed checkpoint reads back otherwise")
+    guard !input.isEmpty, let raw = try? fs.openFile(path, writable: true, create: false, exclusive: false),
+        let size = try? raw.size(), size > 0
+    else { return }
+    let at = Int(input[input.count - 1]) * 131 % size
+    var byte = try! raw.read(count: 1, at: at)
+    byte[0] ^= 0x20
+    try! raw.write(byte, at: at)
+    raw.close()
+    // Refused at the open (the header, the last chunk) or at the read of the changed chunk.
+    let changed = try? sealing.openFile(path, writable: false, create: false, exclusive: false)
+    precondition((try? changed?.read(count: plain.count, at: 0)) == nil, "a changed sealed checkpoint reads")
 }

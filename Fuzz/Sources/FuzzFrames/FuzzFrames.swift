@@ -36,5 +36,64 @@ func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         }
     }
     _ = Recovery.commitRecords(in: raw, after: 0, salt: 0x0102_0304)
+    fuzzSealed(raw)
     return 0
+}
+
+/// The same frames in an encrypted store's file: each one's payload sealed at its position
+/// with a fixed key. Reading them back with the key gives exactly the plain frames' payloads;
+/// a byte changed in a sealed payload (its checksum made to match again) never decodes.
+func fuzzSealed(_ raw: UnsafeRawBufferPointer) {
+    let cipher = StoreCipher(
+        key: try! EncryptionKey(bytes: (0..<32).map { UInt8($0) }), keySalt: Array(repeating: 9, count: 16)
+    )
+    .fileCipher(
+        magic: JournalFormat.segmentMagic,
+        header: FileHeader(magic: JournalFormat.segmentMagic, number: 1, salt: 0x0102_0304, keyNonce: 5))
+    var sealed: [UInt8] = []
+    var plain: [[UInt8]?] = []
+    var offset = 0
+    while case .frame(let frame) = Frame.parse(raw, at: offset, salt: 0x0102_0304) {
+        plain.append(Frame.decode(raw, frame))
+        Frame.append(
+            type: frame.type, codec: frame.codec, stored: UnsafeRawBufferPointer(rebasing: raw[frame.payload]),
+            salt: 0x0102_0304, seal: FrameSeal(cipher: cipher, base: 0), to: &sealed)
+        offset = frame.end
+    }
+    sealed.withUnsafeBytes { image in
+        var at = 0
+        var i = 0
+        while case .frame(let frame) = Frame.parse(image, at: at, salt: 0x0102_0304) {
+            precondition(
+                Frame.decode(image, frame, cipher: cipher, position: at) == plain[i],
+                "a sealed frame reads back otherwise")
+            at = frame.end
+            i += 1
+        }
+        precondition(i == plain.count, "a sealed frame does not parse")
+    }
+    // One byte changed in each frame's sealed payload, its checksum fixed: never decoded.
+    var at = 0
+    while at < sealed.count {
+        guard case .frame(let frame) = sealed.withUnsafeBytes({ Frame.parse($0, at: at, salt: 0x0102_0304) }) else {
+            break
+        }
+        var changed = sealed
+        changed[frame.payload.lowerBound + (frame.payload.count / 2)] ^= 0x10
+        let crc = changed.withUnsafeBytes { image in
+            Frame.checksum(
+                salt: 0x0102_0304, headerTail: UnsafeRawBufferPointer(rebasing: image[(at + 4)..<(at + 12)]),
+                payload: UnsafeRawBufferPointer(rebasing: image[frame.payload]))
+        }
+        withUnsafeBytes(of: crc.littleEndian) { for k in 0..<4 { changed[at + k] = $0[k] } }
+        changed.withUnsafeBytes { image in
+            guard case .frame(let again) = Frame.parse(image, at: at, salt: 0x0102_0304) else {
+                preconditionFailure("a frame with its checksum fixed does not parse")
+            }
+            precondition(
+                Frame.decode(image, again, cipher: cipher, position: at) == nil, "a changed sealed frame decodes")
+            _ = Recovery.commitRecords(in: image, after: 0, salt: 0x0102_0304, cipher: cipher)
+        }
+        at = frame.end
+    }
 }

@@ -6,16 +6,19 @@ enum Frame {
 
     /// Appends a frame holding `payload`, LZ4-compressed when `compress` is set and it saves space.
     static func append(
-        type: FrameType, payload: UnsafeRawBufferPointer, compress: Bool, salt: UInt32, to out: inout [UInt8]
+        type: FrameType, payload: UnsafeRawBufferPointer, compress: Bool, salt: UInt32, seal: FrameSeal? = nil,
+        to out: inout [UInt8]
     ) {
         if compress {
             let (codec, stored) = encodePayload(payload)
             if let stored {
-                stored.withUnsafeBytes { append(type: type, codec: codec, stored: $0, salt: salt, to: &out) }
+                stored.withUnsafeBytes {
+                    append(type: type, codec: codec, stored: $0, salt: salt, seal: seal, to: &out)
+                }
                 return
             }
         }
-        append(type: type, codec: .raw, stored: payload, salt: salt, to: &out)
+        append(type: type, codec: .raw, stored: payload, salt: salt, seal: seal, to: &out)
     }
 
     /// The stored form of a payload: LZ4 when that saves space, else raw (nil: store as is).
@@ -27,10 +30,18 @@ enum Frame {
         return (.lz4, out)
     }
 
-    /// Appends a frame whose stored payload was prepared by `encodePayload`.
+    /// Appends a frame whose stored payload was prepared by `encodePayload` (sealed first, in
+    /// an encrypted file).
     static func append(
-        type: FrameType, codec: Codec, stored: UnsafeRawBufferPointer, salt: UInt32, to out: inout [UInt8]
+        type: FrameType, codec: Codec, stored: UnsafeRawBufferPointer, salt: UInt32, seal: FrameSeal? = nil,
+        to out: inout [UInt8]
     ) {
+        if let seal {
+            let sealed = seal.cipher.seal(
+                stored, position: UInt64(seal.base + out.count), authenticating: additionalData(type, codec))
+            sealed.withUnsafeBytes { append(type: type, codec: codec, stored: $0, salt: salt, to: &out) }
+            return
+        }
         let start = out.count
         out.append(contentsOf: repeatElement(0, count: JournalFormat.frameHeaderSize))
         out.append(contentsOf: stored.assumingMemoryBound(to: UInt8.self))
@@ -68,8 +79,30 @@ enum Frame {
         }
     }
 
-    static func append(type: FrameType, payload: [UInt8], compress: Bool, salt: UInt32, to out: inout [UInt8]) {
-        payload.withUnsafeBytes { append(type: type, payload: $0, compress: compress, salt: salt, to: &out) }
+    static func append(
+        type: FrameType, payload: [UInt8], compress: Bool, salt: UInt32, seal: FrameSeal? = nil,
+        to out: inout [UInt8]
+    ) {
+        payload.withUnsafeBytes {
+            append(type: type, payload: $0, compress: compress, salt: salt, seal: seal, to: &out)
+        }
+    }
+
+    /// What a sealed frame's tag authenticates besides its payload: its type and codec (its
+    /// position and file are in its nonce and key).
+    static func additionalData(_ type: FrameType, _ codec: Codec) -> [UInt8] { [type.rawValue, codec.rawValue] }
+
+    /// `body` with the payload of `frame` (found at `position` of its file) as it was before
+    /// sealing: the stored bytes themselves in an unencrypted file. Nil when a sealed payload
+    /// does not authenticate.
+    static func withOpened<R>(
+        _ buffer: UnsafeRawBufferPointer, _ frame: Parsed, cipher: FileCipher?, position: Int,
+        _ body: (UnsafeRawBufferPointer) throws -> R
+    ) rethrows -> R? {
+        let stored = UnsafeRawBufferPointer(rebasing: buffer[frame.payload])
+        guard let cipher else { return try body(stored) }
+        return try cipher.withOpened(
+            stored, position: UInt64(position), authenticating: additionalData(frame.type, frame.codec), body)
     }
 
     @inline(__always)
@@ -148,14 +181,32 @@ enum Frame {
         return crc == buffer.loadLE(at: offset, as: UInt32.self)
     }
 
-    /// The uncompressed payload of a frame, or nil if the LZ4 payload is malformed.
-    static func decode(_ buffer: UnsafeRawBufferPointer, _ frame: Parsed) -> [UInt8]? {
-        let stored = UnsafeRawBufferPointer(rebasing: buffer[frame.payload])
-        switch frame.codec {
+    /// The uncompressed payload of a frame (at `position` of its file, opened first when
+    /// sealed), or nil if it does not authenticate or its LZ4 payload is malformed.
+    static func decode(
+        _ buffer: UnsafeRawBufferPointer, _ frame: Parsed, cipher: FileCipher? = nil, position: Int = 0
+    ) -> [UInt8]? {
+        if cipher != nil {
+            return withOpened(buffer, frame, cipher: cipher, position: position) {
+                decode(stored: $0, codec: frame.codec)
+            } ?? nil
+        }
+        return decode(stored: UnsafeRawBufferPointer(rebasing: buffer[frame.payload]), codec: frame.codec)
+    }
+
+    private static func decode(stored: UnsafeRawBufferPointer, codec: Codec) -> [UInt8]? {
+        switch codec {
         case .raw: return Array(stored)
         case .lz4: return LZ4.decompress(stored, limit: JournalFormat.maxUncompressedPayload)
         }
     }
+}
+
+/// How frames appended to a buffer are sealed: the file's cipher, and the position in the
+/// file of the buffer's first byte (a frame's nonce is its position).
+struct FrameSeal {
+    let cipher: FileCipher
+    let base: Int
 }
 
 /// The 32-byte header of segment and checkpoint files.
@@ -165,13 +216,22 @@ struct FileHeader: Equatable {
     var salt: UInt32
     /// The format version the file was written with (new files: `JournalFormat.version`).
     var version: UInt16 = JournalFormat.version
+    /// Zero in a file of an unencrypted store; in an encrypted one, a random non-zero value
+    /// that enters the file's key with its number and salt (see "Encryption" in
+    /// docs/journal-format.md).
+    var keyNonce: UInt32 = 0
+
+    /// A new file's header, with a key nonce when the store is encrypted.
+    static func fresh(magic: [UInt8], number: UInt64, encrypted: Bool) -> FileHeader {
+        FileHeader(magic: magic, number: number, salt: randomSalt(), keyNonce: encrypted ? randomSalt() : 0)
+    }
 
     func encoded() -> [UInt8] {
         var w = ByteWriter(capacity: JournalFormat.fileHeaderSize)
         w.append(contentsOf: magic)
         w.appendLE(version)
         w.appendLE(UInt16(JournalFormat.fileHeaderSize))
-        w.appendLE(UInt32(0))
+        w.appendLE(keyNonce)
         w.appendLE(number)
         w.appendLE(salt)
         w.appendLE(CRC32C.checksum(w.bytes))
@@ -196,7 +256,7 @@ struct FileHeader: Equatable {
         guard bytes.loadLE(at: 10, as: UInt16.self) == UInt16(JournalFormat.fileHeaderSize) else { throw .badChecksum }
         return FileHeader(
             magic: magic, number: bytes.loadLE(at: 16, as: UInt64.self), salt: bytes.loadLE(at: 24, as: UInt32.self),
-            version: version)
+            version: version, keyNonce: bytes.loadLE(at: 12, as: UInt32.self))
     }
 
     static func decode(_ bytes: [UInt8], magic: [UInt8]) -> Result<FileHeader, DecodeError> {

@@ -9,6 +9,11 @@ public enum JournalFormat {
     /// The versions this build reads. A store of version 1 is read as it is; the first commit
     /// after opening it for writing starts a version-2 segment, so no segment mixes versions.
     public static let readableVersions: ClosedRange<UInt16> = 1...2
+    /// The manifest of an encrypted store: version 3 (its key salt, key check and signature
+    /// follow the segment numbers), which builds before encryption refuse.
+    public static let encryptedManifestVersion: UInt16 = 3
+    /// An encrypted checkpoint file is sealed in chunks of this many bytes of its plain form.
+    public static let sealedChunkSize = 16 << 10
 
     // MARK: Files of a store directory
 

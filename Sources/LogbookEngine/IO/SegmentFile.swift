@@ -21,6 +21,8 @@ final class SegmentFile: Sendable {
     let number: UInt64
     let salt: UInt32
     let path: String
+    /// The file's key, in an encrypted store: every frame's payload is sealed with it.
+    let cipher: FileCipher?
     private let fileSystem: any FileSystem
     private let writable: Bool
     private let obsolete = AtomicFlag()
@@ -34,10 +36,12 @@ final class SegmentFile: Sendable {
     /// A segment whose file `handle` has open (with `pinned`, held apart: the active segment).
     init(
         number: UInt64, salt: UInt32, path: String, handle: any StorageFile, fileSystem: any FileSystem,
-        formatVersion: UInt16 = JournalFormat.version, writable: Bool = true, pinned: Bool = false
+        formatVersion: UInt16 = JournalFormat.version, writable: Bool = true, pinned: Bool = false,
+        cipher: FileCipher? = nil
     ) {
         self.number = number
         self.salt = salt
+        self.cipher = cipher
         self.path = path
         self.fileSystem = fileSystem
         self.formatVersion = formatVersion
@@ -226,7 +230,11 @@ struct BlockReader: Sendable {
         let key = segment << 32 | UInt64(frameOffset)
         if let cached = cache.get(key) { return cached }
         let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
-        guard let decoded = frame.withUnsafeBytes({ Frame.decode($0, parsed) }) else {
+        guard
+            let decoded = frame.withUnsafeBytes({
+                Frame.decode($0, parsed, cipher: file.cipher, position: frameOffset)
+            })
+        else {
             throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
         }
         if caching { cache.insert(key, decoded) }
@@ -344,9 +352,16 @@ final class BlockScanner {
             throw EngineError.corruption("not an operations frame", path: file.path, offset: frameOffset)
         }
         try decode(frame, parsed, file: file, frameOffset: frameOffset)
-        return try body(
-            parsed.codec, UnsafeRawBufferPointer(rebasing: frame[parsed.payload]),
-            UnsafeRawBufferPointer(rebasing: buffers.block[0..<blockCount]))
+        let block = UnsafeRawBufferPointer(rebasing: buffers.block[0..<blockCount])
+        guard file.cipher != nil else {
+            return try body(parsed.codec, UnsafeRawBufferPointer(rebasing: frame[parsed.payload]), block)
+        }
+        // The payload as it was before sealing (it is sealed again at its new position).
+        guard
+            let result = try Frame.withOpened(
+                frame, parsed, cipher: file.cipher, position: frameOffset, { try body(parsed.codec, $0, block) })
+        else { throw EngineError.corruption("a frame does not authenticate", path: file.path, offset: frameOffset) }
+        return result
     }
 
     private func load(_ key: UInt64, segment: UInt64, frameOffset: Int) throws {
@@ -359,7 +374,7 @@ final class BlockScanner {
         let (file, frame, parsed) = try readFrame(segment: segment, frameOffset: frameOffset)
         if caching {
             // A block the cache keeps is an array of its own, shared with the cache.
-            guard let decoded = Frame.decode(frame, parsed) else {
+            guard let decoded = Frame.decode(frame, parsed, cipher: file.cipher, position: frameOffset) else {
                 throw EngineError.corruption("damaged frame", path: file.path, offset: frameOffset)
             }
             reader.cache.insert(key, decoded)
@@ -389,8 +404,23 @@ final class BlockScanner {
     private func decode(
         _ frame: UnsafeRawBufferPointer, _ parsed: Frame.Parsed, file: SegmentFile, frameOffset: Int
     ) throws {
-        let stored = UnsafeRawBufferPointer(rebasing: frame[parsed.payload])
-        switch parsed.codec {
+        guard file.cipher != nil else {
+            return try decode(
+                stored: UnsafeRawBufferPointer(rebasing: frame[parsed.payload]), codec: parsed.codec, file: file,
+                frameOffset: frameOffset)
+        }
+        guard
+            try Frame.withOpened(
+                frame, parsed, cipher: file.cipher, position: frameOffset,
+                { try decode(stored: $0, codec: parsed.codec, file: file, frameOffset: frameOffset) }) != nil
+        else { throw EngineError.corruption("a frame does not authenticate", path: file.path, offset: frameOffset) }
+    }
+
+    /// Decodes a stored (opened) payload into `buffers.block`.
+    private func decode(
+        stored: UnsafeRawBufferPointer, codec: JournalFormat.Codec, file: SegmentFile, frameOffset: Int
+    ) throws {
+        switch codec {
         case .raw:
             buffers.reserveBlock(stored.count)
             UnsafeMutableRawBufferPointer(rebasing: buffers.block[0..<stored.count]).copyMemory(from: stored)

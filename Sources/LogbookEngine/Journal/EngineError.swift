@@ -53,6 +53,13 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         /// one) or does not hold yet (after the last commit).
         public static let versionUnavailable = Code("versionUnavailable")
 
+        /// The store is encrypted and was opened without a key.
+        public static let keyRequired = Code("keyRequired")
+        /// The key given is not the encrypted store's key.
+        public static let wrongKey = Code("wrongKey")
+        /// A key was given for a store that is not encrypted (`Store.changeKey` encrypts one).
+        public static let notEncrypted = Code("notEncrypted")
+
         /// Whether `error` is an `EngineError` with this code, for `catch` patterns.
         public static func ~= (code: Code, error: any Error) -> Bool {
             (error as? EngineError)?.code == code

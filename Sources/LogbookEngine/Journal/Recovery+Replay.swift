@@ -41,7 +41,7 @@ extension Recovery {
                     switch frame.type {
                     case .operations:
                         guard
-                            frame.codec == .raw
+                            frame.codec == .raw || file.cipher != nil
                                 || LZ4.declaredLength(UnsafeRawBufferPointer(rebasing: raw[frame.payload])) != nil
                         else {
                             damage = (position, "malformed LZ4 payload")
@@ -49,7 +49,16 @@ extension Recovery {
                         }
                         pending.append((position, frame))
                     case .commit:
-                        guard let commit = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload])),
+                        // Sealed, in an encrypted store: a frame whose checksum holds and whose tag
+                        // does not was changed by someone (never by a torn write).
+                        guard
+                            let opened = Frame.withOpened(
+                                raw, frame, cipher: file.cipher, position: position, { CommitRecord($0) })
+                        else {
+                            throw EngineError.corruption(
+                                "a commit record does not authenticate", path: file.path, offset: position)
+                        }
+                        guard let commit = opened,
                             commit.operationFrames == pending.count,
                             commit.firstFrameOffset == (pending.first?.0 ?? position),
                             commit.version >= state.version
@@ -123,8 +132,10 @@ extension Recovery {
             var blocks: [(frameOffset: Int, block: [UInt8])] = []
             blocks.reserveCapacity(end - start)
             for (position, frame) in frames[start..<end] {
-                guard let block = Frame.decode(raw, frame) else {
-                    throw EngineError.corruption("malformed LZ4 payload", path: file.path, offset: position)
+                guard let block = Frame.decode(raw, frame, cipher: file.cipher, position: position) else {
+                    throw EngineError.corruption(
+                        file.cipher != nil ? "a frame does not authenticate" : "malformed LZ4 payload",
+                        path: file.path, offset: position)
                 }
                 blocks.append((position, block))
             }
@@ -163,7 +174,8 @@ extension Recovery {
             throw EngineError.corruption("\(reason) in a sealed segment", path: file.path, offset: at)
         }
         let proof = data.withUnsafeBytes { raw in
-            Self.commitRecords(in: raw, after: at - base, salt: file.salt).first { record in
+            Self.commitRecords(in: raw, after: at - base, salt: file.salt, cipher: file.cipher, base: base).first {
+                record in
                 record.syncedOffset.map { $0 > at } ?? true
             }
         }
@@ -196,18 +208,24 @@ extension Recovery {
 
     /// The commit records of valid commit frames after `offset` (found byte by byte: the
     /// frames between may be damaged), in order.
-    static func commitRecords(in raw: UnsafeRawBufferPointer, after offset: Int, salt: UInt32) -> [CommitRecord] {
+    /// In an encrypted store (`cipher`), a record counts only when its frame authenticates at
+    /// its position (`base` plus its offset in `raw`).
+    static func commitRecords(
+        in raw: UnsafeRawBufferPointer, after offset: Int, salt: UInt32, cipher: FileCipher? = nil, base: Int = 0
+    ) -> [CommitRecord] {
         var records: [CommitRecord] = []
-        let smallest = JournalFormat.frameHeaderSize + JournalFormat.commitPayloadSizeVersion1
+        let tag = cipher == nil ? 0 : FileCipher.tagSize
+        let smallest = JournalFormat.frameHeaderSize + JournalFormat.commitPayloadSizeVersion1 + tag
         guard raw.count >= smallest else { return [] }
         var o = offset + 1
         while o <= raw.count - smallest {
             let length = raw.loadLE(at: o + 4, as: UInt32.self)
             if raw[o + 8] == JournalFormat.FrameType.commit.rawValue && raw[o + 9] == 0
-                && (length == UInt32(JournalFormat.commitPayloadSize)
-                    || length == UInt32(JournalFormat.commitPayloadSizeVersion1)),
+                && (length == UInt32(JournalFormat.commitPayloadSize + tag)
+                    || length == UInt32(JournalFormat.commitPayloadSizeVersion1 + tag)),
                 case .frame(let frame) = Frame.parse(raw, at: o, salt: salt),
-                let record = CommitRecord(UnsafeRawBufferPointer(rebasing: raw[frame.payload]))
+                let opened = Frame.withOpened(raw, frame, cipher: cipher, position: base + o, { CommitRecord($0) }),
+                let record = opened
             {
                 records.append(record)
             }

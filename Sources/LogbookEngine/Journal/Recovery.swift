@@ -27,10 +27,19 @@ struct Recovery {
     /// checks them at its next refresh: a writer that cut its tail may have written others
     /// there since).
     var lastCommitFrame: Store.CommitFrame?
+    /// The key, when the store it opens already has it (a replay of an open store's journal):
+    /// the key provider of `options` is then not asked again.
+    var key: EncryptionKey?
+    /// The store's cipher, once the manifest is read: nil in an unencrypted store.
+    var cipher: StoreCipher?
 
-    init(directory: String, options: StoreOptions, fileSystem: any FileSystem) {
+    /// A recovery of the store in `directory`; with `cipher`, that of an open encrypted store
+    /// (its key is not asked for again).
+    init(directory: String, options: StoreOptions, fileSystem: any FileSystem, cipher: StoreCipher? = nil) {
         self.directory = directory
         self.options = options
+        self.key = cipher?.key
+        self.cipher = cipher
         self.fs = fileSystem
         self.readOnly = options.readOnly || options.salvage
         self.cache = FrameCache(capacityBytes: options.cacheSize)
@@ -82,7 +91,10 @@ struct Recovery {
         let manifestHandle = try fs.openFile(manifestPath, writable: false, create: false, exclusive: false)
         let manifestBytes = try manifestHandle.read(count: try manifestHandle.size(), at: 0)
         manifestHandle.close()
-        let manifest = try Manifest.decode(manifestBytes, path: manifestPath)
+        var manifest = try Manifest.decode(manifestBytes, path: manifestPath)
+        if key == nil, let provider = options.encryptionKey { key = try provider.encryptionKey() }
+        cipher = try Manifest.cipher(for: manifest, key: key, path: manifestPath)
+        manifest.cipher = cipher
         guard !manifest.segments.isEmpty else {
             throw EngineError.corruption("the manifest lists no segment", path: manifestPath, offset: 0)
         }
@@ -187,9 +199,13 @@ struct Recovery {
             writer.allocatedEnd = max(appendOffset, (try? active.handle.size()) ?? appendOffset)
         }
         if readOnly { writer.failure = nil }
+        // A writer of an encrypted store writes no byte of a segment at a position an earlier
+        // open may have written (a frame's position is its nonce): its first commit starts a
+        // new segment.
+        writer.needsFreshSegment = !readOnly && cipher != nil
         return Store(
             directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
-            writer: writer, cache: cache)
+            writer: writer, cache: cache, cipher: cipher)
     }
 
     /// No manifest: an empty directory, or a first open that was interrupted before its
@@ -236,7 +252,7 @@ struct Recovery {
         do {
             let replay = journalState(manifest.segments, files: segments, checkpoint: ckptPath)
             let loaded = try Checkpoint.read(
-                path: ckptPath, number: manifest.checkpoint, fileSystem: fs,
+                path: ckptPath, number: manifest.checkpoint, fileSystem: SealedFileSystem.wrapping(fs, cipher),
                 fallback: { version, malformed throws(EngineError) in
                     try replay(version, "the checkpoint's secondary indexes are malformed (\(malformed))").indexes
                 }, primaryFallback: { version throws(EngineError) in try replay(version, nil).primary },
@@ -265,10 +281,10 @@ struct Recovery {
     {
         var readOnly = options
         readOnly.readOnly = true
-        let (directory, fs, replayOptions) = (directory, fs, readOnly)
+        let (directory, fs, replayOptions, cipher) = (directory, fs, readOnly, cipher)
         return { version, why throws(EngineError) in
             let prefix = why.map { "\($0), and the journal does not give them either: " } ?? ""
-            var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fs)
+            var recovery = Recovery(directory: directory, options: replayOptions, fileSystem: fs, cipher: cipher)
             let state: IndexState
             do { state = try recovery.replay(segments, files: files, until: version) } catch {
                 let reason = (error as? EngineError)?.message ?? "\(error)"
@@ -372,14 +388,16 @@ struct Recovery {
     }
 
     /// A new store: segment 1 with its header, and a manifest naming it.
-    private func initialize() throws {
+    private mutating func initialize() throws {
         var manifest = Manifest()
+        if key == nil, let provider = options.encryptionKey { key = try provider.encryptionKey() }
+        manifest.cipher = key.map(StoreCipher.fresh)
         let number = try manifest.allocateFileNumber { _ in true }  // a new store: number 1
         let p = path(SegmentFile.fileName(number))
         let handle = try fs.openFile(p, writable: true, create: true, exclusive: false)
         try handle.truncate(to: 0)
         try handle.write(
-            FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt()).encoded(),
+            FileHeader.fresh(magic: JournalFormat.segmentMagic, number: number, encrypted: key != nil).encoded(),
             at: 0)
         try handle.sync()
         handle.close()
@@ -439,12 +457,19 @@ struct Recovery {
                 throw EngineError.corruption(
                     "segment header names number \(header.number), expected \(number)", path: p, offset: 16)
             }
+            guard (header.keyNonce != 0) == (cipher != nil) else {
+                throw EngineError.corruption(
+                    cipher != nil
+                        ? "a segment of an encrypted store is not encrypted"
+                        : "an encrypted segment in a store that is not encrypted", path: p, offset: 12)
+            }
             return SegmentFile(
                 number: number, salt: header.salt, path: p, handle: handle, fileSystem: fs,
-                formatVersion: header.version, writable: !readOnly)
+                formatVersion: header.version, writable: !readOnly,
+                cipher: cipher?.fileCipher(magic: JournalFormat.segmentMagic, header: header))
         case .failure(.short) where isLast:
             // A header cut short holds no commit: the segment is empty.
-            let fresh = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
+            let fresh = FileHeader.fresh(magic: JournalFormat.segmentMagic, number: number, encrypted: cipher != nil)
             if !readOnly {
                 try handle.truncate(to: 0)
                 try handle.write(fresh.encoded(), at: 0)
@@ -452,7 +477,8 @@ struct Recovery {
             }
             noteCut(file: p, at: 0, bytes: bytes.count, reason: "incomplete segment header")
             return SegmentFile(
-                number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs, writable: !readOnly)
+                number: number, salt: fresh.salt, path: p, handle: handle, fileSystem: fs, writable: !readOnly,
+                cipher: cipher?.fileCipher(magic: JournalFormat.segmentMagic, header: fresh))
         case .failure(.unsupportedVersion(let v)):
             throw EngineError(
                 .unsupportedFormat,

@@ -60,7 +60,11 @@ extension Store {
             try state.working.checkLoaded()
             // A full segment is sealed; so is one of an older format version (a store of
             // version 1 opened by this build), so that no segment mixes versions.
-            if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version {
+            // In an encrypted store, the first commit of a writer starts a new segment
+            // (`WriterState.needsFreshSegment`).
+            if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version
+                || state.needsFreshSegment
+            {
                 try rollover(&state)
             }
             let version = state.working.version + 1
@@ -160,6 +164,8 @@ extension Store {
         frameOffsets.reserveCapacity(blocks.count)
         var outStart = state.appendOffset
         var transactionCRC: UInt32 = 0
+        /// In an encrypted store: how the next frame is sealed (its nonce is its position).
+        func seal() -> FrameSeal? { active.cipher.map { FrameSeal(cipher: $0, base: outStart) } }
         func flush() throws {
             do {
                 try active.handle.write(out, at: outStart)
@@ -177,11 +183,11 @@ extension Store {
             let (codec, payload) = payloads[i]!
             if let payload {
                 payload.withUnsafeBytes {
-                    Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, to: &out)
+                    Frame.append(type: .operations, codec: codec, stored: $0, salt: salt, seal: seal(), to: &out)
                 }
             } else {
                 blocks[i].withUnsafeBytes {
-                    Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, to: &out)
+                    Frame.append(type: .operations, codec: .raw, stored: $0, salt: salt, seal: seal(), to: &out)
                 }
             }
             // A block let go before the commit is inflated again from its stored form later.
@@ -199,7 +205,8 @@ extension Store {
             version: version, operationFrames: blocks.count, operations: operationCount,
             firstFrameOffset: frameOffsets[0], timestampMillis: Self.nowMillis(),
             syncedOffset: state.syncedOffset, transactionCRC: transactionCRC)
-        Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: salt, to: &out)
+        Frame.append(
+            type: .commit, payload: record.encoded(), compress: false, salt: salt, seal: seal(), to: &out)
         try checkSize(outStart + out.count)
         if outStart == state.appendOffset { preallocate(active, through: outStart + out.count, state: &state) }
         try flush()

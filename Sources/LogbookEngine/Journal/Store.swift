@@ -40,6 +40,12 @@ public final class Store: Sendable {
     public let isReadOnly: Bool
 
     let fileSystem: any FileSystem
+    /// The store's key with its key salt, in an encrypted store.
+    let cipher: StoreCipher?
+    /// The key the store was opened with (nil: not encrypted).
+    package var encryptionKeyInUse: EncryptionKey? { cipher?.key }
+    /// Whether the store is encrypted.
+    public var isEncrypted: Bool { cipher != nil }
     let cache: FrameCache
     let lock: (any FileLock)?
     let writer: Locked<WriterState>
@@ -84,6 +90,11 @@ public final class Store: Sendable {
         var bytesSinceCheckpoint = 0
         var checkpointVersion: UInt64 = 0
         var lastWritten: UInt64 = 0
+        /// In an encrypted store, until this writer's first rollover: the next commit starts a
+        /// new segment. A frame's nonce is its position in its file, so no position may be
+        /// written twice with other bytes, and an earlier writer may have written past its
+        /// last commit (a transaction whose commit never came, bytes cut after a failed sync).
+        var needsFreshSegment = false
 
         /// Every byte of the active segment before this offset is known to be on disk (the
         /// last successful sync covered it). Commit records carry it; a failed sync cuts the
@@ -159,8 +170,9 @@ public final class Store: Sendable {
 
     init(
         directory: String, options: StoreOptions, fileSystem: any FileSystem, lock: (any FileLock)?,
-        report: RecoveryReport, writer: WriterState, cache: FrameCache
+        report: RecoveryReport, writer: WriterState, cache: FrameCache, cipher: StoreCipher? = nil
     ) {
+        self.cipher = cipher
         self.directory = directory
         self.options = options
         self.fileSystem = fileSystem
@@ -188,7 +200,9 @@ public final class Store: Sendable {
             fileSystem: options.inMemory ? MemoryFileSystem() : PosixFileSystem())
     }
 
-    static func open(at directory: String, options: StoreOptions, fileSystem fs: any FileSystem) throws -> Store {
+    static func open(
+        at directory: String, options: StoreOptions, fileSystem fs: any FileSystem, cipher: StoreCipher? = nil
+    ) throws -> Store {
         try options.validate()
         // A reader takes no lock, so a writer may change the store while it opens: a
         // compaction may remove a segment the manifest it read names, or the reader may read a
@@ -196,7 +210,7 @@ public final class Store: Sendable {
         // open is tried again; damage that is really there stays, and is reported.
         var attempt = 0
         while true {
-            var recovery = Recovery(directory: directory, options: options, fileSystem: fs)
+            var recovery = Recovery(directory: directory, options: options, fileSystem: fs, cipher: cipher)
             do { return try recovery.run() } catch let error as EngineError
                 where options.readOnly && !options.salvage && error.code == .corruption && attempt < 3
             {
@@ -300,9 +314,10 @@ public final class Store: Sendable {
             let handle = try fileSystem.openFile(manifestPath, writable: false, create: false, exclusive: false)
             let bytes = try handle.read(count: try handle.size(), at: 0)
             handle.close()
-            let manifest = try Manifest.decode(bytes, path: manifestPath)
+            var manifest = try Manifest.decode(bytes, path: manifestPath)
+            manifest.cipher = try Manifest.cipher(for: manifest, key: cipher?.key, path: manifestPath)
             let before = w.working.version
-            var recovery = Recovery(directory: directory, options: options, fileSystem: fileSystem)
+            var recovery = Recovery(directory: directory, options: options, fileSystem: fileSystem, cipher: cipher)
             var state = w.working
             // The writer may have cut what this follower read (a failed sync cuts the commits
             // it covered) and written other commits at those offsets: going on from the old
@@ -332,7 +347,7 @@ public final class Store: Sendable {
                 // store again. The frames cached are forgotten: the same segment and offset may
                 // now hold another frame.
                 cache.removeAll()
-                let fresh = try Store.open(at: directory, options: options, fileSystem: fileSystem)
+                let fresh = try Store.open(at: directory, options: options, fileSystem: fileSystem, cipher: cipher)
                 let next = fresh.writer.withLock { $0 }
                 w.working = next.working
                 w.segments = next.segments
@@ -351,7 +366,7 @@ public final class Store: Sendable {
     func replayer() -> Recovery {
         var replayOptions = options
         replayOptions.readOnly = true
-        return Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem)
+        return Recovery(directory: directory, options: replayOptions, fileSystem: fileSystem, cipher: cipher)
     }
 
     func publish(_ writerState: WriterState) {
@@ -526,10 +541,13 @@ public final class Store: Sendable {
 
     /// Creates a segment file with a synced header. Its directory entry becomes durable with
     /// the next manifest write, which is what makes it part of the store.
-    func createSegment(number: UInt64) throws -> SegmentFile {
+    func createSegment(number: UInt64) throws -> SegmentFile { try createSegment(number: number, cipher: cipher) }
+
+    /// `createSegment(number:)` for a store of `cipher` (a change of key writes with the new one).
+    func createSegment(number: UInt64, cipher: StoreCipher?) throws -> SegmentFile {
         let p = path(SegmentFile.fileName(number))
         let handle = try fileSystem.openFile(p, writable: true, create: true, exclusive: true)
-        let header = FileHeader(magic: JournalFormat.segmentMagic, number: number, salt: FileHeader.randomSalt())
+        let header = FileHeader.fresh(magic: JournalFormat.segmentMagic, number: number, encrypted: cipher != nil)
         do {
             try handle.write(header.encoded(), at: 0)
             try handle.sync()
@@ -539,7 +557,9 @@ public final class Store: Sendable {
             try? fileSystem.removeFile(p)
             throw error
         }
-        return SegmentFile(number: number, salt: header.salt, path: p, handle: handle, fileSystem: fileSystem)
+        return SegmentFile(
+            number: number, salt: header.salt, path: p, handle: handle, fileSystem: fileSystem,
+            cipher: cipher?.fileCipher(magic: JournalFormat.segmentMagic, header: header))
     }
 
     /// Seals the active segment (synced) and starts a new one, listed in a new manifest.
@@ -589,6 +609,7 @@ public final class Store: Sendable {
             throw error
         }
         writerState.manifest = manifest
+        writerState.needsFreshSegment = false
         writerState.segments = writerState.segments.adding(file)
         writerState.active?.pin(false)
         file.pin(true)

@@ -45,6 +45,15 @@ public struct StoreOptions: Sendable {
     public var salvage = false
     /// Create the directory and an empty store if there is none.
     public var createIfMissing = true
+    /// The key of an encrypted store (an `EncryptionKey`, or a provider that fetches it from a
+    /// keyring when the store opens). A new store opened with one is encrypted; an encrypted
+    /// store cannot be opened without it (`keyRequired`), nor with another (`wrongKey`), and an
+    /// unencrypted one is not opened with one (`notEncrypted`: `Store.changeKey` encrypts it).
+    ///
+    /// ```swift
+    /// options.encryptionKey = try EncryptionKey(contentsOfFile: "/run/secrets/items.key")
+    /// ```
+    public var encryptionKey: (any EncryptionKeyProvider)?
     /// Bytes of decoded blocks kept in memory for reads.
     public var cacheSize: Int = 32 << 20
     /// Where the store reports what it cannot report by throwing: a background checkpoint

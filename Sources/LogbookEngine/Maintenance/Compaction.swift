@@ -104,7 +104,7 @@ extension Store {
 
     /// Phase 2: the live records and every set of the sealed segments written into new
     /// segments, as commits of the sealed version.
-    private func rewriteLive(of sealed: SealedSegments, into output: inout CompactionWriter) throws {
+    func rewriteLive(of sealed: SealedSegments, into output: inout CompactionWriter) throws {
         // 2. Rewrite the live puts and every set into new segments, as commits of the sealed version.
         let sealedState = sealed.state
         let sealedNumbers = sealed.numbers
@@ -295,10 +295,21 @@ struct CompactionWriter {
     private var transactionFrames: [Int] = []
     private var transactionOperations = 0
 
+    /// The key the new segments are written with: the store's, or a new one (`Store.changeKey`).
+    let cipher: StoreCipher?
+
     init(store: Store, version: UInt64) {
+        self.init(store: store, version: version, cipher: store.cipher)
+    }
+
+    init(store: Store, version: UInt64, cipher: StoreCipher?) {
         self.store = store
         self.version = version
+        self.cipher = cipher
     }
+
+    /// How a frame appended to `out` for `file` is sealed, in an encrypted store.
+    private func seal(_ file: SegmentFile) -> FrameSeal? { file.cipher.map { FrameSeal(cipher: $0, base: offset) } }
 
     mutating func reserveRemap(_ count: Int) { remap.reserveCapacity(count) }
 
@@ -330,7 +341,7 @@ struct CompactionWriter {
         if files.isEmpty || offset + out.count >= store.options.segmentSize { try startSegment() }
         let file = files[files.count - 1]
         let frameOffset = offset + out.count
-        Frame.append(type: .operations, codec: codec, stored: stored, salt: file.salt, to: &out)
+        Frame.append(type: .operations, codec: codec, stored: stored, salt: file.salt, seal: seal(file), to: &out)
         for p in puts {
             remap.append(
                 (
@@ -349,7 +360,8 @@ struct CompactionWriter {
         if files.isEmpty || offset + out.count >= store.options.segmentSize { try startSegment() }
         let file = files[files.count - 1]
         let frameOffset = offset + out.count
-        Frame.append(type: .operations, payload: block.bytes, compress: true, salt: file.salt, to: &out)
+        Frame.append(
+            type: .operations, payload: block.bytes, compress: true, salt: file.salt, seal: seal(file), to: &out)
         for (key, old, blockOffset) in blockPuts {
             remap.append(
                 (key, old, Location(segment: file.number, frameOffset: frameOffset, blockOffset: blockOffset).packed))
@@ -371,7 +383,8 @@ struct CompactionWriter {
             version: version, operationFrames: transactionFrames.count, operations: transactionOperations,
             firstFrameOffset: transactionFrames[0], timestampMillis: Store.nowMillis(),
             syncedOffset: transactionFrames[0], transactionCRC: CRC32C.checksum(out))
-        Frame.append(type: .commit, payload: record.encoded(), compress: false, salt: file.salt, to: &out)
+        Frame.append(
+            type: .commit, payload: record.encoded(), compress: false, salt: file.salt, seal: seal(file), to: &out)
         try file.handle.write(out, at: offset)
         offset += out.count
         out.removeAll(keepingCapacity: true)
@@ -383,7 +396,7 @@ struct CompactionWriter {
         try commitTransaction()
         if let last = files.last { try last.handle.sync() }
         let number = try store.writer.withLock { writerState in try store.allocateFileNumber(&writerState.manifest) }
-        files.append(try store.createSegment(number: number))
+        files.append(try store.createSegment(number: number, cipher: cipher))
         offset = JournalFormat.fileHeaderSize
     }
 

@@ -48,7 +48,7 @@ extension Store {
                     return (try? file.size()) ?? 0
                 } ?? 0)
         try Checkpoint.write(
-            number: number, directory: directory, fileSystem: fileSystem,
+            number: number, directory: directory, fileSystem: SealedFileSystem.wrapping(fileSystem, cipher),
             estimatedBytes: previousBytes > 0 ? previousBytes + (1 << 20) : 0
         ) { chunk, leaf in
             Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)

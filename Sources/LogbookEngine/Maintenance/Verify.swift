@@ -39,13 +39,21 @@ extension Store {
     /// let report = try Store.verify(at: "/data/items.logbook")
     /// print(report.isSound ? "sound" : report.problems.joined(separator: "\n"))
     /// ```
-    public static func verify(at directory: String) throws -> VerificationReport {
-        try verify(at: directory, fileSystem: PosixFileSystem())
+    ///
+    /// An encrypted store is verified with its key (`encryptionKey`): every frame's tag is
+    /// checked as its checksum is.
+    public static func verify(
+        at directory: String, encryptionKey: (any EncryptionKeyProvider)? = nil
+    ) throws -> VerificationReport {
+        try verify(at: directory, fileSystem: PosixFileSystem(), encryptionKey: encryptionKey)
     }
 
     /// `verify(at:)` through a file system of the caller's (the crash-state explorer's).
-    package static func verify(at directory: String, fileSystem: any FileSystem) throws -> VerificationReport {
+    package static func verify(
+        at directory: String, fileSystem: any FileSystem, encryptionKey: (any EncryptionKeyProvider)? = nil
+    ) throws -> VerificationReport {
         var options = StoreOptions()
+        options.encryptionKey = try encryptionKey?.encryptionKey()
         options.readOnly = true
         options.createIfMissing = false
         options.checkpointOnClose = false

@@ -44,6 +44,16 @@ public struct ContainerOptions: Sendable {
     /// writable container has no other writer (one process writes a store), so nothing is
     /// remote to it. See `RemoteChange`.
     public var observesRemoteChanges = false
+    /// The store's encryption key (`StoreOptions.encryptionKey`): a new store is encrypted
+    /// with it (AES-256-GCM), an encrypted one opens only with it. Asked once, when the
+    /// container opens its store. Change it with `PersistentContainer.changeEncryptionKey`.
+    ///
+    /// ```swift
+    /// var options = ContainerOptions()
+    /// options.encryptionKey = KeyClosure { try EncryptionKey(contentsOfFile: "/run/secrets/people.key") }
+    /// let container = try PersistentContainer(name: "People", model: model, options: options)
+    /// ```
+    public var encryptionKey: (any EncryptionKeyProvider)?
     /// The defaults: full durability, automatic compaction.
     public init() {}
 }
@@ -116,6 +126,9 @@ public final class PersistentContainer: Sendable {
         storeOptions.checkpointInterval = options.checkpointInterval
         storeOptions.readOnly = options.readOnly
         storeOptions.inMemory = options.inMemory
+        let key: EncryptionKey?
+        do { key = try options.encryptionKey?.encryptionKey() } catch { throw LogbookError.wrap(error) }
+        storeOptions.encryptionKey = key
         historyRetention = options.historyRetention
         let fingerprint = SharedStores.Options(
             readOnly: options.readOnly, durability: options.durability,
@@ -155,6 +168,13 @@ public final class PersistentContainer: Sendable {
                     .invalidArgument,
                     "the store at \(directory) is open in this process with other options (read-only, durability, history tracking or retention): open it with the same"
                 )
+            }
+            if !openedHere, shared.store.encryptionKeyInUse != key {
+                throw LogbookError.wrap(
+                    EngineError(
+                        shared.store.encryptionKeyInUse == nil ? .notEncrypted : key == nil ? .keyRequired : .wrongKey,
+                        "the store at \(directory) is open in this process with another encryption key, or none",
+                        path: directory))
             }
             if !openedHere, StoredSchema.make(for: model, previous: shared.schema) != shared.schema {
                 throw LogbookError(
@@ -209,6 +229,22 @@ public final class PersistentContainer: Sendable {
         throw LogbookError(
             .unknownEntity, "\(layout.name) is not in the configuration this container was opened for",
             entity: layout.name)
+    }
+
+    /// Encrypts the store at `directory`, changes its key, or decrypts it (`newKey` nil): its
+    /// records are written again with the new key and one atomic switch makes them the
+    /// store's (`Store.changeKey`); a crash before the switch leaves the store with its old
+    /// key. No container may have the store open meanwhile (an error otherwise).
+    ///
+    /// ```swift
+    /// try PersistentContainer.changeEncryptionKey(ofStoreAt: path, from: nil, to: EncryptionKey.random())
+    /// ```
+    public static func changeEncryptionKey(
+        ofStoreAt directory: String, from oldKey: (any EncryptionKeyProvider)?, to newKey: EncryptionKey?
+    ) throws {
+        var options = StoreOptions()
+        options.encryptionKey = oldKey
+        do { try Store.changeKey(at: directory, options: options, to: newKey) } catch { throw LogbookError.wrap(error) }
     }
 
     package static func defaultDirectory(_ name: String, group: String? = nil) -> String {

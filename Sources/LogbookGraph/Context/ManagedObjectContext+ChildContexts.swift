@@ -80,7 +80,10 @@ extension ManagedObjectContext {
         for o in inserted.values { changes.inserted.append((o.engineKey, o.layout.index, o.slots)) }
         for (k, o) in updated where !o.flags.contains(.fault) {
             let base = o.committed ?? o.slots
-            let diff = o.slots.indices.filter { o.slots[$0] != base[$0] }.map { ($0, o.slots[$0]) }
+            let pinned = pinnedChanges[k] ?? []
+            let diff = o.slots.indices.filter { o.slots[$0] != base[$0] || pinned.contains($0) }.map {
+                ($0, o.slots[$0])
+            }
             if !diff.isEmpty { changes.updated.append((k, diff)) }
         }
         changes.deleted = Array(deleted.keys)

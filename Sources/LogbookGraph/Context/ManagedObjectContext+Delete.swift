@@ -95,6 +95,7 @@ extension ManagedObjectContext {
         setAdds = [:]
         setRemoves = [:]
         orderOverrides = [:]
+        pinnedChanges = [:]
         pendingErrors = []
         undoHistory?.removeAll()
     }

@@ -87,9 +87,20 @@ extension ManagedObjectContext {
         let base = o.committed ?? o.slots
         let local = o.slots
         var merged = local
-        for i in local.indices where local[i] == base[i] { merged[i] = store[i] }
+        let pinned = pinnedChanges[o.engineKey] ?? []
+        for i in local.indices where local[i] == base[i] && !pinned.contains(i) { merged[i] = store[i] }
         o.slots = merged
         o.committed = store
+        if parentView?.slots != nil {
+            // A change made here that an ancestor's unsaved value happens to equal stays a
+            // change (`pinnedChanges`; checker seed 663777: a grandchild's name was lost). One
+            // that the store's value equals is settled, as in a context without a parent
+            // (seed 636107: pinned, it undid a later save's change).
+            let saved = try decode(snapshot, key: o.engineKey, layout: o.layout)
+            for i in local.indices where local[i] != base[i] && store[i] == local[i] && saved?[i] != local[i] {
+                pinnedChanges[o.engineKey, default: []].insert(i)
+            }
+        }
         o.baseVersion = snapshot.version
         // A to-one value changed here and by the other save: this context's value stays, so the
         // object leaves the set of the destination the other save gave it (the inverse of a
@@ -112,6 +123,7 @@ extension ManagedObjectContext {
     /// Makes `o` a fault that reads the store when next touched (its cached bytes and batch
     /// are dropped, so it cannot read an older version).
     func turnIntoFault(_ o: ManagedObject) {
+        pinnedChanges[o.engineKey] = nil
         o.batch?.forget(o)
         o.batch = nil
         o.rawArena = nil

@@ -138,6 +138,7 @@ extension ManagedObjectContext {
         }
         updated = [:]
         deleted = [:]
+        pinnedChanges = [:]
         // A large table of set changes is freed on another thread, as the inserted objects are
         // (a hundred thousand relationship sets took a twentieth of a save to free).
         if setAdds.count > 10_000 {

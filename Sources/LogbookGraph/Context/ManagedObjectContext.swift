@@ -102,6 +102,11 @@ public final class ManagedObjectContext: @unchecked Sendable {
     @exclusivity(unchecked) var setRemoves: [UInt64: Set<UInt64>] = [:]
     /// Unsaved orders of ordered relationships, by set key: the members in their new order.
     @exclusivity(unchecked) var orderOverrides: [UInt64: [UInt64]] = [:]
+    /// In a child context: slots changed here whose value a merge found equal to the parent's
+    /// (unsaved) value, by object key. They stay changes: the parent may change the value
+    /// again before this context saves, and the save still sets this one (checker seed
+    /// 663777). Cleared by a save, `rollback()`, `reset()` and a refresh of the object.
+    @exclusivity(unchecked) var pinnedChanges: [UInt64: Set<Int>] = [:]
     /// Errors of typed property setters (which cannot throw), reported by the next save.
     var pendingErrors: [LogbookError] = []
     @exclusivity(unchecked) var groupDepth = 0

@@ -9,9 +9,12 @@ extension ManagedObjectModel {
     /// ```swift
     /// let model = try ManagedObjectModel(recordedIn: "/var/lib/myapp/people.logbook")
     /// ```
-    public convenience init(recordedIn directory: String) throws {
+    ///
+    /// An encrypted store's model is read with its key (`encryptionKey`).
+    public convenience init(recordedIn directory: String, encryptionKey: (any EncryptionKeyProvider)? = nil) throws {
         var options = StoreOptions()
         options.readOnly = true
+        options.encryptionKey = encryptionKey
         let store: Store
         do { store = try Store.open(at: directory, options: options) } catch { throw LogbookError.wrap(error) }
         defer { try? store.close() }
@@ -62,9 +65,10 @@ public struct RecordedNames: Sendable {
     /// let names = try RecordedNames(in: "/var/lib/myapp/people.logbook")
     /// names.entities[1]   // "Person"
     /// ```
-    public init(in directory: String) throws {
+    public init(in directory: String, encryptionKey: (any EncryptionKeyProvider)? = nil) throws {
         var options = StoreOptions()
         options.readOnly = true
+        options.encryptionKey = encryptionKey
         let store: Store
         do { store = try Store.open(at: directory, options: options) } catch { throw LogbookError.wrap(error) }
         defer { try? store.close() }

@@ -36,6 +36,7 @@ struct BenchCommand: ParsableCommand {
             "Journal segment size in bytes for the Items workloads (default 64 MiB; down to 1 KiB here, below a store's 64 KiB minimum, so that small ones roll over often)."
     )
     var segmentSize: Int?
+    @OptionGroup var key: KeyOption
 
     func run() throws {
         guard let durability = Durability(rawValue: durability) else {
@@ -45,6 +46,7 @@ struct BenchCommand: ParsableCommand {
         tracksHistory = history
         itemsSegmentSize = segmentSize
         do {
+            if let file = key.keyFile { benchKey = (try EncryptionKey(contentsOfFile: file), file) }
             try run(workload, durability)
         } catch let e as ValidationError {
             throw e
@@ -106,7 +108,7 @@ struct BenchCommand: ParsableCommand {
                 p.executableURL = URL(
                     fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
                         ?? CommandLine.arguments[0])
-                p.arguments = ["bench"] + arguments
+                p.arguments = ["bench"] + arguments + (benchKey.map { ["--key-file", $0.file] } ?? [])
                 p.standardOutput = FileHandle.nullDevice
                 try p.run()
                 p.waitUntilExit()
@@ -166,6 +168,7 @@ struct BenchCommand: ParsableCommand {
         if arguments.first == "commits" { args += ["--commits", "\(commits)", "--per", "\(per)"] }
         if json { args.append("--json") }
         if history { args.append("--history") }
+        if let benchKey { args += ["--key-file", benchKey.file] }
         p.arguments = args
         if output == .standardError { p.standardOutput = FileHandle.standardError }
         try p.run()
@@ -182,6 +185,7 @@ struct BenchCommand: ParsableCommand {
         var options = StoreOptions()
         options.durability = durability
         options.checkpointInterval = 0
+        options.encryptionKey = benchKey?.key
         let base = 1_700_000_000.0
         let start = now()
         let s = try Store.open(at: path, options: options)

@@ -1,3 +1,5 @@
+import LogbookEngine
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -66,6 +68,9 @@ func temporaryStorePath(_ prefix: String) -> String {
 nonisolated(unsafe) var reportsJSON = false  // set once from the command line, before any work
 /// `logbook bench --history`: the workloads' containers record history (set once, before any work).
 nonisolated(unsafe) var tracksHistory = false
+/// `logbook bench --key-file`: the workloads' stores are encrypted with this key (set once,
+/// before any work), and the file it came from, for child processes.
+nonisolated(unsafe) var benchKey: (key: EncryptionKey, file: String)?
 /// `logbook bench --segment-size`: the Items stores' segment size (nil: the default).
 nonisolated(unsafe) var itemsSegmentSize: Int?
 

@@ -80,6 +80,7 @@ func relationshipQueryWorkload(store path: String, count: Int, durability: Durab
     let managers = max(1, count / 1000)
     var options = ContainerOptions()
     options.durability = durability
+    options.encryptionKey = benchKey?.key
     let container = try PersistentContainer(
         name: "Staff", model: StaffModel.model(), directory: path, options: options)
     let writer = container.newContext(concurrencyType: .confinement)

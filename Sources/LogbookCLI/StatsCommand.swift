@@ -21,6 +21,7 @@ struct StatsCommand: ParsableCommand {
         } catch { fail(error) }
         let s = store.statistics()
         print("version: \(s.version)")
+        print("encrypted: \(store.isEncrypted ? "yes (AES-256-GCM)" : "no")")
         if let oldest = try? store.oldestVersion() {
             print("oldest readable version: \(oldest) (`--as-of` reads any version from it to \(s.version))")
         }

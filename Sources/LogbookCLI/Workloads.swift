@@ -41,6 +41,7 @@ func openItems(_ path: String, durability: Durability = .full) throws -> Persist
     var options = ContainerOptions()
     options.durability = durability
     options.persistentHistoryTracking = tracksHistory
+    options.encryptionKey = benchKey?.key
     if let itemsSegmentSize {
         // A benchmark's segments may be smaller than a store's usual minimum (64 KiB), down to
         // 1 KiB: to measure rollovers and compactions.
@@ -239,6 +240,7 @@ func updateWorkloads(store path: String, durability: Durability) throws {
 func compactWorkload(store path: String) throws {
     var options = StoreOptions()
     options.compaction = .manual
+    options.encryptionKey = benchKey?.key
     let store = try Store.open(at: path, options: options)
     let before = store.statistics()
     let r = try store.compact()
@@ -355,6 +357,7 @@ func followWorkload(store path: String, commits: Int, writer: ([String]) throws 
     var options = ContainerOptions()
     options.readOnly = true
     options.observesRemoteChanges = true
+    options.encryptionKey = benchKey?.key
     let follower = try PersistentContainer(
         name: "Items", model: BenchmarkModel.model(), directory: path, options: options)
     let reader = follower.newContext(concurrencyType: .privateQueue)
@@ -552,6 +555,7 @@ func orderedWorkload(store path: String, members: Int, durability: Durability) t
     var options = ContainerOptions()
     options.durability = durability
     options.compaction = .manual
+    options.encryptionKey = benchKey?.key
     let container = try PersistentContainer(name: "Ordered", model: model, directory: path, options: options)
     let context = container.newContext(concurrencyType: .confinement)
     let start = now()

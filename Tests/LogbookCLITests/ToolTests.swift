@@ -120,7 +120,8 @@ import Testing
                 "Bob"))
         let verify = try run(["verify", store, "--key-file", first])
         #expect(verify.status == 0 && verify.out.contains("sound"), "\(verify.out)\(verify.err)")
-        #expect(try run(["stats", store, "--key-file", first]).out.contains("Person (keyspace 1): 4 records"))
+        let stats = try run(["stats", store, "--key-file", first]).out
+        #expect(stats.contains("Person (keyspace 1): 4 records") && stats.contains("encrypted: yes"))
         #expect(try run(["export", store, "--json", "--key-file", first]).out.contains("\"Bob\""))
         #expect(try run(["compact", store, "--key-file", first]).status == 0)
         #expect(try run(["history", store, "--key-file", first]).status == 0)

@@ -298,3 +298,28 @@ enum TasksMigrationPlan: SchemaMigrationPlan {
         }
     }
 }
+
+/// A SwiftData app's store encrypted through its configuration's key.
+@Suite struct EncryptedModelContainerTests {
+    @Test @MainActor func aModelConfigurationWithAKeyEncryptsTheStore() throws {
+        let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("notes-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: url) }
+        let key = EncryptionKey.random()
+        var configuration = ModelConfiguration(url: url)
+        configuration.encryptionKey = key
+        do {
+            let container = try ModelContainer(for: NotesSchemaV1.Note.self, configurations: configuration)
+            container.mainContext.insert(NotesSchemaV1.Note(title: "Secret plans", body: "…"))
+            try container.mainContext.save()
+        }
+        for name in try FileManager.default.contentsOfDirectory(atPath: url.path) {
+            let data = FileManager.default.contents(atPath: url.appendingPathComponent(name).path) ?? Data()
+            #expect(data.range(of: Data("Secret plans".utf8)) == nil, "\(name)")
+        }
+        #expect(throws: (any Error).self) {
+            _ = try ModelContainer(for: NotesSchemaV1.Note.self, configurations: ModelConfiguration(url: url))
+        }
+        let reopened = try ModelContainer(for: NotesSchemaV1.Note.self, configurations: configuration)
+        #expect(try reopened.mainContext.fetch(FetchDescriptor<NotesSchemaV1.Note>()).map(\.title) == ["Secret plans"])
+    }
+}

@@ -94,7 +94,8 @@ import Testing
     func keyFile() -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-key-\(UUID().uuidString)")
             .path
-        FileManager.default.createFile(atPath: path, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }))
+        _ = FileManager.default.createFile(
+            atPath: path, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }))
         return path
     }
 
@@ -133,7 +134,7 @@ import Testing
         #expect(try run(["count", store, "--entity", "Person", "--key-file", second]).out == "4\n")
         let short = keyFile()
         defer { try? FileManager.default.removeItem(atPath: short) }
-        FileManager.default.createFile(atPath: short, contents: Data([1, 2, 3]))
+        #expect(FileManager.default.createFile(atPath: short, contents: Data([1, 2, 3])))
         let bad = try run(["count", store, "--entity", "Person", "--key-file", short])
         #expect(bad.status != 0 && bad.err.contains("exactly 32 bytes"))
         #expect(try run(["rekey", store, "--key-file", second]).status != 0)  // neither a new key nor --decrypt

@@ -110,7 +110,7 @@ enum SchemaMigration {
         let targetIndex = try index(of: target, in: schemas)
         let targetVersion = schemas[targetIndex].versionIdentifier
         guard fs.fileExists(atPath: path + "/MANIFEST") else { return targetVersion }  // a new store
-        var current = try currentIndex(of: path, in: schemas)
+        var current = try currentIndex(of: path, in: schemas, encryptionKey: options.encryptionKey)
         if current > targetIndex {
             throw LogbookError(
                 .incompatibleModel,
@@ -118,6 +118,15 @@ enum SchemaMigration {
             )
         }
         guard current < targetIndex else { return targetVersion }
+        // The stages open the store with their own models and the copy below replaces it on a
+        // failure: a container of this process that has it open would be left on files that
+        // are gone.
+        if SharedStores.shared.isOpen(path) {
+            throw LogbookError(
+                .invalidArgument,
+                "the store at \(path) needs migrating and is open in this process (another container): close that container first"
+            )
+        }
         let backup = path + ".migrating"
         try? fs.removeItem(atPath: backup)
         do { try fs.copyItem(atPath: path, toPath: backup) } catch {
@@ -190,9 +199,12 @@ enum SchemaMigration {
     /// The plan's index of the version the store holds: the one recorded, when the store has
     /// its structure (a container without a plan records its schema's version, the default one
     /// when not given), else the first whose structure the store has.
-    static func currentIndex(of path: String, in schemas: [any VersionedSchema.Type]) throws -> Int {
+    static func currentIndex(
+        of path: String, in schemas: [any VersionedSchema.Type], encryptionKey: (any EncryptionKeyProvider)? = nil
+    ) throws -> Int {
         var readOptions = StoreOptions()
         readOptions.readOnly = true
+        readOptions.encryptionKey = encryptionKey
         let store: Store
         do { store = try Store.open(at: path, options: readOptions) } catch { throw LogbookError.wrap(error) }
         defer { try? store.close() }
@@ -215,9 +227,10 @@ enum SchemaMigration {
     static func apply(_ stage: MigrationStage, at path: String, options: ContainerOptions) throws {
         let url = URL(fileURLWithPath: path)
         func open(_ version: any VersionedSchema.Type) throws -> ModelContainer {
-            try ModelContainer(
-                for: Schema(versionedSchema: version), migrationPlan: nil,
-                configurations: [ModelConfiguration(url: url)])
+            var configuration = ModelConfiguration(url: url)
+            configuration.encryptionKey = options.encryptionKey
+            return try ModelContainer(
+                for: Schema(versionedSchema: version), migrationPlan: nil, configurations: [configuration])
         }
         if case .custom(_, _, let will?, _) = stage {
             let old = try open(stage.from)

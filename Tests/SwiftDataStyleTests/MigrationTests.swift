@@ -165,6 +165,35 @@ enum TasksMigrationPlan: SchemaMigrationPlan {
         }
     }
 
+    /// A migration plan runs on an encrypted store with the configuration's key (the plan's
+    /// reading of the store's version asked for none), and a store that needs migrating while
+    /// another container of this process has it open is a clear error, not "another process".
+    @Test func anEncryptedStoreMigratesAndAnOpenOneIsNotMigratedUnderItsContainer() throws {
+        try withStoreURL { url in
+            var configuration = ModelConfiguration(url: url)
+            configuration.encryptionKey = EncryptionKey.random()
+            let first = try ModelContainer(for: TasksSchemaV1.Task.self, configurations: configuration)
+            let context = ModelContext(first)
+            for title in ["a", "b", "a"] { context.insert(TasksSchemaV1.Task(title: title)) }
+            try context.save()
+            #expect {
+                try ModelContainer(
+                    for: TasksSchemaV2.Task.self, migrationPlan: TasksMigrationPlan.self,
+                    configurations: configuration)
+            } throws: { error in
+                "\(error)".contains("open in this process") && !"\(error)".contains("another process")
+            }
+            try first.persistentContainer.close()
+            let migrated = try ModelContainer(
+                for: TasksSchemaV2.Task.self, migrationPlan: TasksMigrationPlan.self, configurations: configuration)
+            #expect(migrated.persistentContainer.store.isEncrypted)
+            let tasks = try ModelContext(migrated).fetch(
+                FetchDescriptor<TasksSchemaV2.Task>(sortBy: [SortDescriptor(\.title)]))
+            #expect(tasks.map(\.title) == ["a", "b"])
+            try migrated.persistentContainer.close()
+        }
+    }
+
     func makeVersion1Store(at url: URL) throws {
         let container = try ModelContainer(
             for: Schema(versionedSchema: NotesSchemaV1.self), configurations: ModelConfiguration(url: url))

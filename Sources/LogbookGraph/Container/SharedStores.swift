@@ -69,8 +69,8 @@ final class SharedStore: Sendable {
 }
 
 /// The stores open in this process, by directory (in-memory stores are each their own).
-final class SharedStores: Sendable {
-    static let shared = SharedStores()
+package final class SharedStores: Sendable {
+    package static let shared = SharedStores()
     private let open = Locked<[String: Weak]>([:])
 
     struct Weak: @unchecked Sendable {
@@ -110,6 +110,11 @@ final class SharedStores: Sendable {
             if !inMemory { table[key] = Weak(store: made) }
             return made
         }
+    }
+
+    /// Whether a container of this process has the store in `directory` open (for writing).
+    package func isOpen(_ directory: String) -> Bool {
+        open.withLock { $0[Self.key(directory)]?.store != nil }
     }
 
     /// One use of `store` ends; the last closes the engine store.

@@ -1272,6 +1272,41 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// Checker seed 2018715: a grandchild deletes an object; another context deletes it from
+    /// the store; the child refreshes it (dropping its own change); the grandchild's save
+    /// succeeds (what it asks is done already) and the store no longer holds the object.
+    @Test func aGrandchildsDeletionOfAnObjectTheStoreNoLongerHoldsIsSaved() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        root.automaticallyMergesChangesFromOtherContexts = false
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        child.automaticallyMergesChangesFromOtherContexts = false
+        child.undoHistory = UndoHistory()
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        grandchild.mergePolicy = .overwrite
+        grandchild.automaticallyMergesChangesFromOtherContexts = true
+        grandchild.undoHistory = UndoHistory()
+        let id = try root.performAndWait {
+            let item = try root.insertNewObject(forEntityName: "Item")
+            try item.setValue("c", forKey: "name")
+            return item.objectID
+        }
+        try grandchild.performAndWait { grandchild.delete(try grandchild.existingObject(with: id)) }
+        try root.performAndWait { try root.save() }
+        try child.performAndWait { try child.existingObject(with: id).setValue(true, forKey: "done") }
+        let other = f.context()
+        other.mergePolicy = .mergeByPropertyStoreTrump
+        other.delete(try other.existingObject(with: id))
+        try other.save()
+        for c in [root, child, grandchild] { c.performAndWait {} }
+        try child.performAndWait { child.refresh(try child.existingObject(with: id), mergeChanges: false) }
+        try grandchild.performAndWait { try grandchild.save() }
+        try child.performAndWait { try child.save() }
+        try root.performAndWait { try root.save() }
+        #expect(throws: (any Error).self) { try f.context().existingObject(with: id) }
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

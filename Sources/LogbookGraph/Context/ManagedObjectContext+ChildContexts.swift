@@ -224,7 +224,15 @@ extension ManagedObjectContext {
             guard let o = try? object(forKey: key) else { continue }
             // The delete rules run again here: this context may link the object to others the
             // child never read (the child's own nullify and cascade came with its changes).
-            do { try deleteWithRules(o) } catch { try markDeleted(o) }
+            do { try deleteWithRules(o) } catch let error as LogbookError
+                where error.code == .objectNotFound && o.flags.contains(.fault)
+            {
+                // A fault of an object that is no longer there (another save deleted it, and
+                // this context dropped what it had of it): the deletion is done already, as
+                // `delete(_:)` takes it (checker seed 2018715: the child's save failed).
+                forgetDeletedInStore(o)
+                continue
+            } catch { try markDeleted(o) }
             report.deleted.insert(o.objectID)
         }
         post(.objectsDidChange(report))

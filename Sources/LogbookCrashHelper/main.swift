@@ -34,7 +34,8 @@ let arguments = CommandLine.arguments
 if arguments.count == 5, arguments[1] == "contexts", let seed = UInt64(arguments[2]), let count = Int(arguments[3]) {
     let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count)
     do {
-        let run = try ContextModelRun(specs: specs, path: arguments[4])
+        let run = try ContextModelRun(
+            specs: specs, path: arguments[4], encryptionKey: ContextModelChecker.encryptionKey(seed: seed))
         for (k, step) in steps.enumerated() {
             printLine("begin \(k)")
             try run.run(step)

@@ -251,11 +251,13 @@ struct CheckedRunGenerator {
 /// Runs the checker: seeds, steps, and the shrinking of a failure.
 package enum ContextModelChecker {
     /// Runs `steps` on contexts made as `specs`; the failure and the index of its step, if any.
-    package static func run(_ specs: [CheckedContextSpec], _ steps: [CheckStep]) -> (
-        failure: String, at: Int, log: [String]
-    )? {
+    package static func run(
+        _ specs: [CheckedContextSpec], _ steps: [CheckStep], encryptionKey: EncryptionKey? = nil
+    ) -> (failure: String, at: Int, log: [String])? {
         let run: ContextModelRun
-        do { run = try ContextModelRun(specs: specs) } catch { return ("the run could not start: \(error)", -1, []) }
+        do { run = try ContextModelRun(specs: specs, encryptionKey: encryptionKey) } catch {
+            return ("the run could not start: \(error)", -1, [])
+        }
         for (n, step) in steps.enumerated() {
             do {
                 try run.run(step)
@@ -268,6 +270,11 @@ package enum ContextModelChecker {
     }
 
     /// The seed's contexts and steps.
+    /// The key of a seed's run: every fourth seed runs on an encrypted store.
+    package static func encryptionKey(seed: UInt64) -> EncryptionKey? {
+        seed % 4 == 3 ? ContextModelRun.checkKey : nil
+    }
+
     package static func draw(seed: UInt64, steps count: Int) -> ([CheckedContextSpec], [CheckStep]) {
         var generator = CheckedRunGenerator(seed: seed)
         let specs = generator.contexts()
@@ -277,7 +284,9 @@ package enum ContextModelChecker {
     /// Removes steps while the run still fails (delta debugging: halves, then quarters, … then
     /// single steps). Steps name objects by creation order, so a removed insert renames the
     /// objects after it: what is kept still fails, which is all a shrunk list promises.
-    package static func shrink(_ specs: [CheckedContextSpec], _ failing: [CheckStep]) -> [CheckStep] {
+    package static func shrink(
+        _ specs: [CheckedContextSpec], _ failing: [CheckStep], encryptionKey: EncryptionKey? = nil
+    ) -> [CheckStep] {
         var steps = failing
         var chunk = max(1, steps.count / 2)
         while chunk >= 1 {
@@ -286,7 +295,7 @@ package enum ContextModelChecker {
             while start < steps.count {
                 var candidate = steps
                 candidate.removeSubrange(start..<min(start + chunk, steps.count))
-                if let found = run(specs, candidate) {
+                if let found = run(specs, candidate, encryptionKey: encryptionKey) {
                     steps = Array(candidate.prefix(found.at + 1))
                     removedAny = true
                 } else {
@@ -299,9 +308,14 @@ package enum ContextModelChecker {
     }
 
     /// A report of a failing seed: its contexts and its shrunk steps.
-    package static func report(seed: UInt64, specs: [CheckedContextSpec], steps: [CheckStep]) -> String {
-        let outcome = run(specs, steps)
-        var lines = ["seed \(seed) fails: \(outcome?.failure ?? "(passes when shrunk)")", "contexts:"]
+    package static func report(
+        seed: UInt64, specs: [CheckedContextSpec], steps: [CheckStep], encryptionKey: EncryptionKey? = nil
+    ) -> String {
+        let outcome = run(specs, steps, encryptionKey: encryptionKey)
+        var lines = [
+            "seed \(seed) fails: \(outcome?.failure ?? "(passes when shrunk)")",
+            encryptionKey == nil ? "contexts:" : "contexts (on an encrypted store):"
+        ]
         for (i, s) in specs.enumerated() { lines.append("  C\(i): \(s)") }
         lines.append("steps (\(steps.count)):")
         for (n, line) in (outcome?.log ?? steps.map(\.description)).enumerated() { lines.append("  \(n + 1). \(line)") }

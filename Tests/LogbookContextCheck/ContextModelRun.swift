@@ -20,6 +20,8 @@ package final class ContextModelRun {
     /// The store's path.
     let path: String
     let model: ManagedObjectModel
+    /// The store's key, when the run is on an encrypted store.
+    let encryptionKey: EncryptionKey?
     let specs: [CheckedContextSpec]
     package var container: PersistentContainer
     var contexts: [ManagedObjectContext] = []
@@ -42,19 +44,31 @@ package final class ContextModelRun {
     /// automatically).
     var unmerged: [[ContextChanges]]
     var observations: [ContextObservation] = []
+    /// The options of the run's container: encrypted with `key` when there is one.
+    package static func options(_ key: EncryptionKey?) -> ContainerOptions {
+        var options = ContainerOptions()
+        options.encryptionKey = key
+        return options
+    }
+
+    /// The key of the runs on encrypted stores (the checker runs every fourth seed on one).
+    package static let checkKey = try! EncryptionKey(bytes: (0..<32).map { UInt8($0 * 5 + 3) })
+
     /// What each step did, for the report.
     package var log: [String] = []
 
     /// A run over a new store: in a temporary directory, or at `path` (the crash mode's child
     /// process, whose store outlives it).
-    package init(specs: [CheckedContextSpec], path: String? = nil) throws {
+    package init(specs: [CheckedContextSpec], path: String? = nil, encryptionKey: EncryptionKey? = nil) throws {
         self.specs = specs
+        self.encryptionKey = encryptionKey
         model = try CheckedModel.make()
         temporary = path == nil ? TemporaryStore() : nil
         self.path = path ?? temporary!.path
         try FileManager.default.createDirectory(
             atPath: (self.path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        container = try PersistentContainer(name: "Check", model: model, directory: self.path)
+        container = try PersistentContainer(
+            name: "Check", model: model, directory: self.path, options: Self.options(encryptionKey))
         dirty = Array(repeating: [:], count: specs.count)
         base = Array(repeating: [:], count: specs.count)
         undoStack = Array(repeating: [], count: specs.count)
@@ -470,7 +484,8 @@ package final class ContextModelRun {
         observations = []
         contexts = []
         try container.close()
-        container = try PersistentContainer(name: "Check", model: model, directory: path)
+        container = try PersistentContainer(
+            name: "Check", model: model, directory: path, options: Self.options(encryptionKey))
         for i in specs.indices {
             forgetChanges(of: i)
             unmerged[i] = []

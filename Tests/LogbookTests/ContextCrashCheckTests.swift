@@ -69,14 +69,17 @@ import Testing
             let (ended, _) = try Self.runChild(seed: seed, steps: count, path: directory.path, killAt: killAt)
             stepsFinished += ended + 1
             // The checker's own run of the same steps: the store after each step.
-            let replay = try ContextModelRun(specs: specs)
+            let key = ContextModelChecker.encryptionKey(seed: seed)
+            let replay = try ContextModelRun(specs: specs, encryptionKey: key)
             var states: [[String]] = [try replay.dump()]
             for step in steps.prefix(min(ended + 2, steps.count)) {
                 try replay.run(step)
                 states.append(try replay.dump())
             }
             let container = try PersistentContainer(
-                name: "Check", model: CheckedModel.make(), directory: directory.path)
+                name: "Check", model: CheckedModel.make(), directory: directory.path,
+                options: ContextModelRun.options(key))
+            #expect(container.store.isEncrypted == (key != nil))
             defer { try? container.close() }
             try ContextModelRun.checkStore(container)
             let found = try ContextModelRun.dump(container)

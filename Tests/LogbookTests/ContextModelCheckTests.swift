@@ -8,6 +8,7 @@ import Testing
 
     /// Random runs of every step kind; after each step, every invariant. CI runs a few hundred
     /// seeds; `LOGBOOK_MODEL_CHECK_SEEDS` runs more (their count and the steps run are printed).
+    /// Every fourth seed runs on an encrypted store.
     @Test func randomStepsOverSeveralContextsKeepEveryInvariant() throws {
         let first = UInt64(Self.environment("LOGBOOK_MODEL_CHECK_SEED") ?? 1)
         let seeds =
@@ -26,9 +27,14 @@ import Testing
                 let lines = specs.enumerated().map { "C\($0): \($1)" } + steps.enumerated().map { "\($0 + 1). \($1)" }
                 FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
             }
-            if let failure = ContextModelChecker.run(specs, steps) {
-                let shrunk = ContextModelChecker.shrink(specs, Array(steps.prefix(failure.at + 1)))
-                Issue.record(Comment(rawValue: ContextModelChecker.report(seed: seed, specs: specs, steps: shrunk)))
+            let key = ContextModelChecker.encryptionKey(seed: seed)
+            if let failure = ContextModelChecker.run(specs, steps, encryptionKey: key) {
+                let shrunk = ContextModelChecker.shrink(
+                    specs, Array(steps.prefix(failure.at + 1)), encryptionKey: key)
+                Issue.record(
+                    Comment(
+                        rawValue: ContextModelChecker.report(
+                            seed: seed, specs: specs, steps: shrunk, encryptionKey: key)))
                 // A long run goes on past a failure (up to ten), to find the next defect too.
                 failures += 1
                 if failures == 10 { return }

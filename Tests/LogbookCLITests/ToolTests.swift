@@ -589,6 +589,43 @@ extension ToolTests {
 
 extension ToolTests {
     /// W15: every commit of the writer process reaches the follower's remote-change handler.
+    /// `verify`, `count` and `stats` on a store another process is writing: each answers from
+    /// one version (verify compared a checkpoint's state with a journal read a moment later,
+    /// and called the store damaged).
+    @Test func verifyAndCountBesideAWriterInAnotherProcess() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-beside-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = dir + "/store"
+        #expect(try run(["bench", "populate", "--count", "500", "--store", store]).status == 0)
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: Self.tool)
+        writer.arguments = ["bench", "commits", "--store", store, "--commits", "100000"]
+        writer.standardOutput = FileHandle.nullDevice
+        writer.standardError = FileHandle.nullDevice
+        try writer.run()
+        defer {
+            kill(writer.processIdentifier, SIGKILL)
+            writer.waitUntilExit()
+        }
+        var versions: [Int] = []
+        for _ in 0..<2 {
+            let verify = try run(["verify", store])
+            #expect(verify.status == 0 && verify.out.contains("sound"), "\(verify.out)\(verify.err)")
+            if let line = verify.out.split(separator: "\n").first(where: { $0.hasPrefix("commits replayed") }),
+                let v = line.split(separator: " ").last.flatMap({ Int($0) })
+            {
+                versions.append(v)
+            }
+            let count = try run(["count", store, "--entity", "Item"])
+            #expect(
+                count.status == 0
+                    && Int(count.out.trimmingCharacters(in: .whitespacesAndNewlines)).map { $0 >= 500 } == true)
+        }
+        #expect(writer.isRunning, "the writer ran beside every check")
+        #expect(Set(versions).count > 1, "the store changed between the checks: \(versions)")
+    }
+
     @Test func followMeasuresEveryCommitOfAWriterInAnotherProcess() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-w15-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: dir) }

@@ -58,38 +58,64 @@ extension Store {
         options.createIfMissing = false
         options.checkpointOnClose = false
         options.compaction = .manual
-        var report = VerificationReport()
+        // Beside a writer (readers take no lock) the two opens below may find the store at two
+        // versions: the journal's state is then taken as of the version the normal open found.
+        // A compaction between them can fold that version: the check starts again.
+        var attempt = 0
+        while true {
+            attempt += 1
+            if let report = try verifyOnce(
+                at: directory, fileSystem: fileSystem, options: options, lastTry: attempt == 3)
+            {
+                return report
+            }
+        }
+    }
 
-        // The journal alone, from its first byte.
+    /// One pass of `verify`: nil when the store changed under it in a way that needs another.
+    private static func verifyOnce(
+        at directory: String, fileSystem: any FileSystem, options: StoreOptions, lastTry: Bool
+    ) throws -> VerificationReport? {
+        var report = VerificationReport()
+        // The checkpoint and the journal after it, as a normal open reads the store.
+        let opened = try Store.open(at: directory, options: options, fileSystem: fileSystem)
+        defer { try? opened.close() }
+        let state = opened.snapshot()
+
+        // The journal alone, from its first byte, as of the same version.
         var fromJournal = options
         fromJournal.ignoresCheckpoint = true
         let journal = try Store.open(at: directory, options: fromJournal, fileSystem: fileSystem)
         defer { try? journal.close() }
+        var replayed = journal.snapshot()
+        if replayed.version > state.version {
+            do { replayed = try journal.snapshot(asOf: state.version) } catch let error as EngineError
+                where error.code == .versionUnavailable && !lastTry
+            {
+                return nil
+            }
+        }
         let stats = journal.statistics()
         report.segments = stats.segments.count
         report.segmentBytes = stats.segments.reduce(0) { $0 + $1.bytes }
         report.commits = journal.recoveryReport.commitsReplayed
-        report.version = journal.recoveryReport.version
+        report.version = state.version
         report.uncommittedTailBytes = journal.recoveryReport.truncatedBytes
-
-        // The checkpoint and the journal after it, as a normal open reads the store.
-        let opened = try Store.open(at: directory, options: options, fileSystem: fileSystem)
-        defer { try? opened.close() }
         report.checkpoint = opened.recoveryReport.checkpoint
         if let problem = opened.recoveryReport.checkpointProblem {
             report.problems.append("checkpoint: \(problem)")
         }
         // The secondary-index section, checked after the open (replaced from the journal
         // when it failed: the comparison below then finds nothing to say about it).
-        if let problem = opened.snapshot().state.secondary.checkProblem() {
+        if let problem = state.state.secondary.checkProblem() {
             report.problems.append("checkpoint: \(problem)")
         }
         // The whole leaves, checked after the open too (mended from the journal when a frame
         // was damaged: the comparison below then finds nothing to say about them).
-        if let problem = opened.snapshot().state.slotCheck?.problem() {
+        if let problem = state.state.slotCheck?.problem() {
             report.problems.append("checkpoint: \(problem)")
         }
-        compare(opened.snapshot(), journal.snapshot(), into: &report)
+        compare(state, replayed, into: &report)
         return report
     }
 

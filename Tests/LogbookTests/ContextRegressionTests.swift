@@ -1307,6 +1307,54 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// Checker seed 766067: a context links an item to a folder and renames the folder; another
+    /// context inserts the same item in the folder's ordered items and saves (merged here); the
+    /// rename is undone and the item unlinked: the folder's items no longer hold it.
+    @Test func unlinkingAfterAnUndoFollowingAMergedSameLinkUpdatesBothSides() throws {
+        let f = try Fixture()
+        let c1 = f.container.newContext(concurrencyType: .privateQueue)
+        c1.automaticallyMergesChangesFromOtherContexts = true
+        c1.mergePolicy = .mergeByPropertyStoreTrump
+        c1.undoHistory = UndoHistory()
+        let setup = f.context()
+        _ = try setup.insertNewObject(forEntityName: "Item").setValue("a", forKey: "name")
+        let folder = try setup.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("b", forKey: "name")
+        try setup.save()
+        c1.performAndWait {}
+        let itemID = try c1.performAndWait {
+            let item = try c1.insertNewObject(forEntityName: "Item")
+            try item.setValue("b", forKey: "name")
+            try c1.save()
+            return item.objectID
+        }
+        func step(_ body: () throws -> Void) rethrows {
+            c1.undoHistory?.beginUndoGrouping()
+            defer { c1.undoHistory?.endUndoGrouping() }
+            try body()
+        }
+        try c1.performAndWait {
+            try step {
+                try c1.existingObject(with: itemID).setValue(
+                    try c1.existingObject(with: folder.objectID), forKey: "folder")
+            }
+            try step { try c1.existingObject(with: folder.objectID).setValue("c", forKey: "name") }
+        }
+        let other = f.context()
+        try other.existingObject(with: folder.objectID).insert(
+            try other.existingObject(with: itemID), at: 0, inRelationship: "items")
+        try other.save()
+        c1.performAndWait {}
+        try c1.performAndWait {
+            c1.undo()
+            try step { try c1.existingObject(with: itemID).setValue(nil, forKey: "folder") }
+            let items = try c1.existingObject(with: folder.objectID).orderedObjects(forKey: "items")
+            #expect(!items.contains { $0.objectID == itemID }, "the folder still holds the unlinked item")
+            try c1.save()
+        }
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

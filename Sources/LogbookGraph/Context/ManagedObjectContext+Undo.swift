@@ -39,6 +39,9 @@ extension ManagedObjectContext {
     }
 
     private func restore(_ step: UndoHistory.Step) -> UndoHistory.Step {
+        // Last (deferred first): the set changes restored are net changes again, against what
+        // the context reads now (checker seed 766067).
+        defer { dropNoOpSetChanges() }
         var inverse = UndoHistory.Step(context: contextState)
         // Objects another save deleted since (merged here): undo does not bring them back,
         // nor their changes (a later save would have written them again: checker seed 64331).
@@ -114,6 +117,26 @@ extension ManagedObjectContext {
         setRemoves = step.context.setRemoves
         orderOverrides = step.context.orderOverrides
         return inverse
+    }
+
+    /// Drops the pending set changes that change nothing against what the context reads
+    /// beneath them: an addition of a member the set holds there, a removal of one it does not.
+    /// Undo brings back the set changes as they were before a step; a merge since may have
+    /// brought the same membership from the store (another save linked the same member), and a
+    /// pending addition of it would then cancel a later removal instead of recording it
+    /// (checker seed 766067: the folder kept the item its to-one had left).
+    func dropNoOpSetChanges() {
+        for (k, adds) in setAdds {
+            let owners = possibleOwners(ofSet: k)
+            if owners.contains(where: { registered($0)?.flags.contains(.inserted) ?? false }) { continue }
+            var kept = adds
+            for m in adds where baseHasMember(m, ofSet: k) { _ = kept.remove(m) }
+            setAdds[k] = kept.isEmpty ? nil : kept
+        }
+        for (k, removes) in setRemoves {
+            let kept = removes.filter { baseMayHaveMember($0, ofSet: k) }
+            setRemoves[k] = kept.isEmpty ? nil : kept
+        }
     }
 
     /// Makes the inverse sets of `o`'s to-one relationships agree with its values: it is a

@@ -1355,6 +1355,36 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// Checker seed 21294: a child refreshes (merging its changes) an object whose name it set
+    /// to the value its parent then set too, unsaved: the refresh takes the parent's value, so
+    /// the change is the child's no more, and after the parent undoes its own change the
+    /// child's save does not set the name again (a merge of another save keeps such a change:
+    /// `aChildsChangeThatItsParentsValueMatchedAtAMergeIsStillSaved`).
+    @Test func aRefreshTakesTheParentsValueForAChangeItEquals() throws {
+        let f = try Fixture()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        parent.undoHistory = UndoHistory()
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        let id = try parent.performAndWait {
+            let item = try parent.insertNewObject(forEntityName: "Item")
+            try item.setValue("b", forKey: "name")
+            return item.objectID
+        }
+        parent.performAndWait { parent.undoHistory = UndoHistory() }
+        try child.performAndWait { try child.existingObject(with: id).setValue("a", forKey: "name") }
+        try parent.performAndWait { try parent.existingObject(with: id).setValue("a", forKey: "name") }
+        try child.performAndWait { child.refresh(try child.existingObject(with: id), mergeChanges: true) }
+        parent.performAndWait { parent.undo() }
+        try child.performAndWait { try child.save() }
+        try parent.performAndWait {
+            #expect(try parent.existingObject(with: id).value(forKey: "name") as? String == "b")
+            try parent.save()
+        }
+        let reader = f.context()
+        #expect(try reader.existingObject(with: id).value(forKey: "name") as? String == "b")
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

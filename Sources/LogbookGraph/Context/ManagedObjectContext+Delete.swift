@@ -126,7 +126,7 @@ extension ManagedObjectContext {
         var changes = ContextChanges()
         changes.refreshed = [object.objectID]
         if mergeChanges && object.hasChanges {
-            do { try mergeStoreValues(into: object, from: readSnapshot()) } catch {
+            do { try mergeStoreValues(into: object, from: readSnapshot(), pinning: false) } catch {
                 turnIntoFault(object)
             }
         } else {
@@ -148,7 +148,7 @@ extension ManagedObjectContext {
         let snapshot = readSnapshot()
         var changes = ContextChanges()
         for o in registeredObjects where !o.flags.contains(.inserted) && !o.flags.contains(.invalid) {
-            do { try mergeStoreValues(into: o, from: snapshot) } catch { turnIntoFault(o) }
+            do { try mergeStoreValues(into: o, from: snapshot, pinning: false) } catch { turnIntoFault(o) }
             changes.refreshed.insert(o.objectID)
         }
         if !changes.isEmpty { post(.objectsDidChange(changes)) }

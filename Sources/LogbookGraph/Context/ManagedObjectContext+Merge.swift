@@ -63,7 +63,13 @@ extension ManagedObjectContext {
     /// Reloads `o` from `snapshot`: without unsaved changes it becomes a fault that reads the
     /// stored values when next touched; with them, it takes the stored values of what it has
     /// not changed and keeps its changes (they are compared from then on with the new values).
-    func mergeStoreValues(into o: ManagedObject, from snapshot: Snapshot) throws {
+    ///
+    /// `pinning`: a merge of another save's changes keeps a change that an ancestor's unsaved
+    /// value happens to equal (`pinnedChanges`); a refresh the app asks for
+    /// (`refresh(_:mergeChanges: true)`, `refreshAllObjects()`) takes the parent's value for
+    /// such a change, as Core Data compares with the snapshot it reloads (checker seed 21294).
+    func mergeStoreValues(into o: ManagedObject, from snapshot: Snapshot, pinning: Bool = true) throws {
+        if !pinning { pinnedChanges[o.engineKey] = nil }
         if o.flags.contains(.fault) || !(o.flags.contains(.updated) || o.flags.contains(.deleted)) {
             turnIntoFault(o)
             return
@@ -91,7 +97,7 @@ extension ManagedObjectContext {
         for i in local.indices where local[i] == base[i] && !pinned.contains(i) { merged[i] = store[i] }
         o.slots = merged
         o.committed = store
-        if parentView?.slots != nil {
+        if pinning && parentView?.slots != nil {
             // A change made here that an ancestor's unsaved value happens to equal stays a
             // change (`pinnedChanges`; checker seed 663777: a grandchild's name was lost). One
             // that the store's value equals is settled, as in a context without a parent

@@ -4,13 +4,38 @@ import Testing
 @testable import LogbookEngine
 
 /// Truncation at every byte offset and flipped bytes: recovery keeps exactly a prefix of the
-/// commits or names the damage, and never returns wrong data.
+/// commits or names the damage, and never returns wrong data. Every test runs on a plain and on
+/// an encrypted store (sealed frames, sealed checkpoints, a signed manifest).
 @Suite struct CorruptionTests {
+    /// The key of the encrypted runs (one per test value, fixed so failures reproduce).
+    static let testKey = try! EncryptionKey(bytes: (0..<32).map { UInt8($0 &* 7 &+ 3) })
+
+    /// The options of a writer of this run's store.
+    func options(_ encrypted: Bool) -> StoreOptions {
+        var options = quietOptions()
+        options.encryptionKey = encrypted ? Self.testKey : nil
+        return options
+    }
+
+    /// The same, read-only.
+    func readOnlyOptions(_ encrypted: Bool) -> StoreOptions {
+        var options = options(encrypted)
+        options.readOnly = true
+        return options
+    }
+
+    /// The segment that holds the commits: the last journal file. (A writer of an encrypted
+    /// store starts its first commit in a new segment, so there segment 1 stays empty.)
+    func commitSegment(_ dir: TemporaryDirectory) -> String {
+        dir.store() + "/" + listDirectory(dir.store()).filter { $0.hasPrefix("journal-") }.sorted().last!
+    }
+
     /// A store of `commits` small commits; commit i writes key i (and rewrites key 0), so the
     /// commits present after a reopen can be read off the keys.
-    func makeStore(_ dir: TemporaryDirectory, commits: Int, checkpointAt: Int? = nil) throws -> (String, [UInt8], [Int])
-    {
-        let store = try Store.open(at: dir.store(), options: quietOptions())
+    func makeStore(
+        _ dir: TemporaryDirectory, commits: Int, checkpointAt: Int? = nil, encrypted: Bool = false
+    ) throws -> (String, [UInt8], [Int]) {
+        let store = try Store.open(at: dir.store(), options: options(encrypted))
         var ends: [Int] = []
         for i in 1...commits {
             var t = Transaction()
@@ -23,7 +48,8 @@ import Testing
             if i == checkpointAt { try store.checkpoint() }
         }
         try store.close()
-        let segment = dir.store() + "/" + listDirectory(dir.store()).first { $0.hasPrefix("journal-") }!
+        let segment = commitSegment(dir)
+        #expect(ends.allSatisfy { $0 <= fileBytes(segment).count })
         return (segment, fileBytes(segment), ends)
     }
 
@@ -47,13 +73,12 @@ import Testing
         #expect(try s.indexCount(index: 1) == expected(n).count - (n > 0 ? 1 : 0))
     }
 
-    @Test func truncationAtEveryOffsetLeavesExactlyAPrefixOfCommits() throws {
+    @Test(arguments: [false, true]) func truncationAtEveryOffsetLeavesExactlyAPrefixOfCommits(encrypted: Bool) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
         let commits = 200
-        let (segment, original, ends) = try makeStore(dir, commits: commits)
-        var readOnly = quietOptions()
-        readOnly.readOnly = true
+        let (segment, original, ends) = try makeStore(dir, commits: commits, encrypted: encrypted)
+        let readOnly = readOnlyOptions(encrypted)
         for length in 0...original.count {
             writeFileBytes(segment, Array(original[0..<length]))
             let n = ends.lastIndex { $0 <= length }.map { $0 + 1 } ?? 0
@@ -64,7 +89,7 @@ import Testing
         // A writer cuts the torn tail and says so, then appends after it.
         let cut = ends[99] + 17
         writeFileBytes(segment, Array(original[0..<cut]))
-        let store = try Store.open(at: dir.store(), options: quietOptions())
+        let store = try Store.open(at: dir.store(), options: options(encrypted))
         #expect(store.recoveryReport.truncatedBytes == 17)
         #expect(store.recoveryReport.truncatedOffset == ends[99])
         try check(store, commits: 100)
@@ -72,18 +97,17 @@ import Testing
         t.put(key(3, 1), value: bytes("after the cut"))
         try store.commit(t)
         try store.close()
-        let again = try Store.open(at: dir.store(), options: quietOptions())
+        let again = try Store.open(at: dir.store(), options: options(encrypted))
         #expect(again.recoveryReport.truncatedBytes == 0)
         #expect(string(try again.snapshot().value(forKey: key(3, 1))) == "after the cut")
         #expect(again.snapshot().version == 101)
     }
 
-    @Test func truncationBelowACheckpointFallsBackToAPrefix() throws {
+    @Test(arguments: [false, true]) func truncationBelowACheckpointFallsBackToAPrefix(encrypted: Bool) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        let (segment, original, ends) = try makeStore(dir, commits: 60, checkpointAt: 40)
-        var readOnly = quietOptions()
-        readOnly.readOnly = true
+        let (segment, original, ends) = try makeStore(dir, commits: 60, checkpointAt: 40, encrypted: encrypted)
+        let readOnly = readOnlyOptions(encrypted)
         for length in stride(from: 0, through: original.count, by: 7) {
             writeFileBytes(segment, Array(original[0..<length]))
             let n = ends.lastIndex { $0 <= length }.map { $0 + 1 } ?? 0
@@ -95,12 +119,12 @@ import Testing
     /// Zeros right after the last commit of the last segment are space allocated ahead of
     /// commits (what a process that did not close the store leaves): the end, nothing cut;
     /// the next commit overwrites them and a close gives them back.
-    @Test func zeroFillAfterTheLastCommitIsTheEnd() throws {
+    @Test(arguments: [false, true]) func zeroFillAfterTheLastCommitIsTheEnd(encrypted: Bool) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        let (segment, original, _) = try makeStore(dir, commits: 20)
+        let (segment, original, _) = try makeStore(dir, commits: 20, encrypted: encrypted)
         writeFileBytes(segment, original + [UInt8](repeating: 0, count: 4096))
-        let store = try Store.open(at: dir.store(), options: quietOptions())
+        let store = try Store.open(at: dir.store(), options: options(encrypted))
         #expect(store.recoveryReport.truncatedBytes == 0)
         #expect(store.recoveryReport.truncationReason == nil)
         try check(store, commits: 20)
@@ -108,22 +132,26 @@ import Testing
         t.put(key(5, 1), value: bytes("after the zeros"))
         try store.commit(t)
         try store.close()
-        let written = fileBytes(segment)
-        #expect(Array(written.prefix(original.count)) == original, "the new commit follows the last one")
-        #expect(written.count > original.count && written.last != 0, "and the file ends with it")
-        let again = try Store.open(at: dir.store(), options: quietOptions())
+        // A writer of an encrypted store puts its first commit in a new segment (the zeros
+        // are the end of the old one either way).
+        let written = fileBytes(encrypted ? commitSegment(dir) : segment)
+        if !encrypted {
+            #expect(Array(written.prefix(original.count)) == original, "the new commit follows the last one")
+            #expect(written.count > original.count, "and the file ends with it")
+        }
+        #expect(written.last != 0, "the file ends with the new commit")
+        let again = try Store.open(at: dir.store(), options: options(encrypted))
         #expect(again.snapshot().version == 21)
         #expect(try contents(again.snapshot()) == expected(20))
         #expect(string(try again.snapshot().value(forKey: key(5, 1))) == "after the zeros")
     }
 
-    @Test func flippedBytesAreDetectedAndNeverReturnWrongData() throws {
+    @Test(arguments: [false, true]) func flippedBytesAreDetectedAndNeverReturnWrongData(encrypted: Bool) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
         let commits = 60
-        let (segment, original, ends) = try makeStore(dir, commits: commits)
-        var readOnly = quietOptions()
-        readOnly.readOnly = true
+        let (segment, original, ends) = try makeStore(dir, commits: commits, encrypted: encrypted)
+        let readOnly = readOnlyOptions(encrypted)
         var detectedAsCorruption = 0
         var detectedAsTail = 0
         for offset in stride(from: 0, to: original.count, by: 5) {
@@ -150,10 +178,10 @@ import Testing
         var damaged = original
         damaged[ends[29] + 20] ^= 0xFF
         writeFileBytes(segment, damaged)
-        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: {
+        #expect { _ = try Store.open(at: dir.store(), options: options(encrypted)) } throws: {
             ($0 as? EngineError)?.code == .corruption
         }
-        var salvage = quietOptions()
+        var salvage = options(encrypted)
         salvage.salvage = true
         let salvaged = try Store.open(at: dir.store(), options: salvage)
         #expect(salvaged.isReadOnly)
@@ -161,37 +189,47 @@ import Testing
         try check(salvaged, commits: 30)
     }
 
-    @Test func damagedManifestAndMissingSegmentAreNamed() throws {
+    @Test(arguments: [false, true]) func damagedManifestAndMissingSegmentAreNamed(encrypted: Bool) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        let (segment, _, _) = try makeStore(dir, commits: 5)
+        let (segment, _, _) = try makeStore(dir, commits: 5, encrypted: encrypted)
         let manifest = dir.store() + "/MANIFEST"
         let original = fileBytes(manifest)
+        // Every byte of the manifest: a change is named (the checksum, or for an encrypted
+        // store the signature too), never read as another store.
+        for offset in stride(from: 0, to: original.count, by: encrypted ? 1 : 3) {
+            var damaged = original
+            damaged[offset] ^= 1
+            writeFileBytes(manifest, damaged)
+            #expect(
+                throws: EngineError.self, "flip at \(offset) of the manifest",
+                performing: { _ = try Store.open(at: dir.store(), options: options(encrypted)) })
+        }
         var damaged = original
         damaged[20] ^= 1
         writeFileBytes(manifest, damaged)
-        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: { error in
+        #expect { _ = try Store.open(at: dir.store(), options: options(encrypted)) } throws: { error in
             let e = error as? EngineError
             return e?.code == .corruption && e?.path == manifest
         }
         writeFileBytes(manifest, original)
         let data = fileBytes(segment)
         _ = unlink(segment)
-        #expect { _ = try Store.open(at: dir.store(), options: quietOptions()) } throws: { error in
+        #expect { _ = try Store.open(at: dir.store(), options: options(encrypted)) } throws: { error in
             (error as? EngineError)?.code == .corruption && "\(error)".contains("missing")
         }
         writeFileBytes(segment, data)
-        try check(try Store.open(at: dir.store(), options: quietOptions()), commits: 5)
+        try check(try Store.open(at: dir.store(), options: options(encrypted)), commits: 5)
     }
 
-    @Test func leftoversOfInterruptedWorkAreRemoved() throws {
+    @Test(arguments: [false, true]) func leftoversOfInterruptedWorkAreRemoved(encrypted: Bool) throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanUp() }
-        _ = try makeStore(dir, commits: 5)
+        _ = try makeStore(dir, commits: 5, encrypted: encrypted)
         writeFileBytes(dir.store() + "/MANIFEST.tmp", bytes("half a manifest"))
         writeFileBytes(dir.store() + "/journal-0000000000ff.lbj", bytes("an unlisted segment"))
         writeFileBytes(dir.store() + "/checkpoint-0000000000fe.lbc", bytes("an unlisted checkpoint"))
-        let store = try Store.open(at: dir.store(), options: quietOptions())
+        let store = try Store.open(at: dir.store(), options: options(encrypted))
         #expect(
             Set(store.recoveryReport.removedFiles) == [
                 "MANIFEST.tmp", "journal-0000000000ff.lbj", "checkpoint-0000000000fe.lbc"

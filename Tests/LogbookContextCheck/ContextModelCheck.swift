@@ -258,9 +258,11 @@ package enum ContextModelChecker {
         do { run = try ContextModelRun(specs: specs, encryptionKey: encryptionKey) } catch {
             return ("the run could not start: \(error)", -1, [])
         }
+        let trace = ProcessInfo.processInfo.environment["LOGBOOK_MODEL_CHECK_TRACE"] != nil
         for (n, step) in steps.enumerated() {
             do {
                 try run.run(step)
+                if trace { run.trace() }
                 try run.checkInvariants()
             } catch {
                 return ("\(error)", n, run.log)

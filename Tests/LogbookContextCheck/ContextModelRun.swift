@@ -572,8 +572,18 @@ package final class ContextModelRun {
         // (every attribute), whatever other saves the context has not merged.
         let touched = Set(result.objectIDs)
         let numbers = Set(objects.indices.filter { touched.contains(objects[$0].id) })
-        guard !numbers.isEmpty, !dirty[i].isEmpty else { return }
-        absorb(try storeValues(), into: i, only: numbers)
+        guard !numbers.isEmpty else { return }
+        if !dirty[i].isEmpty { absorb(try storeValues(), into: i, only: numbers) }
+        // Its children that merge automatically reload those objects from it (and theirs from
+        // them), whatever other saves the context has not merged (checker seed 2056641: the
+        // reference kept a child's change the batch had made no change, and then took the
+        // child's later change back to the old value for none).
+        drain()
+        var merging = specs.indices.filter { specs[$0].parent == i && specs[$0].automaticMerging }
+        while let c = merging.popLast() {
+            absorbParentView(into: c, only: numbers)
+            merging += specs.indices.filter { specs[$0].parent == c && specs[$0].automaticMerging }
+        }
     }
 
     /// An asynchronous fetch of every item on a context with a queue: it completes, without an
@@ -618,6 +628,28 @@ package final class ContextModelRun {
         let request = BatchDeleteRequest(entityName: "Item", predicate: try FetchPredicate(format: "name == %@", name))
         let result = try on(i) { c in try c.execute(request) }
         deliver(ContextChanges(deleted: Set(result.objectIDs)), from: i)
+    }
+
+    /// With `LOGBOOK_MODEL_CHECK_TRACE` set: after each step, what each context reads of every
+    /// object's attributes and the reference's changes and their bases, on standard error.
+    func trace() {
+        var lines = ["after \(log.last ?? "")"]
+        for i in specs.indices {
+            let values: [String] = on(i) { c in
+                objects.indices.compactMap { n -> String? in
+                    guard let o = object(n, in: c) else { return nil }
+                    let attributes = CheckedModel.attributes[objects[n].entity]!.map { a in
+                        "\(a)=\((try? o.value(forKey: a)).flatMap { $0.map { "\($0)" } } ?? "nil")"
+                    }
+                    return "#\(n)(\(attributes.joined(separator: ",")))"
+                }
+            }
+            let changes = dirty[i].map {
+                "#\($0.key.object).\($0.key.attribute)=\($0.value) base \(base[i][$0.key] ?? "-")"
+            }
+            lines.append("  C\(i): \(values.joined(separator: " ")) | changes: \(changes.joined(separator: ", "))")
+        }
+        FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
     }
 
     // MARK: Invariants

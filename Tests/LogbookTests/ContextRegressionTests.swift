@@ -1385,6 +1385,50 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// A child (or grandchild) that merges automatically changes a value; its root context
+    /// changes it too and saves; the child changes it back to the value it first read and
+    /// saves, and the root saves: the store holds the child's last value. The child merges its
+    /// ancestor's own save, as Core Data's `automaticallyMergesChangesFromParent` does, so it
+    /// compares with the saved value, not with the one it read before (checker seeds 910235
+    /// and 868579: the change back was no change to the child, and was lost).
+    @Test(arguments: [1, 2]) func aDescendantsChangeBackAfterItsRootSavedIsSaved(depth: Int) throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        root.automaticallyMergesChangesFromOtherContexts = true
+        var chain = [root]
+        for _ in 0..<depth {
+            let child = chain.last!.newChildContext(concurrencyType: .privateQueue)
+            child.automaticallyMergesChangesFromOtherContexts = true
+            chain.append(child)
+        }
+        let leaf = chain.last!
+        let id = try root.performAndWait {
+            let folder = try root.insertNewObject(forEntityName: "Folder")
+            try folder.setValue("b", forKey: "name")
+            try root.save()
+            return folder.objectID
+        }
+        // The leaf holds its change (and so the object) from here on.
+        let held = try leaf.performAndWait {
+            let folder = try leaf.existingObject(with: id)
+            try folder.setValue("c", forKey: "name")
+            return UncheckedSendable(folder)
+        }
+        try root.performAndWait {
+            try root.existingObject(with: id).setValue("c", forKey: "name")
+            try root.save()
+        }
+        for c in chain { c.performAndWait {} }
+        try leaf.performAndWait {
+            try held.value.setValue("b", forKey: "name")
+            #expect(held.value.changedValues()["name"] as? String == "b", "a change against the saved \"c\"")
+        }
+        for c in chain.reversed() { try c.performAndWait { try c.save() } }
+        let reader = f.context()
+        #expect(try reader.existingObject(with: id).value(forKey: "name") as? String == "b")
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

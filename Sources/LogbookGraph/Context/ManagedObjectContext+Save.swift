@@ -113,6 +113,12 @@ extension ManagedObjectContext {
         advancePinnedSnapshot()
         if let changes {
             container.didSave(changes, from: self)
+            // Its children that merge automatically merge its own save too (Core Data's
+            // `automaticallyMergesChangesFromParent`: "changes saved to its … parent context"):
+            // what they read of the saved objects is the store's now (checker seed 868579: a
+            // grandchild compared with the value it had read before its grandparent changed and
+            // saved the object, and its change back to that value never reached the store).
+            passToChildren(changes)
             post(.didSave(changes))
         }
     }

@@ -113,7 +113,7 @@ let package = Package(
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(
             name: "LogbookCrashHelper",
-            dependencies: ["LogbookEngine", "LogbookContextCheck"]
+            dependencies: ["LogbookEngine", "LogbookGraph", "LogbookContextCheck"]
         ),
         .testTarget(
             name: "LogbookEngineTests",

@@ -7,14 +7,21 @@
 // standard output after each commit returns. The parent kills it at a random moment and then
 // checks that every acknowledged commit survived and that no commit survived in part.
 //
+//   LogbookCrashHelper writer ID STORE_DIR [KEY_FILE]
+//   LogbookCrashHelper set STORE_PATH NAME ATTRIBUTE VALUE
+//
+// One of several processes writing one store (below).
+//
 //   LogbookCrashHelper contexts SEED STEPS STORE_PATH
 //
 // Runs the context checker's steps for SEED over a new store at STORE_PATH, printing
 // "begin k" before step k and "end k" after it; the parent kills it during a step it chose
 // (Tests/LogbookTests/ContextCrashCheckTests.swift) and compares the store with the checker's
 // run of the same steps.
+import Foundation
 import LogbookContextCheck
 import LogbookEngine
+import LogbookGraph
 
 #if canImport(Glibc)
     import Glibc
@@ -31,6 +38,74 @@ func printLine(_ text: String) {
 }
 
 let arguments = CommandLine.arguments
+// LogbookCrashHelper set STORE_PATH NAME ATTRIBUTE VALUE: another process's save, for the
+// tests of several writing processes (Tests/LogbookTests/ProcessesTests.swift). Opens the
+// context checker's model at STORE_PATH, sets ATTRIBUTE ("name", or "done" to true/false) of
+// the Item named NAME, saves, and prints "saved" (or the error, exit status 1).
+if arguments.count == 6, arguments[1] == "set" {
+    do {
+        let container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: arguments[2])
+        let context = container.newContext(concurrencyType: .confinement)
+        var request = FetchRequest<ManagedObject>(entityName: "Item")
+        request.predicate = try FetchPredicate(format: "name == %@", arguments[3])
+        guard let item = try context.fetch(request).first else {
+            printError("no Item named \(arguments[3])")
+            exit(1)
+        }
+        if arguments[4] == "done" {
+            try item.setValue(arguments[5] == "true", forKey: "done")
+        } else {
+            try item.setValue(arguments[5], forKey: arguments[4])
+        }
+        try context.save()
+        try container.close()
+        printLine("saved")
+        exit(0)
+    } catch {
+        printError("\(error)")
+        exit(1)
+    }
+}
+// LogbookCrashHelper writer ID STORE_DIR [KEY_FILE]: one of several processes writing one
+// store. Commits forever, each writing its own key (keyspace 10 + ID, id i), padding that every
+// writer rewrites (keyspace 2) and a set member; prints "i t" after each commit returns (t:
+// the monotonic clock in nanoseconds, to tell acknowledgements after a moment from those
+// before it). Tests/LogbookEngineTests/CrashRecoveryTests.swift kills some of them.
+if arguments.count >= 4, arguments[1] == "writer", let id = UInt16(arguments[2]) {
+    do {
+        var options = StoreOptions()
+        options.durability = .full
+        options.segmentSize = 256 << 10
+        options.checkpointInterval = 128 << 10
+        options.compaction = .automatic(deadRatio: 0.3, minimumBytes: 256 << 10)
+        let environment = ProcessInfo.processInfo.environment
+        if environment["HELPER_NO_COMPACTION"] != nil { options.compaction = .manual }
+        if environment["HELPER_NO_CHECKPOINT"] != nil { options.checkpointInterval = 0 }
+        if arguments.count >= 5 { options.encryptionKey = try EncryptionKey(contentsOfFile: arguments[4]) }
+        let store = try Store.open(at: arguments[3], options: options)
+        var i = UInt64(store.snapshot().count(inKeyspace: 10 + id))
+        var rng = SystemRandomNumberGenerator()
+        while true {
+            var t = Transaction()
+            t.put(EngineKey(keyspace: 10 + id, id: i), value: Array("w\(id) \(i)".utf8))
+            for p in 0..<Int.random(in: 0..<30, using: &rng) {
+                t.put(
+                    EngineKey(keyspace: 2, id: UInt64(p)),
+                    value: [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: Int.random(in: 1..<600, using: &rng))
+                )
+            }
+            t.addMembers([UInt64(id) << 32 | i], toSet: EngineKey(keyspace: 3, id: 1).rawValue)
+            try store.commit(t)
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            printLine("\(i) \(Int(now.tv_sec) * 1_000_000_000 + now.tv_nsec)")
+            i += 1
+        }
+    } catch {
+        printError("LogbookCrashHelper writer: \(error)")
+        exit(1)
+    }
+}
 if arguments.count == 5, arguments[1] == "contexts", let seed = UInt64(arguments[2]), let count = Int(arguments[3]) {
     let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count)
     do {

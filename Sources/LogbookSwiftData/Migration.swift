@@ -127,6 +127,12 @@ enum SchemaMigration {
                 "the store at \(path) needs migrating and is open in this process (another container): close that container first"
             )
         }
+        if Store.hasWriters(at: path) {
+            throw LogbookError.wrap(
+                EngineError(
+                    .locked, "the store needs migrating and another process has it open for writing: close it first",
+                    path: path))
+        }
         let backup = path + ".migrating"
         try? fs.removeItem(atPath: backup)
         do { try fs.copyItem(atPath: path, toPath: backup) } catch {

@@ -17,8 +17,14 @@ public enum JournalFormat {
 
     // MARK: Files of a store directory
 
-    /// The advisory lock file (empty). `flock(LOCK_EX)` by the one writer; readers take no lock.
+    /// The advisory lock file (empty). Every writing process holds `flock(LOCK_SH)` on it; a
+    /// writer that finds itself alone at its open holds `LOCK_EX` while it recovers (cuts a
+    /// torn tail, removes leftovers); readers take no lock.
     public static let lockFileName = "LOCK"
+    /// The commit lock and the end of the last commit (`TailHint`): a writer holds
+    /// `flock(LOCK_EX)` on it from the moment it catches up with other processes' commits to
+    /// the end of its own commit.
+    public static let tailFileName = "TAIL"
     /// How far the writer's last sync reached (`SyncedHint`): what a reader in another
     /// process may read of the active segment.
     public static let syncedFileName = "SYNCED"

@@ -14,6 +14,16 @@ package protocol FileSystem: Sendable {
     func createDirectory(_ path: String) throws
     /// Takes the advisory lock on `path` without waiting; throws `.locked` if it is held.
     func lockFile(_ path: String, exclusive: Bool, create: Bool) throws -> any FileLock
+    /// Takes the advisory lock on `path` exclusively when no one else holds it (no waiting);
+    /// nil when someone does.
+    func lockFileIfAlone(_ path: String) throws -> (any FileLock)?
+    /// Takes the advisory lock on `path` shared (creating the file), waiting while another
+    /// holds it exclusively (a writer recovering the store) up to `timeout` seconds; throws
+    /// `.locked` after that.
+    func lockFileShared(_ path: String, timeout: Double) throws -> any FileLock
+    /// Opens (creating) the file whose advisory lock writers take one at a time, around each
+    /// commit, and whose bytes they read and write (`TAIL`).
+    func openCommitLock(_ path: String) throws -> any CommitLock
     /// Bytes an unprivileged writer can still add to the file system holding `path`; nil when
     /// unknown.
     func availableBytes(_ path: String) -> Int?
@@ -47,6 +57,57 @@ extension StorageFile {
 /// A held advisory lock; released by `unlock()` or when the holder goes away.
 package protocol FileLock: AnyObject, Sendable {
     func unlock()
+    /// Turns an exclusive lock into a shared one.
+    func downgrade()
+    /// Turns a shared lock into an exclusive one when no one else holds it (no waiting);
+    /// false when someone does.
+    func tryUpgrade() -> Bool
+}
+
+extension FileLock {
+    /// Turns an exclusive lock into a shared one (nothing where locks are not shared).
+    package func downgrade() {}
+    /// Where locks are not shared, the holder is alone.
+    package func tryUpgrade() -> Bool { true }
+}
+
+/// The commit lock: taken and released around each commit, by one writer at a time, across
+/// processes; `file` is the lock's file, read and written under it.
+package protocol CommitLock: AnyObject, Sendable {
+    var file: any StorageFile { get }
+    /// Waits for the lock.
+    func lock() throws
+    func unlock()
+}
+
+/// A commit lock within one process (file systems on which only one writer can open a store:
+/// in memory, and the tests' fault-injecting one).
+final class InProcessCommitLock: CommitLock, Sendable {
+    let file: any StorageFile
+    private let mutex = ConditionLock()
+
+    init(file: any StorageFile) { self.file = file }
+
+    func lock() throws { mutex.lock() }
+    func unlock() { mutex.unlock() }
+}
+
+extension FileSystem {
+    package func lockFileIfAlone(_ path: String) throws -> (any FileLock)? {
+        do { return try lockFile(path, exclusive: true, create: true) } catch let error as EngineError
+            where error.code == .locked
+        {
+            return nil
+        }
+    }
+
+    package func lockFileShared(_ path: String, timeout: Double) throws -> any FileLock {
+        try lockFile(path, exclusive: true, create: true)
+    }
+
+    package func openCommitLock(_ path: String) throws -> any CommitLock {
+        InProcessCommitLock(file: try openFile(path, writable: true, create: true, exclusive: false))
+    }
 }
 
 extension StorageFile {

@@ -115,6 +115,61 @@ struct PosixFileSystem: FileSystem {
         }
         return PosixFileLock(fd: fd)
     }
+
+    package func lockFileIfAlone(_ path: String) throws -> (any FileLock)? {
+        let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC | O_CREAT, mode_t(JournalFormat.fileMode)) }
+        guard fd >= 0 else { throw EngineError.systemCall("open lock file", path: path, errno: errno) }
+        if retryingEINTR({ flock(fd, LOCK_EX | LOCK_NB) }) == 0 { return PosixFileLock(fd: fd) }
+        let code = errno
+        _ = systemClose(fd)
+        if code == EWOULDBLOCK { return nil }
+        throw EngineError.systemCall("flock", path: path, errno: code)
+    }
+
+    package func lockFileShared(_ path: String, timeout: Double) throws -> any FileLock {
+        let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC | O_CREAT, mode_t(JournalFormat.fileMode)) }
+        guard fd >= 0 else { throw EngineError.systemCall("open lock file", path: path, errno: errno) }
+        // Polled rather than blocking, so that a process that holds the store exclusively
+        // for too long (a recovery that hangs) is an error here, not a hang.
+        let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
+        while retryingEINTR({ flock(fd, LOCK_SH | LOCK_NB) }) != 0 {
+            let code = errno
+            guard code == EWOULDBLOCK, ContinuousClock.now < deadline else {
+                _ = systemClose(fd)
+                if code == EWOULDBLOCK {
+                    throw EngineError(
+                        .locked, "another process has held the store exclusively for \(timeout) s (recovering it)",
+                        path: path)
+                }
+                throw EngineError.systemCall("flock", path: path, errno: code)
+            }
+            usleep(2_000)
+        }
+        return PosixFileLock(fd: fd)
+    }
+
+    package func openCommitLock(_ path: String) throws -> any CommitLock {
+        let fd = retryingEINTR { open(path, O_RDWR | O_CLOEXEC | O_CREAT, mode_t(JournalFormat.fileMode)) }
+        guard fd >= 0 else { throw EngineError.systemCall("open", path: path, errno: errno) }
+        return PosixCommitLock(PosixStorageFile(fd: fd, path: path))
+    }
+}
+
+/// The commit lock: `flock(LOCK_EX)` on the `TAIL` file, whose descriptor also reads and
+/// writes its bytes. A process that dies holding it lets go of it with its descriptors.
+final class PosixCommitLock: CommitLock, Sendable {
+    let storage: PosixStorageFile
+    var file: any StorageFile { storage }
+
+    init(_ storage: PosixStorageFile) { self.storage = storage }
+
+    func lock() throws {
+        guard retryingEINTR({ flock(storage.fd, LOCK_EX) }) == 0 else {
+            throw EngineError.systemCall("flock", path: storage.path, errno: errno)
+        }
+    }
+
+    func unlock() { _ = flock(storage.fd, LOCK_UN) }
 }
 
 @inline(__always)
@@ -214,6 +269,18 @@ final class PosixFileLock: FileLock, @unchecked Sendable {
 
     package func unlock() {
         if released.setOnce() { _ = systemClose(fd) }
+    }
+
+    /// `flock(LOCK_SH)` over the exclusive lock (not atomic: for a moment no lock is held,
+    /// and a waiting writer may take it exclusively first; this one then waits).
+    package func downgrade() {
+        guard !released.isSet else { return }
+        _ = retryingEINTR { flock(fd, LOCK_SH) }
+    }
+
+    package func tryUpgrade() -> Bool {
+        guard !released.isSet else { return false }
+        return retryingEINTR({ flock(fd, LOCK_EX | LOCK_NB) }) == 0
     }
 
     deinit { unlock() }

@@ -121,7 +121,7 @@ extension Recovery {
     /// applied `Store.applyPartBlocks` at a time (as a commit applies a large one), so that at
     /// most one part is in memory inflated. A block that does not inflate, its frame's
     /// checksum and the transaction's notwithstanding, is corruption.
-    private func applyTransaction(
+    private mutating func applyTransaction(
         _ frames: [(Int, Frame.Parsed)], from raw: UnsafeRawBufferPointer, file: SegmentFile,
         state: inout IndexState, reader: BlockReader
     ) throws {
@@ -143,6 +143,7 @@ extension Recovery {
             try state.apply(
                 transaction: blocks, manifest: table, firstOrdinal: ordinal, segment: file.number, reader: reader)
             ordinal += table.count
+            if touchedKeys != nil { for i in 0..<table.count { touchedKeys!.append(table.key(i)) } }
             start = end
         }
     }

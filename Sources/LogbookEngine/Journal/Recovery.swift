@@ -32,6 +32,19 @@ struct Recovery {
     var key: EncryptionKey?
     /// The store's cipher, once the manifest is read: nil in an unencrypted store.
     var cipher: StoreCipher?
+    /// A writer's open: whether no other writing process has the store open. Only then does
+    /// it remove leftovers of interrupted work and cut a torn tail (another writer may be
+    /// creating those files, or appending that tail, right now).
+    var alone = true
+    /// A writer catching up with other writers' commits (`Store.catchUp`): every whole commit
+    /// is read, whatever `SYNCED` says.
+    var ignoresSyncedLimit = false
+    /// When set: the keys of every transaction replayed are added (a compaction in progress
+    /// takes their current locations at its switch).
+    var touchedKeys: [UInt64]?
+    /// A writer that must be the only one for as long as it is open (a change of key): it
+    /// keeps the lock exclusive, and is refused (`locked`) when another writer is there.
+    var exclusive = false
 
     /// A recovery of the store in `directory`; with `cipher`, that of an open encrypted store
     /// (its key is not asked for again).
@@ -64,13 +77,34 @@ struct Recovery {
         // Readers take no lock: they never keep a writer out, and a writer never waits for
         // them (a reader reads only whole commits, and keeps the files it opened readable
         // after a compaction removes them).
+        // Writers: the first to open takes the lock exclusively for its recovery (it may
+        // cut a torn tail and remove what interrupted work left), then shares it; one that
+        // finds others there shares it at once (waiting while one of them recovers) and
+        // recovers under the commit lock, touching nothing another writer may be writing.
+        var commitLock: (any CommitLock)?
         if readOnly {
             lock = nil
+        } else if let held = try fs.lockFileIfAlone(lockPath) {
+            lock = held
+            alone = true
+        } else if exclusive {
+            throw EngineError(
+                .locked, "the store is open for writing in another process or Store instance; close it first",
+                path: lockPath)
         } else {
-            lock = try fs.lockFile(lockPath, exclusive: true, create: true)
+            lock = try fs.lockFileShared(lockPath, timeout: 60)
+            alone = false
         }
         do {
-            return try openLocked(lock: lock)
+            if !readOnly && !alone {
+                let commit = try fs.openCommitLock(path(JournalFormat.tailFileName))
+                try commit.lock()
+                commitLock = commit
+            }
+            defer { commitLock?.unlock() }
+            let store = try openLocked(lock: lock, commitLock: commitLock)
+            if alone && !exclusive { lock?.downgrade() }
+            return store
         } catch {
             // A directory that turned out not to be a store keeps nothing of this attempt.
             if !lockExisted && !fs.fileExists(path(JournalFormat.manifestFileName)) {
@@ -81,7 +115,14 @@ struct Recovery {
         }
     }
 
-    private mutating func openLocked(lock: (any FileLock)?) throws -> Store {
+    /// A writer's state read again from the manifest and the journal, under the commit lock
+    /// it holds (another process's compaction replaced the segments it knew).
+    mutating func reopenBesideOthers(commitLock: any CommitLock) throws -> Store {
+        alone = false
+        return try openLocked(lock: nil, commitLock: commitLock)
+    }
+
+    private mutating func openLocked(lock: (any FileLock)?, commitLock held: (any CommitLock)? = nil) throws -> Store {
         let manifestPath = path(JournalFormat.manifestFileName)
         var names = try fs.listDirectory(directory)
         if !names.contains(JournalFormat.manifestFileName) {
@@ -98,7 +139,10 @@ struct Recovery {
         guard !manifest.segments.isEmpty else {
             throw EngineError.corruption("the manifest lists no segment", path: manifestPath, offset: 0)
         }
-        if !readOnly { try cleanUp(names: names, manifest: manifest) }
+        if !readOnly && alone { try cleanUp(names: names, manifest: manifest) }
+        // Beside other writers, a tail that does not read whole is left alone (it is cut, or
+        // written over, under the commit lock).
+        if !readOnly && !alone { following = true }
 
         // Open every segment and check its header.
         var files: [UInt64: SegmentFile] = [:]
@@ -158,6 +202,7 @@ struct Recovery {
         if !readOnly {
             writer.syncedFile = try? fs.openFile(
                 path(JournalFormat.syncedFileName), writable: true, create: true, exclusive: false)
+            writer.commitLock = try held ?? fs.openCommitLock(path(JournalFormat.tailFileName))
         }
         writer.checkpointVersion = report.checkpoint != nil ? checkpointVersion : 0
         writer.lastWritten = state.version
@@ -203,6 +248,8 @@ struct Recovery {
         // open may have written (a frame's position is its nonce): its first commit starts a
         // new segment.
         writer.needsFreshSegment = !readOnly && cipher != nil
+        // The end of the last commit, for the next writer (`TailHint`).
+        if !readOnly, let active { writer.writeTail(active) }
         return Store(
             directory: directory, options: options, fileSystem: fs, lock: lock, report: report,
             writer: writer, cache: cache, cipher: cipher)
@@ -214,7 +261,10 @@ struct Recovery {
     private mutating func createFromNothing(_ names: [String]) throws {
         let firstSegment = SegmentFile.fileName(1)
         var leftovers: [String] = []
-        for name in names where name != JournalFormat.lockFileName && name != JournalFormat.syncedFileName {
+        for name in names
+        where name != JournalFormat.lockFileName && name != JournalFormat.syncedFileName
+            && name != JournalFormat.tailFileName
+        {
             if name.hasSuffix(JournalFormat.temporarySuffix) {
                 leftovers.append(name)
                 continue
@@ -326,7 +376,7 @@ struct Recovery {
         // Only what the writer's last sync reached (`SyncedHint`); a hint behind what was read
         // already (stale) reads nothing more.
         let first = known.count - 1
-        let limit = durableLimit(manifest.segments, files: opened)
+        let limit = ignoresSyncedLimit ? nil : durableLimit(manifest.segments, files: opened)
         if let limit, limit.index < first { return (files, offset, known) }
         let reader = BlockReader(segments: all, cache: cache)
         var end = offset

@@ -58,59 +58,63 @@ extension Store {
             // reaches the journal. (The first commit after an open waits here for the checks
             // the open left running.)
             try state.working.checkLoaded()
-            // A full segment is sealed; so is one of an older format version (a store of
-            // version 1 opened by this build), so that no segment mixes versions.
-            // In an encrypted store, the first commit of a writer starts a new segment
-            // (`WriterState.needsFreshSegment`).
-            if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version
-                || state.needsFreshSegment
-            {
-                try rollover(&state)
-            }
-            let version = state.working.version + 1
-            if let expectingVersion, expectingVersion != version {
-                throw EngineError(
-                    .versionMismatch, "the commit would be version \(version), not the expected \(expectingVersion)")
-            }
-
-            var payloads = Self.framePayloads(&transaction, blocks)
-            // The size is known before anything is written: a transaction that does not fit
-            // what is left of the segment goes into a fresh one, and one that no segment can
-            // hold is refused here (it used to be refused after up to a gigabyte was written,
-            // and the same transaction committed on a fresh store).
-            let needed = Self.encodedSize(blocks, payloads)
-            if state.appendOffset + needed > options.segmentLimit {
-                guard JournalFormat.fileHeaderSize + needed <= options.segmentLimit else {
-                    throw tooLarge()
+            // Under the commit lock, after the commits of other writers (`withCommitLock`).
+            return try withCommitLock(&state) { state in
+                // A full segment is sealed; so is one of an older format version (a store of
+                // version 1 opened by this build), so that no segment mixes versions.
+                // In an encrypted store, the first commit of a writer starts a new segment
+                // (`WriterState.needsFreshSegment`).
+                if state.appendOffset >= options.segmentSize || state.active?.formatVersion != JournalFormat.version
+                    || state.needsFreshSegment
+                {
+                    try rollover(&state)
                 }
-                try rollover(&state)
+                let version = state.working.version + 1
+                if let expectingVersion, expectingVersion != version {
+                    throw EngineError(
+                        .versionMismatch, "the commit would be version \(version), not the expected \(expectingVersion)"
+                    )
+                }
+
+                var payloads = Self.framePayloads(&transaction, blocks)
+                // The size is known before anything is written: a transaction that does not fit
+                // what is left of the segment goes into a fresh one, and one that no segment can
+                // hold is refused here (it used to be refused after up to a gigabyte was written,
+                // and the same transaction committed on a fresh store).
+                let needed = Self.encodedSize(blocks, payloads)
+                if state.appendOffset + needed > options.segmentLimit {
+                    guard JournalFormat.fileHeaderSize + needed <= options.segmentLimit else {
+                        throw tooLarge()
+                    }
+                    try rollover(&state)
+                }
+                guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
+                let written = try writeFrames(
+                    blocks, payloads: &payloads, version: version,
+                    operationCount: transaction.operationCount, to: active, state: &state)
+                // A large transaction syncs on another thread while the indexes are updated; a small
+                // one syncs on this thread afterwards (a handoff would cost more than it saves).
+                let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil
+                do {
+                    try apply(
+                        blocks, stored: &payloads, frameOffsets: written.frameOffsets,
+                        manifest: transaction.keepsTable ? transaction.manifest : nil, retained: transaction.retained,
+                        segment: active, state: &state)
+                } catch {
+                    state.recordFailure(error)
+                    throw error
+                }
+                do {
+                    try sync?.wait()
+                } catch {
+                    // The page cache may now hold pages marked clean that never reached the disk:
+                    // cut them, so that nothing past the last sync is ever read back.
+                    state.fail(error, truncating: active, to: state.syncedOffset)
+                    throw error
+                }
+                publish(version: version, end: written.end, durability: durability, state: &state)
+                return version
             }
-            guard let active = state.active else { throw EngineError(.readOnly, "no active segment") }
-            let written = try writeFrames(
-                blocks, payloads: &payloads, version: version,
-                operationCount: transaction.operationCount, to: active, state: &state)
-            // A large transaction syncs on another thread while the indexes are updated; a small
-            // one syncs on this thread afterwards (a handoff would cost more than it saves).
-            let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil
-            do {
-                try apply(
-                    blocks, stored: &payloads, frameOffsets: written.frameOffsets,
-                    manifest: transaction.keepsTable ? transaction.manifest : nil, retained: transaction.retained,
-                    segment: active, state: &state)
-            } catch {
-                state.recordFailure(error)
-                throw error
-            }
-            do {
-                try sync?.wait()
-            } catch {
-                // The page cache may now hold pages marked clean that never reached the disk:
-                // cut them, so that nothing past the last sync is ever read back.
-                state.fail(error, truncating: active, to: state.syncedOffset)
-                throw error
-            }
-            publish(version: version, end: written.end, durability: durability, state: &state)
-            return version
         }
         if durability == .normal { try waitDurable(version) }
         scheduleMaintenanceIfNeeded()

@@ -9,8 +9,9 @@ import Dispatch
 /// An append-only journal of versioned records under 64-bit keys, with in-memory indexes,
 /// O(1) snapshots, checkpoints, online compaction and crash recovery.
 ///
-/// One process writes (an advisory lock keeps others out); any number of threads read
-/// through snapshots while it does.
+/// Any number of processes may write it (their commits serialized by a lock between them, each
+/// reading the others' commits before its own); any number of threads read through snapshots
+/// while they do.
 ///
 /// ```swift
 /// let store = try Store.open(at: "/tmp/example.logbook")
@@ -112,6 +113,29 @@ public final class Store: Sendable {
         /// A follower's (a read-only store's): the last commit record it applied, which its
         /// next refresh finds again where it was before going on from its end.
         var lastCommit: CommitFrame?
+        /// A writer's commit lock (`TAIL`), and whether this writer holds it now.
+        var commitLock: (any CommitLock)?
+        var holdsCommitLock = false
+        /// What this writer last wrote to `TAIL` (nil: unknown).
+        var tailWritten: TailHint?
+        /// The end of other processes' commits in the active segment, as the last catch-up
+        /// read them: a failed sync never cuts below it (those commits are theirs).
+        var othersEnd = 0
+        /// The newest version another process committed, as far as this writer has read.
+        var remoteVersion: UInt64 = 0
+        /// The versions other processes committed, read since `takeRemoteVersions()`.
+        var remoteRanges: [ClosedRange<UInt64>] = []
+
+        /// Writes where the last commit ends to `TAIL` (best effort: a hint not written makes
+        /// the next writer read the journal).
+        mutating func writeTail(_ active: SegmentFile) {
+            guard let commitLock else { return }
+            let hint = TailHint(
+                segment: active.number, end: appendOffset, version: working.version,
+                nextFileNumber: manifest.nextFileNumber, generation: manifest.generation, salt: active.salt)
+            guard hint != tailWritten else { return }
+            tailWritten = (try? commitLock.file.write(hint.encoded(), at: 0)) != nil ? hint : nil
+        }
 
         /// Tells readers in other processes how far the last sync reached (best effort: a hint
         /// not written leaves them behind, never ahead).
@@ -119,6 +143,20 @@ public final class Store: Sendable {
             guard let syncedFile, let active, failure == nil else { return }
             let hint = SyncedHint(segment: active.number, offset: syncedOffset, salt: active.salt)
             guard hint != syncedHintWritten else { return }
+            // Never behind what another writer's sync wrote there: readers would stop short
+            // of commits it made durable.
+            if let current = (try? syncedFile.read(count: SyncedHint.size, at: 0)).flatMap(SyncedHint.decode),
+                current != syncedHintWritten
+            {
+                if current.segment == hint.segment && current.salt == hint.salt && current.offset > hint.offset {
+                    return
+                }
+                if let c = manifest.segments.firstIndex(of: current.segment),
+                    let h = manifest.segments.firstIndex(of: hint.segment), c > h
+                {
+                    return
+                }
+            }
             if (try? syncedFile.write(hint.encoded(), at: 0)) != nil { syncedHintWritten = hint }
         }
 
@@ -131,9 +169,25 @@ public final class Store: Sendable {
         /// store is poisoned either way). After a failed sync the page cache may hold pages
         /// marked clean that never reached the disk; cutting them means that a reopen in the
         /// same boot cannot read back, and build on, a commit that may not be durable.
+        ///
+        /// Beside other writers, only under the commit lock, and never below the commits of
+        /// others that this writer read (they are theirs to vouch for): a cut without the lock
+        /// could take away a commit another process just made.
         mutating func fail(_ error: any Error, truncating file: SegmentFile, to offset: Int) {
             recordFailure(error)
-            try? file.handle.truncate(to: offset)
+            var floor = file === active ? othersEnd : 0
+            if let commitLock, !holdsCommitLock {
+                // Outside a commit (a group sync failing later): under the lock, and above
+                // what another process committed after this writer's last commit.
+                guard (try? commitLock.lock()) != nil else { return }
+                defer { commitLock.unlock() }
+                if let hint = (try? commitLock.file.read(count: TailHint.size, at: 0)).flatMap(TailHint.decode),
+                    hint != tailWritten, hint.segment == file.number
+                {
+                    floor = max(floor, hint.end)
+                }
+            }
+            try? file.handle.truncate(to: max(offset, floor))
         }
 
         /// Cuts the zeros allocated after the last commit of `file`, the active segment (best
@@ -192,7 +246,7 @@ public final class Store: Sendable {
     /// Opens (or creates) the store in `directory`.
     ///
     /// Throws `EngineError` with code `.notAStore` when the directory holds something else,
-    /// `.locked` when another process writes to it, `.corruption` (naming file and offset)
+    /// `.locked` when another process has held the store exclusively (recovering it) for a minute, `.corruption` (naming file and offset)
     /// when committed data is damaged, `.unsupportedFormat` for another format version.
     public static func open(at directory: String, options: StoreOptions = StoreOptions()) throws -> Store {
         try open(
@@ -201,7 +255,8 @@ public final class Store: Sendable {
     }
 
     static func open(
-        at directory: String, options: StoreOptions, fileSystem fs: any FileSystem, cipher: StoreCipher? = nil
+        at directory: String, options: StoreOptions, fileSystem fs: any FileSystem, cipher: StoreCipher? = nil,
+        exclusive: Bool = false
     ) throws -> Store {
         try options.validate()
         // A reader takes no lock, so a writer may change the store while it opens: a
@@ -211,6 +266,7 @@ public final class Store: Sendable {
         var attempt = 0
         while true {
             var recovery = Recovery(directory: directory, options: options, fileSystem: fs, cipher: cipher)
+            recovery.exclusive = exclusive
             do { return try recovery.run() } catch let error as EngineError
                 where options.readOnly && !options.salvage && error.code == .corruption && attempt < 3
             {
@@ -304,7 +360,13 @@ public final class Store: Sendable {
     @discardableResult
     public func refresh() throws -> Bool {
         guard isReadOnly else {
-            throw EngineError(.invalidArgument, "refresh() follows another process's commits; this store is the writer")
+            // A writer: what other writers committed, read under the commit lock.
+            return try writer.withLock { w in
+                try w.checkWritable()
+                let before = w.working.version
+                try withCommitLock(&w) { _ in }
+                return w.working.version != before
+            }
         }
         // Serialized with other refreshes (the writer lock of a read-only store guards nothing
         // else).
@@ -421,7 +483,7 @@ public final class Store: Sendable {
                 // where their journal does. Not synced: should the length fall back after a
                 // power loss, the zeros are read as the end all the same.
                 if writerState.failure == nil, let active = writerState.active {
-                    writerState.trimAllocation(of: active)
+                    trimIfLast(&writerState, active)
                 }
                 // A store that failed earlier closes, and says so: what it acknowledged
                 // without a sync since its last successful one may not be on disk (a failed
@@ -498,11 +560,16 @@ public final class Store: Sendable {
     /// leaves no blocks of the old file in the cache.
     func allocateFileNumber(_ manifest: inout Manifest) throws -> UInt64 {
         let reusing = manifest.nextFileNumber > JournalFormat.maxSegmentNumber
-        let number = try manifest.allocateFileNumber { number in
+        func isFree(_ number: UInt64) -> Bool {
             let names = [SegmentFile.fileName(number), Checkpoint.fileName(number)]
             return !names.contains { name in
                 fileSystem.fileExists(path(name)) || fileSystem.fileExists(path(name + JournalFormat.temporarySuffix))
             }
+        }
+        var number = try manifest.allocateFileNumber(isFree: isFree)
+        // A number whose file exists (another writer's, not named by a manifest yet) is skipped.
+        while !reusing && !isFree(number) && manifest.nextFileNumber <= JournalFormat.maxSegmentNumber {
+            number = try manifest.allocateFileNumber(isFree: isFree)
         }
         if reusing { cache.removeAll(segment: number) }
         return number

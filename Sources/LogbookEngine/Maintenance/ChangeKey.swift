@@ -33,13 +33,13 @@ extension Store {
         opening.checkpointOnClose = false
         opening.beforeCompaction = nil
         do {
-            let store = try open(at: directory, options: opening, fileSystem: fs)
+            let store = try open(at: directory, options: opening, fileSystem: fs, exclusive: true)
             defer { try? store.close() }
             try store.rewriteAll(with: newKey.map(StoreCipher.fresh))
         }
         // The new key's store, with a checkpoint: its next open need not replay it.
         opening.encryptionKey = newKey
-        let store = try open(at: directory, options: opening, fileSystem: fs)
+        let store = try open(at: directory, options: opening, fileSystem: fs, exclusive: true)
         defer { try? store.close() }
         try store.checkpoint()
     }

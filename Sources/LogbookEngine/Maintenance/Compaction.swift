@@ -50,22 +50,26 @@ extension Store {
         var (sealedState, sealed, allSegments) = try writer.withLock {
             writerState -> (IndexState, [SegmentFile], SegmentSet) in
             try writerState.checkWritable()
-            // Whole leaves that could not be mended read as empty: nothing is sealed or
-            // rewritten from them (the journal still has every record).
-            try writerState.working.slotCheck?.check()
-            if floor == nil && writerState.appendOffset > JournalFormat.fileHeaderSize {
-                // Room for the rewrite is checked before the seal: a rollover on a full disk
-                // would fail for nothing (it no longer stops commits, but it costs a segment).
-                let files = writerState.manifest.segments.compactMap { writerState.segments.files[$0] }
-                try checkRoom(
-                    bytes: files.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, state: writerState.working)
-                try rollover(&writerState)
+            // Under the commit lock: the seal starts a segment (a manifest), and what other
+            // writers committed is in the segments sealed.
+            return try withCommitLock(&writerState) { writerState in
+                // Whole leaves that could not be mended read as empty: nothing is sealed or
+                // rewritten from them (the journal still has every record).
+                try writerState.working.slotCheck?.check()
+                if floor == nil && writerState.appendOffset > JournalFormat.fileHeaderSize {
+                    // Room for the rewrite is checked before the seal: a rollover on a full disk
+                    // would fail for nothing (it no longer stops commits, but it costs a segment).
+                    let files = writerState.manifest.segments.compactMap { writerState.segments.files[$0] }
+                    try checkRoom(
+                        bytes: files.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, state: writerState.working)
+                    try rollover(&writerState)
+                }
+                let activeNumber = writerState.active?.number
+                let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap {
+                    writerState.segments.files[$0]
+                }
+                return (writerState.working, sealed, writerState.segments)
             }
-            let activeNumber = writerState.active?.number
-            let sealed = writerState.manifest.segments.filter { $0 != activeNumber }.compactMap {
-                writerState.segments.files[$0]
-            }
-            return (writerState.working, sealed, writerState.segments)
         }
         if let floor {
             // Only the oldest segments whose commits are all at or before the floor, folded into
@@ -217,63 +221,74 @@ extension Store {
         remapped.replaceMany(remap)
         options.beforeCompactionSwitch?()
         return try writer.withLock { writerState -> (Int, Int) in
-            let touched = writerState.compactionTouched ?? []
-            writerState.compactionTouched = nil
-            do { try writerState.checkWritable() } catch {
-                output.abandon()
-                throw error
-            }
-            if options.durability != .full, let active = writerState.active {
-                do {
-                    try active.handle.sync()
-                    writerState.syncedOffset = writerState.appendOffset
-                } catch {
-                    // As after a commit's failed sync: the pages it dropped are cut, so that no
-                    // reopen in this boot reads them back and no later record vouches for them
-                    // (found by the crash-state explorer: "a compaction racing commits, no sync").
+            // Under the commit lock, after the commits of other writers, whose keys join those
+            // the commits of this process touched.
+            try withCommitLock(&writerState) { writerState -> (Int, Int) in
+                let touched = writerState.compactionTouched ?? []
+                writerState.compactionTouched = nil
+                do { try writerState.checkWritable() } catch {
                     output.abandon()
-                    writerState.fail(error, truncating: active, to: writerState.syncedOffset)
                     throw error
                 }
-            }
-            var manifest = writerState.manifest
-            let oldCheckpoint = manifest.checkpoint
-            manifest.segments = written.map(\.number) + manifest.segments.filter { !sealedNumbers.contains($0) }
-            manifest.checkpoint = 0
-            manifest.generation += 1
-            do { try writeManifestTellingReplacement(manifest) } catch let e as ManifestNotReplaced {
-                // The old manifest stands, naming the sealed segments: the rewrite is dropped
-                // and commits go on (the compaction is tried again later, backing off).
-                output.abandon()
-                writerState.manifest.generation = manifest.generation
-                throw e.underlying
-            } catch {
-                writerState.recordFailure(error)
-                throw error
-            }
-            for key in touched {
-                if let location = writerState.working.primary[key] {
-                    remapped.set(key, location)
-                } else {
-                    remapped.remove(key)
+                // Another process compacted the same segments meanwhile (the catch-up read its
+                // manifest): this rewrite is of no use, and switching to it would put its commits
+                // beside the other's. It is dropped.
+                guard sealedNumbers.isSubset(of: writerState.manifest.segments) else {
+                    output.abandon()
+                    return (0, 0)
                 }
+                if options.durability != .full, let active = writerState.active {
+                    do {
+                        try active.handle.sync()
+                        writerState.syncedOffset = writerState.appendOffset
+                    } catch {
+                        // As after a commit's failed sync: the pages it dropped are cut, so that no
+                        // reopen in this boot reads them back and no later record vouches for them
+                        // (found by the crash-state explorer: "a compaction racing commits, no sync").
+                        output.abandon()
+                        writerState.fail(error, truncating: active, to: writerState.syncedOffset)
+                        throw error
+                    }
+                }
+                var manifest = writerState.manifest
+                let oldCheckpoint = manifest.checkpoint
+                manifest.segments = written.map(\.number) + manifest.segments.filter { !sealedNumbers.contains($0) }
+                manifest.checkpoint = 0
+                manifest.generation += 1
+                do { try writeManifestTellingReplacement(manifest) } catch let e as ManifestNotReplaced {
+                    // The old manifest stands, naming the sealed segments: the rewrite is dropped
+                    // and commits go on (the compaction is tried again later, backing off).
+                    output.abandon()
+                    writerState.manifest.generation = manifest.generation
+                    throw e.underlying
+                } catch {
+                    writerState.recordFailure(error)
+                    throw error
+                }
+                for key in touched {
+                    if let location = writerState.working.primary[key] {
+                        remapped.set(key, location)
+                    } else {
+                        remapped.remove(key)
+                    }
+                }
+                writerState.working.primary = remapped
+                writerState.working.totalBytes =
+                    writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
+                writerState.working.liveBytes = max(0, writerState.working.liveBytes)
+                var files = writerState.segments.files
+                for file in sealed.files {
+                    files[file.number] = nil
+                    file.markObsolete()
+                }
+                for file in written { files[file.number] = file }
+                writerState.segments = SegmentSet(files)
+                writerState.manifest = manifest
+                writerState.checkpointVersion = 0
+                publish(writerState)
+                if oldCheckpoint != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(oldCheckpoint))) }
+                return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.files.count)
             }
-            writerState.working.primary = remapped
-            writerState.working.totalBytes =
-                writerState.working.totalBytes - sealedState.totalBytes + output.operationBytes
-            writerState.working.liveBytes = max(0, writerState.working.liveBytes)
-            var files = writerState.segments.files
-            for file in sealed.files {
-                files[file.number] = nil
-                file.markObsolete()
-            }
-            for file in written { files[file.number] = file }
-            writerState.segments = SegmentSet(files)
-            writerState.manifest = manifest
-            writerState.checkpointVersion = 0
-            publish(writerState)
-            if oldCheckpoint != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(oldCheckpoint))) }
-            return (written.reduce(0) { $0 + ((try? $1.handle.size()) ?? 0) }, sealed.files.count)
         }
     }
 }
@@ -395,7 +410,10 @@ struct CompactionWriter {
     private mutating func startSegment() throws {
         try commitTransaction()
         if let last = files.last { try last.handle.sync() }
-        let number = try store.writer.withLock { writerState in try store.allocateFileNumber(&writerState.manifest) }
+        // Under the commit lock, where every writer takes its file numbers.
+        let number = try store.writer.withLock { writerState in
+            try store.withCommitLock(&writerState) { try store.allocateFileNumber(&$0.manifest) }
+        }
         files.append(try store.createSegment(number: number, cipher: cipher))
         offset = JournalFormat.fileHeaderSize
     }

@@ -16,22 +16,28 @@ extension Store {
 
     /// Caller holds `maintenance`.
     func writeCheckpoint() throws {
+        var capturedSegments: [UInt64] = []
         let captured = try writer.withLock { writerState -> (IndexState, UInt64, Int, UInt64)? in
             try writerState.checkWritable()
-            if writerState.manifest.checkpoint != 0 && writerState.checkpointVersion == writerState.working.version {
-                return nil
-            }
-            guard let active = writerState.active else { return nil }
-            // A checkpoint covers only durable commits.
-            if writerState.syncedOffset < writerState.appendOffset {
-                do { try active.handle.sync() } catch {
-                    writerState.fail(error, truncating: active, to: writerState.syncedOffset)
-                    throw error
+            // Under the commit lock: the file number, and what other writers committed.
+            return try withCommitLock(&writerState) { writerState -> (IndexState, UInt64, Int, UInt64)? in
+                if writerState.manifest.checkpoint != 0 && writerState.checkpointVersion == writerState.working.version
+                {
+                    return nil
                 }
-                writerState.syncedOffset = writerState.appendOffset
+                guard let active = writerState.active else { return nil }
+                // A checkpoint covers only durable commits.
+                if writerState.syncedOffset < writerState.appendOffset {
+                    do { try active.handle.sync() } catch {
+                        writerState.fail(error, truncating: active, to: writerState.syncedOffset)
+                        throw error
+                    }
+                    writerState.syncedOffset = writerState.appendOffset
+                }
+                let number = try allocateFileNumber(&writerState.manifest)
+                capturedSegments = writerState.manifest.segments
+                return (writerState.working, active.number, writerState.appendOffset, number)
             }
-            let number = try allocateFileNumber(&writerState.manifest)
-            return (writerState.working, active.number, writerState.appendOffset, number)
         }
         guard let (state, segment, offset, number) = captured else { return }
         // Indexes or leaves that could not be had are not written out (the journal still has
@@ -55,22 +61,31 @@ extension Store {
         }
         try writer.withLock { writerState in
             try writerState.checkWritable()
-            var manifest = writerState.manifest
-            let old = manifest.checkpoint
-            manifest.checkpoint = number
-            manifest.generation += 1
-            do { try writeManifest(manifest) } catch {
-                // The store's committed state is intact (the journal holds every commit, and
-                // either manifest on disk names a sound checkpoint): commits go on, and the
-                // checkpoint is tried again later. The old checkpoint stays (the manifest on
-                // disk may still name it); the generation is not used again.
-                writerState.manifest.generation = manifest.generation
-                throw error
+            // Under the commit lock, over the manifest as other writers left it.
+            try withCommitLock(&writerState) { writerState in
+                var manifest = writerState.manifest
+                // Another writer compacted meanwhile: segments the checkpoint's records lie in are
+                // gone, and the checkpoint with them.
+                guard Set(capturedSegments).isSubset(of: manifest.segments), manifest.segments.contains(segment) else {
+                    try? fileSystem.removeFile(path(Checkpoint.fileName(number)))
+                    return
+                }
+                let old = manifest.checkpoint
+                manifest.checkpoint = number
+                manifest.generation += 1
+                do { try writeManifest(manifest) } catch {
+                    // The store's committed state is intact (the journal holds every commit, and
+                    // either manifest on disk names a sound checkpoint): commits go on, and the
+                    // checkpoint is tried again later. The old checkpoint stays (the manifest on
+                    // disk may still name it); the generation is not used again.
+                    writerState.manifest.generation = manifest.generation
+                    throw error
+                }
+                writerState.manifest = manifest
+                writerState.checkpointVersion = state.version
+                writerState.bytesSinceCheckpoint = max(0, writerState.appendOffset - offset)
+                if old != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(old))) }
             }
-            writerState.manifest = manifest
-            writerState.checkpointVersion = state.version
-            writerState.bytesSinceCheckpoint = max(0, writerState.appendOffset - offset)
-            if old != 0 { try? fileSystem.removeFile(path(Checkpoint.fileName(old))) }
         }
     }
 }

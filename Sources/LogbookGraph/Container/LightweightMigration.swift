@@ -29,7 +29,12 @@ enum Migration {
         }
         if let stored, stored != schema {
             try check(stored: stored, new: schema, model: model, snapshot: snapshot)
-            try migrate(store: store, snapshot: snapshot, stored: stored, new: schema, model: model)
+            // Another process writing records of the old layout beside it would undo it.
+            do {
+                try store.withStoreToItself("a migration") {
+                    try migrate(store: store, snapshot: snapshot, stored: stored, new: schema, model: model)
+                }
+            } catch let error as EngineError { throw LogbookError.wrap(error) }
         } else if stored == nil {
             if store.isReadOnly { throw LogbookError(.incompatibleModel, "the store holds no Logbook schema") }
             var t = Transaction()

@@ -37,12 +37,12 @@ public struct ContainerOptions: Sendable {
     /// transaction stays readable, for `history(after:)` and for a follower.
     public var historyRetention: HistoryRetention = .all
     /// Follow the commits of the process that writes the store (Core Data's
-    /// `NSPersistentStoreRemoteChangeNotificationPostOptionKey`): for a read-only container, a
-    /// thread waits for the store's files to change (inotify), reads what was committed, posts
-    /// `PersistentContainer.remoteChangeNotification`, tells `observeRemoteChanges` handlers,
-    /// and makes the contexts that merge automatically merge it as another context's save. A
-    /// writable container has no other writer (one process writes a store), so nothing is
-    /// remote to it. See `RemoteChange`.
+    /// `NSPersistentStoreRemoteChangeNotificationPostOptionKey`): a thread waits for the
+    /// store's files to change (inotify, and a poll every half second), reads what other
+    /// processes committed, posts `PersistentContainer.remoteChangeNotification`, tells
+    /// `observeRemoteChanges` handlers, and makes the contexts that merge automatically merge it
+    /// as another context's save — in a read-only container and in one that writes beside
+    /// other writing processes. See `RemoteChange`.
     public var observesRemoteChanges = false
     /// The store's encryption key (`StoreOptions.encryptionKey`): a new store is encrypted
     /// with it (AES-256-GCM), an encrypted one opens only with it. Asked once, when the
@@ -191,7 +191,7 @@ public final class PersistentContainer: Sendable {
         writer = shared.writer
         storeLayout = StoreLayout(schema: shared.schema, model: model)
         shared.attach(self)
-        if options.observesRemoteChanges && options.readOnly && !options.inMemory { startFollowing() }
+        if options.observesRemoteChanges && !options.inMemory { startFollowing() }
     }
 
     /// The model indexes of a configuration's entities (their sub-entities included), checked.

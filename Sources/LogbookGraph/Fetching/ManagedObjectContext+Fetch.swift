@@ -27,6 +27,7 @@ extension ManagedObjectContext {
     /// `explain`); the rest are checked on each object. Unsaved inserts, changes and deletions
     /// of the context are taken into account.
     public func fetch<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [T] {
+        try catchUpWithOtherWriters()
         let layout = try model.layout(named: request.entityName)
         for l in spans(request, layout) where !(l.managedClass is T.Type) {
             throw LogbookError(
@@ -36,6 +37,14 @@ extension ManagedObjectContext {
         let plan = try plan(request, layout: layout)
         if let direct = try fetchDirectly(request, layout: layout, plan: plan) { return direct }
         return Self.typed(try fetchObjects(request, layout: layout, plan: plan), as: T.self)
+    }
+
+    /// A fetch of a root context that is not pinned to a version reads what other writing
+    /// processes committed too, as a fetch over SQLite reads the database as it is (one read
+    /// of `TAIL` when none did).
+    func catchUpWithOtherWriters() throws {
+        guard parent == nil, pinnedSnapshot == nil, !container.store.isReadOnly else { return }
+        do { try container.store.catchUpIfOthersCommitted() } catch { throw LogbookError.wrap(error) }
     }
 
     /// The common case made cheap: when the index (or key order) gives the result and its
@@ -82,6 +91,7 @@ extension ManagedObjectContext {
     /// The IDs of the objects a request asks for; when the index settles the whole predicate
     /// and order, no object is read at all (Core Data's object-ID result type).
     public func fetchObjectIDs<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [ObjectID] {
+        try catchUpWithOtherWriters()
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
         if plan.objectResidual == nil && !considersPendingChanges(request, layout) && !spansSubentities(request, layout)
@@ -102,6 +112,7 @@ extension ManagedObjectContext {
     /// The number of objects a request would return: from the index (or the entity's count)
     /// without reading objects when the index settles the predicate and nothing is unsaved.
     public func count<T: ManagedObject>(for request: FetchRequest<T>) throws -> Int {
+        try catchUpWithOtherWriters()
         let layout = try model.layout(named: request.entityName)
         let plan = try plan(request, layout: layout)
         var n: Int

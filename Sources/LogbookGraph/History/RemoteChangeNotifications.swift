@@ -84,7 +84,21 @@ extension PersistentContainer {
         }
         let now = store.version
         guard now > last else { return last }
-        let transactions = (try? history(after: PersistentHistoryToken(version: last))) ?? []
+        let transactions: [PersistentHistoryTransaction]
+        if store.isReadOnly {
+            transactions = (try? history(after: PersistentHistoryToken(version: last))) ?? []
+        } else {
+            // A writer: only the versions other processes committed (its own saves reached its
+            // contexts as saves), read since the last time.
+            let ranges = store.takeRemoteVersions()
+            guard !ranges.isEmpty else { return now }
+            var found: [PersistentHistoryTransaction] = []
+            for range in ranges {
+                let after = (try? history(after: PersistentHistoryToken(version: range.lowerBound - 1))) ?? []
+                found += after.filter { $0.token.version <= range.upperBound }
+            }
+            transactions = found
+        }
         let change = RemoteChange(
             historyToken: PersistentHistoryToken(version: now), storeURL: URL(fileURLWithPath: storeDirectory),
             transactions: transactions)

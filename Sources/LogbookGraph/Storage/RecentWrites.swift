@@ -21,6 +21,12 @@ struct RecentWrites {
         return written > version
     }
 
+    /// Another process committed up to `version`, which keys this map does not know: what was
+    /// read before it may have been replaced.
+    mutating func sawWrites(before version: UInt64) {
+        if version > horizon { horizon = version }
+    }
+
     mutating func record(_ keys: some Collection<UInt64>, version: UInt64) {
         if keys.count > Self.largeWrite {
             // Whatever was read at this version or later saw this write.

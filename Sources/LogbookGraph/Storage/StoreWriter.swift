@@ -29,9 +29,21 @@ package final class StoreWriter: Sendable {
     }
 
     /// Runs `body` under the save lock: a conflict check and the commit it allows, with no
-    /// other save of the container in between.
-    func withSaveLock<R>(_ body: (inout RecentWrites) throws -> R) rethrows -> R {
-        try recentWrites.withLock { try body(&$0) }
+    /// other save of the container in between — nor a commit of another process: the store's
+    /// commit lock is held from before the check (after reading what other processes
+    /// committed) to after the commit. Objects read before another process's last commit are
+    /// compared with the store at the check (`RecentWrites.horizon`), as after a large write.
+    func withSaveLock<R>(_ body: (inout RecentWrites) throws -> R) throws -> R {
+        try recentWrites.withLock { recent in
+            do {
+                return try store.withCommitLockHeld {
+                    recent.sawWrites(before: store.remoteVersion)
+                    return try body(&recent)
+                }
+            } catch let error as EngineError {
+                throw LogbookError.wrap(error)
+            }
+        }
     }
 
     /// Commits `transaction` (call under the save lock), with its history record when the

@@ -1,0 +1,117 @@
+import Foundation
+import LogbookContextCheck
+import LogbookEngine
+import LogbookTestSupport
+import Testing
+
+@testable import LogbookGraph
+
+/// Containers in several processes writing one store: another process's save is read by this
+/// one's fetches, detected by its saves' conflict checks exactly as another context's save is,
+/// and (with `observesRemoteChanges`) merged into its contexts. The other process is the crash
+/// helper's `set` mode.
+@Suite struct ProcessesTests {
+    /// Runs the helper: in another process, sets `attribute` of the Item named `name`, saves.
+    func otherProcessSets(_ path: String, _ name: String, _ attribute: String, _ value: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: crashHelperPath)
+        process.arguments = ["set", path, name, attribute, value]
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        process.waitUntilExit()
+        let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let complaint = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 0 && said == "saved\n", "the other process: \(complaint)")
+    }
+
+    func item(_ c: ManagedObjectContext, named name: String) throws -> ManagedObject? {
+        var request = FetchRequest<ManagedObject>(entityName: "Item")
+        request.predicate = try FetchPredicate(format: "name == %@", name)
+        return try c.fetch(request).first
+    }
+
+    /// This process reads an item; another renames it and saves; this one changes another
+    /// property and saves under each policy: the other's rename is kept (or the save is a
+    /// conflict), as when another context of this process saved it.
+    @Test(arguments: [MergePolicy.error, .mergeByPropertyObjectTrump, .mergeByPropertyStoreTrump, .overwrite, .rollback]
+    )
+    func aSaveOfAnotherProcessIsSeenByTheConflictCheck(policy: MergePolicy) throws {
+        let store = TemporaryStore()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        let container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: store.path)
+        defer { try? container.close() }
+        let c = container.newContext(concurrencyType: .confinement)
+        c.mergePolicy = policy
+        let item = try c.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        try c.save()
+        #expect(try item.value(forKey: "name") as? String == "a")
+
+        try otherProcessSets(store.path, "a", "name", "b")
+        // A fetch in this process reads the other's save.
+        let reader = container.newContext(concurrencyType: .confinement)
+        #expect(try self.item(reader, named: "b") != nil)
+        #expect(try self.item(reader, named: "a") == nil)
+
+        try item.setValue(true, forKey: "done")
+        if policy == .error {
+            #expect { try c.save() } throws: { ($0 as? LogbookError)?.code == .mergeConflict }
+            return
+        }
+        try c.save()
+        let check = container.newContext(concurrencyType: .confinement)
+        let stored = try check.existingObject(with: item.objectID)
+        let (name, done) = (try stored.value(forKey: "name") as? String, try stored.value(forKey: "done") as? Bool)
+        switch policy {
+        case .overwrite:
+            #expect(name == "a" && done == true, "this context's object, whole")
+        case .rollback:
+            #expect(name == "b" && done == false, "the store's object, whole")
+        default:
+            #expect(name == "b" && done == true, "property by property: nothing lost")
+        }
+        try ContextModelRun.checkStore(container)
+    }
+
+    /// A writing container that observes remote changes hears of another process's save and
+    /// merges it into its contexts that merge automatically.
+    @Test func aWriterObservingRemoteChangesMergesAnotherProcesssSave() throws {
+        let store = TemporaryStore()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        var options = ContainerOptions()
+        options.observesRemoteChanges = true
+        let container = try PersistentContainer(
+            name: "Check", model: CheckedModel.make(), directory: store.path, options: options)
+        defer { try? container.close() }
+        let c = container.newContext(concurrencyType: .privateQueue)
+        let held = try c.performAndWait {
+            let item = try c.insertNewObject(forEntityName: "Item")
+            try item.setValue("a", forKey: "name")
+            try c.save()
+            return UncheckedSendable(item)
+        }
+        let heard = DispatchSemaphore(value: 0)
+        let tokens = Locked<[UInt64]>([])
+        let observation = container.observeRemoteChanges { change in
+            tokens.withLock { $0.append(change.historyToken.version) }
+            heard.signal()
+        }
+        defer { observation.cancel() }
+        try otherProcessSets(store.path, "a", "done", "true")
+        #expect(heard.wait(timeout: .now() + 10) == .success, "the remote change was posted")
+        // Version 1 recorded the schema, 2 is this process's save, 3 the other's.
+        #expect(tokens.withLock { $0 } == [3])
+        c.performAndWait {}
+        let done = try c.performAndWait { try held.value.value(forKey: "done") as? Bool }
+        #expect(done == true, "merged into the context")
+        // Its own next save is not a remote change.
+        try c.performAndWait {
+            try held.value.setValue("c", forKey: "name")
+            try c.save()
+        }
+        #expect(heard.wait(timeout: .now() + 1) == .timedOut)
+    }
+}

@@ -180,8 +180,9 @@ public final class ModelContainer: Sendable {
         options.encryptionKey = configuration.encryptionKey
         // SwiftData records history by default (read with `ModelContext.fetchHistory(_:)`).
         options.persistentHistoryTracking = true
-        // A read-only container follows the process that writes the store.
-        options.observesRemoteChanges = !configuration.allowsSave
+        // Every container on disk follows the other processes that write the store (an app's
+        // widget, a daemon): their saves reach its contexts, as SwiftData's do.
+        options.observesRemoteChanges = true
         var version = schema.version
         if let migrationPlan {
             version =

@@ -43,6 +43,13 @@ package final class ContextModelRun {
     /// Per context: the saves of other contexts it has not merged (contexts that do not merge
     /// automatically).
     var unmerged: [[ContextChanges]]
+    /// The objects the save of a root context changed in this step (by root), as its
+    /// `didSave` named them: a save of nothing posts none.
+    var savedThisStep: [Int: Set<ObjectID>] = [:]
+    /// The objects whose stored values changed in this step (a save, a batch request) or that
+    /// a merge by hand took: only these reload in the contexts that merge (Logbook refreshes
+    /// the objects a change names, not every object a context changed).
+    var touchedThisStep: Set<ObjectID> = []
     var observations: [ContextObservation] = []
     /// The options of the run's container: encrypted with `key` when there is one.
     package static func options(_ key: EncryptionKey?) -> ContainerOptions {
@@ -102,7 +109,11 @@ package final class ContextModelRun {
             if spec.parent == nil {
                 observations.append(
                     c.observeEvents { [unowned self] event in
-                        if case .didSave(let changes) = event { self.deliver(changes, from: i) }
+                        if case .didSave(let changes) = event {
+                            self.savedThisStep[i, default: []].formUnion(changes.updated.union(changes.inserted))
+                            self.touchedThisStep.formUnion(changes.updated.union(changes.inserted))
+                            self.deliver(changes, from: i)
+                        }
                     })
             }
         }
@@ -142,6 +153,8 @@ package final class ContextModelRun {
     /// Runs one step; returns a failure when an invariant does not hold after it.
     package func run(_ step: CheckStep) throws {
         log.append(step.description)
+        savedThisStep = [:]
+        touchedThisStep = []
         switch step {
         case .reopen:
             try reopen()
@@ -167,6 +180,7 @@ package final class ContextModelRun {
             let pending = unmerged[i]
             unmerged[i] = []
             on(i) { c in for changes in pending { c.mergeChanges(changes) } }
+            for changes in pending { touchedThisStep.formUnion(changes.updated.union(changes.inserted)) }
             if specs[i].parent != nil {
                 // A child reloads the saves' objects from its parent as the parent holds them
                 // now (unsaved changes included), as Core Data's child refreshes from its parent;
@@ -236,18 +250,46 @@ package final class ContextModelRun {
         // A save to the store by another root context, a batch request or a merge by hand:
         // only then does a parent pass merged values on to its children.
         let last = log.last ?? ""
-        let storeChanged = specs.indices.contains { x in
-            specs[x].parent == nil
-                && (last.hasPrefix("C\(x): save") || last.hasPrefix("C\(x): batch") || last.hasPrefix("C\(x): merge"))
+        // (A save of nothing changes nothing, and no one hears of it.) A merge by hand changes
+        // the store for no one: only the context that merged, and its children, take values
+        // (checker seed 929954: the reference had a child of another root rebase on its
+        // parent's unsaved value).
+        let storeChanged =
+            !touchedThisStep.isEmpty
+            && specs.indices.contains { x in
+                specs[x].parent == nil && (last.hasPrefix("C\(x): save") || last.hasPrefix("C\(x): batch"))
+            }
+        let touched = Set(objects.indices.filter { touchedThisStep.contains(objects[$0].id) })
+        let mergedByHandRoot = specs.indices.first { x in specs[x].parent == nil && last.hasPrefix("C\(x): merge") }
+        func root(of i: Int) -> Int {
+            var r = i
+            while let p = specs[r].parent { r = p }
+            return r
+        }
+        // A root's own save reaches its children that merge automatically whether or not the
+        // root merges other saves: they reload the objects it saved from it (checker seeds
+        // 868579, 960999, 985187), and pass them on to theirs.
+        var passing: [Int: Set<Int>] = [:]
+        for (root, ids) in savedThisStep {
+            passing[root] = Set(objects.indices.filter { ids.contains(objects[$0].id) })
         }
         for i in specs.indices {
+            if let parent = specs[i].parent, specs[i].automaticMerging, let numbers = passing[parent] {
+                passing[i] = numbers
+                if !merged.contains(parent) {
+                    absorbParentView(into: i, only: numbers)
+                    continue
+                }
+            }
             if let parent = specs[i].parent {
-                guard storeChanged, merged.contains(parent), specs[i].automaticMerging else { continue }
+                guard storeChanged || root(of: i) == mergedByHandRoot, merged.contains(parent),
+                    specs[i].automaticMerging
+                else { continue }
                 merged.insert(i)
                 guard !dirty[i].isEmpty else { continue }
                 // A change now equal to the parent's value is no change; the others are
-                // compared with that value from now on.
-                let keys = Array(dirty[i].keys)
+                // compared with that value from now on (the objects the change names).
+                let keys = dirty[i].keys.filter { touched.contains($0.object) }
                 let beneath: [Key: String] = on(parent) { c -> [Key: String] in
                     var values: [Key: String] = [:]
                     for key in keys {
@@ -567,6 +609,7 @@ package final class ContextModelRun {
         request.propertiesToUpdate = ["done": done]
         request.resultType = .objectIDs
         let result = try on(i) { c in try c.execute(request) }
+        touchedThisStep.formUnion(result.objectIDs)
         deliver(ContextChanges(updated: Set(result.objectIDs)), from: i)
         // The context that ran it merges its results: the objects it updated read the store
         // (every attribute), whatever other saves the context has not merged.

@@ -1429,6 +1429,37 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// A child deletes an object its grandchild changed and saves the deletion into its parent,
+    /// which then resets: the deletion is gone, and the grandchild's change still reaches the
+    /// store (checker seed 1000955: passing the child's save on to the grandchild made the
+    /// grandchild forget the object as if the store had deleted it).
+    @Test func aGrandchildsChangeOutlivesADeletionItsParentSavedUpAndTheRootReset() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        root.mergePolicy = .mergeByPropertyObjectTrump
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        child.automaticallyMergesChangesFromOtherContexts = false
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        grandchild.automaticallyMergesChangesFromOtherContexts = true
+        let id = try root.performAndWait {
+            let item = try root.insertNewObject(forEntityName: "Item")
+            try item.setValue("b", forKey: "name")
+            return item.objectID
+        }
+        try grandchild.performAndWait { try grandchild.existingObject(with: id).setValue(true, forKey: "done") }
+        try child.performAndWait { child.delete(try child.existingObject(with: id)) }
+        try root.performAndWait { try root.save() }
+        try child.performAndWait { try child.save() }
+        root.performAndWait { root.reset() }
+        for c in [root, child, grandchild] { c.performAndWait {} }
+        try grandchild.performAndWait { try grandchild.save() }
+        try child.performAndWait { try child.save() }
+        try root.performAndWait { try root.save() }
+        let reader = f.context()
+        #expect(try reader.existingObject(with: id).value(forKey: "done") as? Bool == true)
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

@@ -6,6 +6,7 @@
 //   … PeerRunner --only-queries            W11 and W12 alone
 //   … PeerRunner --scale --count 10000000 --repeat 3  W1 batch, W2, W4, W8, W9, W11: the scale table
 //   … PeerRunner --encryption              W1, W2, W3, W8, W11 of Logbook, plain and encrypted
+//   … PeerRunner --writers --commits 2000  W16 (1, 2, 4 writing processes) and W17 (catch-up)
 import Foundation
 import GRDB
 import LogbookEngine
@@ -344,6 +345,9 @@ func runPhase(_ phase: String, _ path: String) throws {
     case "grdb-w11": try grdbW11Phase(path)
     case "logbook-w12": printW12(try logbookW12(path))
     case "grdb-w12": printW12(try grdbW12(path))
+    case "logbook-w16": try logbookW16Writer(path)
+    case "grdb-w16": try grdbW16Writer(path)
+    case "logbook-w17-save": try logbookW17Save(path)
     default:
         throw NSError(domain: "PeerRunner", code: 1, userInfo: [NSLocalizedDescriptionKey: "unknown phase \(phase)"])
     }
@@ -671,6 +675,177 @@ func grdbW7(records: Bool, synchronous: String) throws -> Double {
     let seconds = now() - t0
     try pool.close()
     return seconds / Double(commitCount)
+}
+
+// MARK: W16, W17: several writing processes
+
+/// W16 in one of N processes: `--commits` saves of one Item each, durability full, on the
+/// store all of them write; prints when its first save began and its last ended.
+func logbookW16Writer(_ path: String) throws {
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
+    let context = container.newContext(concurrencyType: .confinement)
+    // Read here: a phase runs before the globals further down are set (top-level code order).
+    let commits = option("--commits", 10_000)
+    let t0 = now()
+    for i in 1...commits {
+        let item = try context.insert(Item.self)
+        item.name = "Item \(i)"
+        item.createdAt = Date(timeIntervalSince1970: base + Double(i) / 1000)
+        item.done = i % 2 == 0
+        try context.save()
+    }
+    let t1 = now()
+    try container.close()
+    print("start=\(t0) end=\(t1)")
+}
+
+/// W16 for GRDB: one connection pool per process on the same WAL database, synchronous=FULL,
+/// a busy timeout (SQLite's writers take turns by retrying), one INSERT per write transaction.
+func grdbW16Writer(_ dir: String) throws {
+    var configuration = Configuration()
+    configuration.busyMode = .timeout(60)
+    let pool = try DatabasePool(path: dir + "/db.sqlite", configuration: configuration)
+    try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+    let commits = option("--commits", 10_000)
+    let t0 = now()
+    for i in 1...commits {
+        try pool.write { db in
+            try db.cachedStatement(sql: "INSERT INTO item (name, createdAt, done) VALUES (?, ?, ?)")
+                .execute(arguments: ["Item \(i)", base + Double(i) / 1000, i % 2 == 0])
+        }
+    }
+    let t1 = now()
+    try pool.close()
+    print("start=\(t0) end=\(t1)")
+}
+
+/// Runs `phase` in `n` new processes at once (each with `--commits`); their key=value outputs.
+func concurrently(_ phase: String, _ path: String, _ n: Int) throws -> [[String: Double]] {
+    var running: [(Process, Pipe)] = []
+    for _ in 0..<n {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        p.arguments = ["--phase", phase, "--store", path, "--count", "\(count)", "--commits", "\(commitCount)"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        try p.run()
+        running.append((p, pipe))
+    }
+    return running.map { p, pipe in
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        var result: [String: Double] = [:]
+        for field in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" }) {
+            let kv = field.split(separator: "=")
+            if kv.count == 2, let v = Double(kv[1]) { result[String(kv[0])] = v }
+        }
+        return result
+    }
+}
+
+/// Commits per second of `n` processes writing at once: all their commits over the time from
+/// the first one's start to the last one's end.
+func commitsPerSecond(_ runs: [[String: Double]]) -> Double {
+    let start = runs.compactMap { $0["start"] }.min() ?? .nan
+    let end = runs.compactMap { $0["end"] }.max() ?? .nan
+    return Double(runs.count * commitCount) / (end - start)
+}
+
+/// W17's other process: 100,000 Items in one save.
+func logbookW17Save(_ path: String) throws {
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
+    let context = container.newContext(concurrencyType: .confinement)
+    for i in 1...100_000 {
+        let item = try context.insert(Item.self)
+        item.name = "Other \(i)"
+        item.createdAt = Date(timeIntervalSince1970: base - Double(i))
+        item.done = false
+    }
+    let t0 = now()
+    try context.save()
+    let seconds = now() - t0
+    try container.close()
+    print("seconds=\(seconds)")
+}
+
+/// W17 on a store of `items` Items: the time this process's next fetch (a count) takes to read
+/// another process's 100,000-object save, against the same count with nothing to read.
+func logbookW17(items: Int) throws -> (catchUp: Double, idle: Double, otherSave: Double) {
+    let dir = freshDirectory("logbook-w17")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let path = dir + "/store"
+    let container = try PersistentContainer(
+        name: "Items", model: logbookModel(), directory: path, options: peerOptions())
+    let setup = container.newContext(concurrencyType: .confinement)
+    _ = try setup.execute(
+        BatchInsertRequest(entityName: "Item", count: items) { i, row in
+            row.set("Item \(i + 1)", forKey: "name")
+            row.set(Date(timeIntervalSince1970: base + Double(i + 1) / 1000), forKey: "createdAt")
+            row.set(i % 2 == 0, forKey: "done")
+        })
+    let context = container.newContext(concurrencyType: .confinement)
+    let request = FetchRequest<Item>(entityName: "Item")
+    _ = try context.count(for: request)
+    var idle: [Double] = []
+    for _ in 0..<5 {
+        let t = now()
+        _ = try context.count(for: request)
+        idle.append(now() - t)
+    }
+    let other = try concurrently("logbook-w17-save", path, 1)
+    let t = now()
+    let n = try context.count(for: request)
+    let catchUp = now() - t
+    precondition(n == items + 100_000, "the count read the other process's save: \(n)")
+    try container.close()
+    return (catchUp, median(idle), other.first?["seconds"] ?? .nan)
+}
+
+if arguments.contains("--writers") {
+    // W16: commits per second of 1, 2 and 4 processes writing one store (Logbook: containers,
+    // one save of one Item each; GRDB: pools on one WAL database, synchronous=FULL), and W17.
+    print("W16: \(commitCount) commits in each process, durability full / synchronous=FULL")
+    print("| writing processes | Logbook commits/s | GRDB commits/s | Logbook ÷ GRDB |")
+    print("|---|---|---|---|")
+    for n in [1, 2, 4] {
+        var l: [Double] = []
+        var g: [Double] = []
+        for _ in 0..<repeats {
+            let ldir = freshDirectory("logbook-w16")
+            let made = try PersistentContainer(
+                name: "Items", model: logbookModel(), directory: ldir + "/store", options: peerOptions())
+            try made.close()
+            l.append(commitsPerSecond(try concurrently("logbook-w16", ldir + "/store", n)))
+            try? FileManager.default.removeItem(atPath: ldir)
+            let gdir = freshDirectory("grdb-w16")
+            let pool = try DatabasePool(path: gdir + "/db.sqlite")
+            try pool.write { db in
+                try db.execute(
+                    sql:
+                        "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, createdAt REAL NOT NULL, done INTEGER NOT NULL)"
+                )
+                try db.execute(sql: "CREATE INDEX item_createdAt ON item(createdAt)")
+            }
+            try pool.close()
+            g.append(commitsPerSecond(try concurrently("grdb-w16", gdir, n)))
+            try? FileManager.default.removeItem(atPath: gdir)
+        }
+        print(String(format: "| %d | %.0f | %.0f | %.2f× |", n, median(l), median(g), median(l) / median(g)))
+    }
+    print("W17: another process saves 100,000 Items; this process's next count reads them")
+    print("| store before | catch-up (count) | count with nothing to read | the other process's save |")
+    print("|---|---|---|---|")
+    for items in [count / 10, count] {
+        var runs: [(Double, Double, Double)] = []
+        for _ in 0..<repeats { runs.append(try logbookW17(items: items)) }
+        print(
+            String(
+                format: "| %d | %.3f s | %.6f s | %.3f s |", items, median(runs.map(\.0)), median(runs.map(\.1)),
+                median(runs.map(\.2))))
+    }
+    exit(0)
 }
 
 // MARK: Run

@@ -103,9 +103,6 @@ extension ManagedObjectContext {
         }
         settleSavedChanges()
         for observer in changeObservers { observer(saved) }
-        // Its own children that merge automatically take what it saved into its parent, as
-        // after a save to the store.
-        passToChildren(saved)
         post(.didSave(saved))
     }
 

@@ -26,7 +26,7 @@ extension Store {
     /// this writer's end.
     func catchUp(_ state: inout WriterState) throws {
         guard let lock = state.commitLock, let active = state.active else { return }
-        let hint = (try? lock.file.read(count: TailHint.size, at: 0)).flatMap(TailHint.decode)
+        let hint = TailHint.read(lock.file)
         let mine = TailHint(
             segment: active.number, end: state.appendOffset, version: state.working.version,
             nextFileNumber: state.manifest.nextFileNumber, generation: state.manifest.generation,
@@ -44,8 +44,10 @@ extension Store {
     /// Whether the bytes after `offset` in `file` are zeros or the end of the file (space
     /// allocated ahead of commits, or nothing): no writer wrote there.
     static func nothingWritten(after offset: Int, in file: SegmentFile) -> Bool {
-        guard let bytes = try? file.handle.read(count: 16, at: offset) else { return false }
-        return bytes.allSatisfy { $0 == 0 }
+        withUnsafeTemporaryAllocation(byteCount: 16, alignment: 8) { buffer in
+            guard let n = try? file.handle.read(into: buffer, at: offset) else { return false }
+            return Recovery.isZero(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer)[0..<n]))
+        }
     }
 
     /// Reads the manifest and the journal after this writer's end, as a follower does.
@@ -174,7 +176,7 @@ extension Store {
         guard !isReadOnly else { return try refresh() }
         let (lock, written) = writer.withLock { ($0.commitLock, $0.tailWritten) }
         guard let lock,
-            let hint = (try? lock.file.read(count: TailHint.size, at: 0)).flatMap(TailHint.decode), hint != written
+            let hint = TailHint.read(lock.file), hint != written
         else { return false }
         return try refresh()
     }
@@ -201,7 +203,7 @@ extension Store {
         }
         guard (try? lock.lock()) != nil else { return }
         defer { lock.unlock() }
-        let hint = (try? lock.file.read(count: TailHint.size, at: 0)).flatMap(TailHint.decode)
+        let hint = TailHint.read(lock.file)
         let mine = TailHint(
             segment: active.number, end: state.appendOffset, version: state.working.version,
             nextFileNumber: state.manifest.nextFileNumber, generation: state.manifest.generation,

@@ -181,7 +181,7 @@ public final class Store: Sendable {
                 // what another process committed after this writer's last commit.
                 guard (try? commitLock.lock()) != nil else { return }
                 defer { commitLock.unlock() }
-                if let hint = (try? commitLock.file.read(count: TailHint.size, at: 0)).flatMap(TailHint.decode),
+                if let hint = TailHint.read(commitLock.file),
                     hint != tailWritten, hint.segment == file.number
                 {
                     floor = max(floor, hint.end)

@@ -40,18 +40,28 @@ struct TailHint: Equatable, Sendable {
         return w.bytes
     }
 
-    static func decode(_ bytes: [UInt8]) -> TailHint? {
-        guard bytes.count >= size else { return nil }
-        return bytes.withUnsafeBytes { raw -> TailHint? in
-            guard CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<44])) == raw.loadLE(at: 44, as: UInt32.self)
-            else { return nil }
-            let end = raw.loadLE(at: 8, as: UInt64.self)
-            guard end <= UInt64(Int.max) else { return nil }
-            return TailHint(
-                segment: raw.loadLE(at: 0, as: UInt64.self), end: Int(end),
-                version: raw.loadLE(at: 16, as: UInt64.self),
-                nextFileNumber: raw.loadLE(at: 24, as: UInt64.self), generation: raw.loadLE(at: 32, as: UInt64.self),
-                salt: raw.loadLE(at: 40, as: UInt32.self))
+    /// The hint in `file`, if it reads whole (read into a buffer on the stack: a fetch checks
+    /// it, and allocates nothing for it).
+    static func read(_ file: any StorageFile) -> TailHint? {
+        withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer -> TailHint? in
+            guard let n = try? file.read(into: buffer, at: 0), n == size else { return nil }
+            return decode(UnsafeRawBufferPointer(buffer))
         }
+    }
+
+    static func decode(_ bytes: [UInt8]) -> TailHint? {
+        bytes.withUnsafeBytes { decode($0) }
+    }
+
+    static func decode(_ raw: UnsafeRawBufferPointer) -> TailHint? {
+        guard raw.count >= size,
+            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<44])) == raw.loadLE(at: 44, as: UInt32.self)
+        else { return nil }
+        let end = raw.loadLE(at: 8, as: UInt64.self)
+        guard end <= UInt64(Int.max) else { return nil }
+        return TailHint(
+            segment: raw.loadLE(at: 0, as: UInt64.self), end: Int(end), version: raw.loadLE(at: 16, as: UInt64.self),
+            nextFileNumber: raw.loadLE(at: 24, as: UInt64.self), generation: raw.loadLE(at: 32, as: UInt64.self),
+            salt: raw.loadLE(at: 40, as: UInt32.self))
     }
 }

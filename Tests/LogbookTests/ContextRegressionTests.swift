@@ -1460,6 +1460,57 @@ import Testing
         try ContextModelRun.checkStore(f.container)
     }
 
+    /// A folder inserted, linked to a stored item and deleted before any save leaves no set of
+    /// its own in the store: after a reopen a new folder may get its key, and would find the
+    /// item in its items while the item's folder is nil (checker seed 1018655).
+    @Test func aFolderInsertedLinkedAndDeletedBeforeASaveLeavesNoSetBehind() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("b", forKey: "name")
+        try setup.save()
+        let c = f.context()
+        let stored = try c.existingObject(with: item.objectID)
+        let folder = try c.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("b", forKey: "name")
+        try stored.setValue(folder, forKey: "folder")
+        c.delete(folder)
+        try c.save()
+        try ContextModelRun.checkStore(f.container)
+        try f.container.close()
+        let again = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: f.store.path)
+        let d = again.newContext(concurrencyType: .confinement)
+        let fresh = try d.insertNewObject(forEntityName: "Folder")
+        try fresh.setValue("c", forKey: "name")
+        try d.save()
+        #expect(try fresh.objects(forKey: "items").isEmpty)
+        try ContextModelRun.checkStore(again)
+        try again.close()
+    }
+
+    /// Undo of the deletion of a folder never saved brings its link back, both sides.
+    @Test func undoOfTheDeletionOfANewFolderBringsBackItsLink() throws {
+        let f = try Fixture()
+        let setup = f.context()
+        let item = try setup.insertNewObject(forEntityName: "Item")
+        try item.setValue("b", forKey: "name")
+        try setup.save()
+        let again = f.container
+        let e = again.newContext(concurrencyType: .confinement)
+        e.undoHistory = UndoHistory()
+        let itemAgain = try e.existingObject(with: item.objectID)
+        let other = try e.insertNewObject(forEntityName: "Folder")
+        try other.setValue("d", forKey: "name")
+        try itemAgain.setValue(other, forKey: "folder")
+        e.delete(other)
+        e.undo()
+        #expect(try itemAgain.value(forKey: "folder") as? ManagedObject === other)
+        #expect(try other.objects(forKey: "items").contains { $0 === itemAgain })
+        try e.save()
+        try ContextModelRun.checkStore(again)
+        try again.close()
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

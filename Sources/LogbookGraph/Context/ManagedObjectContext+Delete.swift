@@ -29,7 +29,8 @@ extension ManagedObjectContext {
         willChange(object)
         object.flags.insert(.deleted)
         let key = object.engineKey
-        if object.flags.contains(.inserted) {
+        let wasInserted = object.flags.contains(.inserted)
+        if wasInserted {
             object.flags.remove(.inserted)
             inserted.removeOne()
         } else {
@@ -58,6 +59,17 @@ extension ManagedObjectContext {
                 }
             case .deny, .noAction:
                 break
+            }
+        }
+        // An object that was never saved leaves no set of its own behind: its sets' pending
+        // members would be written for an owner the store never holds, and found by the next
+        // object given its key after a reopen (checker seed 1018655).
+        if wasInserted {
+            for r in object.layout.toMany {
+                let owned = setKey(key, object.layout, r)
+                setAdds[owned] = nil
+                setRemoves[owned] = nil
+                orderOverrides[owned] = nil
             }
         }
     }

@@ -1511,6 +1511,35 @@ import Testing
         try again.close()
     }
 
+    /// A grandchild deletes an object its grandparent had deleted too (unsaved there); the
+    /// grandparent resets; the deletion, saved up through the child, still reaches the store
+    /// (checker seed 1024374: the child dropped it, as it could not read the object its parent
+    /// had deleted, and the object stayed).
+    @Test func aGrandchildsDeletionOutlivesTheSameDeletionItsGrandparentReset() throws {
+        let f = try Fixture()
+        let root = f.container.newContext(concurrencyType: .privateQueue)
+        let child = root.newChildContext(concurrencyType: .privateQueue)
+        let grandchild = child.newChildContext(concurrencyType: .privateQueue)
+        let id = try root.performAndWait {
+            let item = try root.insertNewObject(forEntityName: "Item")
+            try item.setValue("c", forKey: "name")
+            try root.save()
+            return item.objectID
+        }
+        try grandchild.performAndWait { try grandchild.existingObject(with: id).setValue(true, forKey: "done") }
+        try root.performAndWait { root.delete(try root.existingObject(with: id)) }
+        try grandchild.performAndWait {
+            grandchild.delete(try grandchild.existingObject(with: id))
+            try grandchild.save()
+        }
+        root.performAndWait { root.reset() }
+        try child.performAndWait { try child.save() }
+        try root.performAndWait { try root.save() }
+        let reader = f.context()
+        #expect(throws: LogbookError.self) { _ = try reader.existingObject(with: id) }
+        try ContextModelRun.checkStore(f.container)
+    }
+
     /// Touching one member of a large to-many relationship reads a batch of members, not every
     /// one of them (it read all 20,000 records for one name).
     @Test func touchingOneMemberReadsOneBatch() throws {

@@ -221,7 +221,10 @@ extension ManagedObjectContext {
             }
         }
         for key in c.deleted {
-            guard let o = try? object(forKey: key) else { continue }
+            // As for a change: an object an ancestor deleted (unsaved there) is taken as the
+            // store holds it, so that the child's deletion stays here when that ancestor resets
+            // or rolls back (checker seed 1024374: it was dropped, and the object stayed).
+            guard let o = objectForChildChange(key) ?? (try? object(forKey: key)) else { continue }
             // The delete rules run again here: this context may link the object to others the
             // child never read (the child's own nullify and cascade came with its changes).
             do { try deleteWithRules(o) } catch let error as LogbookError

@@ -197,7 +197,10 @@ package final class ContextModelRun {
         case .refresh(let i, let n, let merge):
             on(i) { c in if let o = object(n, in: c) { c.refresh(o, mergeChanges: merge) } }
             if !merge {
+                // The object is read again: its changes and the values they were made on go
+                // (checker seed 3005010: a base kept here made a later change look like none).
                 dirty[i] = dirty[i].filter { $0.key.object != n }
+                base[i] = base[i].filter { $0.key.object != n }
                 undoUnknown[i] = true
             } else {
                 // Merged: a change that now equals what the context reads beneath it (its

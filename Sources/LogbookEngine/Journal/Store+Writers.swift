@@ -52,12 +52,7 @@ extension Store {
 
     /// Reads the manifest and the journal after this writer's end, as a follower does.
     private func followOthers(_ state: inout WriterState) throws {
-        let manifestPath = path(JournalFormat.manifestFileName)
-        let handle = try fileSystem.openFile(manifestPath, writable: false, create: false, exclusive: false)
-        let bytes = try handle.read(count: try handle.size(), at: 0)
-        handle.close()
-        var manifest = try Manifest.decode(bytes, path: manifestPath)
-        manifest.cipher = try Manifest.cipher(for: manifest, key: cipher?.key, path: manifestPath)
+        var manifest = try readManifest()
         var recovery = Recovery(directory: directory, options: options, fileSystem: fileSystem, cipher: cipher)
         recovery.ignoresSyncedLimit = true
         if state.compactionTouched != nil { recovery.touchedKeys = [] }

@@ -372,12 +372,7 @@ public final class Store: Sendable {
         // else).
         return try writer.withLock { w in
             if w.closed { throw EngineError(.closed, "the store is closed", path: directory) }
-            let manifestPath = path(JournalFormat.manifestFileName)
-            let handle = try fileSystem.openFile(manifestPath, writable: false, create: false, exclusive: false)
-            let bytes = try handle.read(count: try handle.size(), at: 0)
-            handle.close()
-            var manifest = try Manifest.decode(bytes, path: manifestPath)
-            manifest.cipher = try Manifest.cipher(for: manifest, key: cipher?.key, path: manifestPath)
+            let manifest = try readManifest()
             let before = w.working.version
             var recovery = Recovery(directory: directory, options: options, fileSystem: fileSystem, cipher: cipher)
             var state = w.working
@@ -554,6 +549,17 @@ public final class Store: Sendable {
     // MARK: Files
 
     func path(_ name: String) -> String { joinPath(directory, name) }
+
+    /// The manifest as it is on disk now (another writer may have written it since this store read
+    /// it), with its cipher.
+    func readManifest() throws -> Manifest {
+        let manifestPath = path(JournalFormat.manifestFileName)
+        let handle = try fileSystem.openFile(manifestPath, writable: false, create: false, exclusive: false)
+        defer { handle.close() }
+        var manifest = try Manifest.decode(try handle.read(count: try handle.size(), at: 0), path: manifestPath)
+        manifest.cipher = try Manifest.cipher(for: manifest, key: cipher?.key, path: manifestPath)
+        return manifest
+    }
 
     /// A file number for `manifest` (see `Manifest.allocateFileNumber`): a number is free when
     /// no segment or checkpoint file (or temporary file) of that number exists. A reused number

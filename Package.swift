@@ -113,7 +113,7 @@ let package = Package(
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(
             name: "LogbookCrashHelper",
-            dependencies: ["LogbookEngine", "LogbookGraph", "LogbookContextCheck"]
+            dependencies: ["LogbookEngine", "LogbookGraph", "LogbookContextCheck", "Logbook"]
         ),
         .testTarget(
             name: "LogbookEngineTests",
@@ -123,7 +123,8 @@ let package = Package(
         // alone, a module that exists on Linux only).
         .testTarget(
             name: "SwiftDataStyleTests",
-            dependencies: ["Logbook"] + (offersSwiftDataModule ? ["SwiftData"] : []),
+            dependencies: ["Logbook", "LogbookTestSupport", "LogbookCrashHelper"]
+                + (offersSwiftDataModule ? ["SwiftData"] : []),
             exclude: offersSwiftDataModule ? [] : ["SampleApp.swift"]
         ),
         // What the macros write, and what they refuse, checked on source text.

@@ -12,6 +12,13 @@
 //
 // One of several processes writing one store (below).
 //
+//   LogbookCrashHelper insert STORE_PATH PREFIX COUNT
+//   LogbookCrashHelper notes STORE_PATH PREFIX COUNT
+//
+// Another process inserting objects into a store others write too: the context checker's
+// Items through a container (`insert`), or SwiftData `Note`s through a `ModelContainer`
+// (`notes`), named PREFIX-0 … PREFIX-(COUNT-1), saved five at a time; prints "saved".
+//
 //   LogbookCrashHelper contexts SEED STEPS STORE_PATH
 //
 // Runs the context checker's steps for SEED over a new store at STORE_PATH, printing
@@ -19,6 +26,7 @@
 // (Tests/LogbookTests/ContextCrashCheckTests.swift) and compares the store with the checker's
 // run of the same steps.
 import Foundation
+import Logbook
 import LogbookContextCheck
 import LogbookEngine
 import LogbookGraph
@@ -59,6 +67,32 @@ if arguments.count == 6, arguments[1] == "set" {
         }
         try context.save()
         try container.close()
+        printLine("saved")
+        exit(0)
+    } catch {
+        printError("\(error)")
+        exit(1)
+    }
+}
+if arguments.count == 5, arguments[1] == "insert" || arguments[1] == "notes", let count = Int(arguments[4]) {
+    do {
+        if arguments[1] == "insert" {
+            let container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: arguments[2])
+            let context = container.newContext(concurrencyType: .confinement)
+            for i in 0..<count {
+                try context.insertNewObject(forEntityName: "Item").setValue("\(arguments[3])-\(i)", forKey: "name")
+                if i % 5 == 4 || i == count - 1 { try context.save() }
+            }
+            try container.close()
+        } else {
+            let container = try ModelContainer(
+                for: Note.self, configurations: ModelConfiguration(url: URL(fileURLWithPath: arguments[2])))
+            let context = ModelContext(container)
+            for i in 0..<count {
+                context.insert(Note(title: "\(arguments[3])-\(i)"))
+                if i % 5 == 4 || i == count - 1 { try context.save() }
+            }
+        }
         printLine("saved")
         exit(0)
     } catch {
@@ -158,4 +192,11 @@ do {
 } catch {
     printError("LogbookCrashHelper: \(error)")
     exit(1)
+}
+
+/// The SwiftData model of the `notes` mode (Tests/SwiftDataStyleTests/ProcessesTests.swift
+/// declares the same).
+@Model final class Note {
+    var title: String
+    init(title: String) { self.title = title }
 }

@@ -122,6 +122,11 @@ package struct CheckedContextSpec: CustomStringConvertible, Sendable {
     package var policy: MergePolicy
     package var automaticMerging: Bool
     package var undo: Bool
+    /// The container the context belongs to: 0, or 1 for a root context that stands for
+    /// another process (its container opens an engine store of its own on the same directory
+    /// and hears of the other container's saves only when merged by hand, as a process merges
+    /// another's with `mergeChanges`).
+    package var process = 0
 
     package var description: String {
         let k: String
@@ -131,6 +136,7 @@ package struct CheckedContextSpec: CustomStringConvertible, Sendable {
         case .child(let p): k = "child of C\(p)"
         }
         return "\(k), \(policy)\(automaticMerging ? ", merging automatically" : "")\(undo ? ", with undo" : "")"
+            + (process > 0 ? ", in another process" : "")
     }
 
     package var parent: Int? {
@@ -277,9 +283,17 @@ package enum ContextModelChecker {
         seed % 4 == 3 ? ContextModelRun.checkKey : nil
     }
 
-    package static func draw(seed: UInt64, steps count: Int) -> ([CheckedContextSpec], [CheckStep]) {
+    /// With `processes`, the second private-queue context (C2) stands for another process: a
+    /// container of its own on the same store, merging the others' saves by hand only.
+    package static func draw(seed: UInt64, steps count: Int, processes: Bool = false) -> (
+        [CheckedContextSpec], [CheckStep]
+    ) {
         var generator = CheckedRunGenerator(seed: seed)
-        let specs = generator.contexts()
+        var specs = generator.contexts()
+        if processes {
+            specs[2].process = 1
+            specs[2].automaticMerging = false
+        }
         return (specs, (0..<count).map { _ in generator.step(contexts: specs.count) })
     }
 

@@ -24,6 +24,9 @@ package final class ContextModelRun {
     let encryptionKey: EncryptionKey?
     let specs: [CheckedContextSpec]
     package var container: PersistentContainer
+    /// The container of the contexts that stand for another process (`CheckedContextSpec.process`),
+    /// with an engine store of its own.
+    var otherProcess: PersistentContainer?
     var contexts: [ManagedObjectContext] = []
     /// Every object made, in order: its ID and entity.
     package var objects: [(id: ObjectID, entity: String)] = []
@@ -52,9 +55,10 @@ package final class ContextModelRun {
     var touchedThisStep: Set<ObjectID> = []
     var observations: [ContextObservation] = []
     /// The options of the run's container: encrypted with `key` when there is one.
-    package static func options(_ key: EncryptionKey?) -> ContainerOptions {
+    package static func options(_ key: EncryptionKey?, ownStore: Bool = false) -> ContainerOptions {
         var options = ContainerOptions()
         options.encryptionKey = key
+        options.opensItsOwnStore = ownStore
         return options
     }
 
@@ -76,6 +80,10 @@ package final class ContextModelRun {
             atPath: (self.path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         container = try PersistentContainer(
             name: "Check", model: model, directory: self.path, options: Self.options(encryptionKey))
+        if specs.contains(where: { $0.process > 0 }) {
+            otherProcess = try PersistentContainer(
+                name: "Check", model: model, directory: self.path, options: Self.options(encryptionKey, ownStore: true))
+        }
         dirty = Array(repeating: [:], count: specs.count)
         base = Array(repeating: [:], count: specs.count)
         undoStack = Array(repeating: [], count: specs.count)
@@ -96,8 +104,9 @@ package final class ContextModelRun {
         for (i, spec) in specs.enumerated() {
             let c: ManagedObjectContext
             switch spec.kind {
-            case .confined: c = container.newContext(concurrencyType: .confinement)
-            case .privateQueue: c = container.newContext(concurrencyType: .privateQueue)
+            case .confined: c = (spec.process > 0 ? otherProcess! : container).newContext(concurrencyType: .confinement)
+            case .privateQueue:
+                c = (spec.process > 0 ? otherProcess! : container).newContext(concurrencyType: .privateQueue)
             case .child(let p): c = contexts[p].newChildContext(concurrencyType: .privateQueue)
             }
             c.name = "C\(i)"
@@ -122,7 +131,10 @@ package final class ContextModelRun {
     /// Hands a save of context `source` to the contexts that do not merge it automatically.
     func deliver(_ changes: ContextChanges, from source: Int) {
         for (i, spec) in specs.enumerated() where i != source {
-            if case .confined = spec.kind {
+            if spec.process != specs[source].process {
+                // Another process's save reaches a context only when it merges it by hand.
+                unmerged[i].append(changes)
+            } else if case .confined = spec.kind {
                 unmerged[i].append(changes)
             } else if !spec.automaticMerging {
                 unmerged[i].append(changes)
@@ -529,8 +541,13 @@ package final class ContextModelRun {
         observations = []
         contexts = []
         try container.close()
+        try otherProcess?.close()
         container = try PersistentContainer(
             name: "Check", model: model, directory: path, options: Self.options(encryptionKey))
+        if otherProcess != nil {
+            otherProcess = try PersistentContainer(
+                name: "Check", model: model, directory: path, options: Self.options(encryptionKey, ownStore: true))
+        }
         for i in specs.indices {
             forgetChanges(of: i)
             unmerged[i] = []

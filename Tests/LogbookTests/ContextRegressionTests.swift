@@ -1564,4 +1564,57 @@ import Testing
         for m in members { _ = try m.value(forKey: "name") }
         #expect(members.allSatisfy { !$0.isFault })
     }
+
+    /// A context moved an item from one folder to another (unsaved); another save cleared the
+    /// item's folder; after merging it, the context moves the item back to the first folder: the
+    /// folder holds it again (checker seed 5032047: the removal from the first folder stayed
+    /// pending after the merge, though the store had made it, and cancelled the addition back as
+    /// "no change": the item's folder was the first one, whose items did not hold it).
+    @Test func movingBackToAFolderAnotherSaveTookTheItemFromHoldsIt() throws {
+        let f = try Fixture()
+        // The other context inserts the objects, and later clears the item's folder.
+        let other = f.container.newContext(concurrencyType: .privateQueue)
+        other.mergePolicy = .mergeByPropertyObjectTrump
+        other.undoHistory = UndoHistory()
+        let (item, first) = try other.performAndWait {
+            let item = try other.insertNewObject(forEntityName: "Item")
+            try item.setValue("c", forKey: "name")
+            let first = try other.insertNewObject(forEntityName: "Folder")
+            try first.setValue("a", forKey: "name")
+            try other.save()
+            return (item, first)
+        }
+        let otherItem = item
+
+        let a = f.container.newContext(concurrencyType: .privateQueue)
+        a.mergePolicy = .mergeByPropertyStoreTrump
+        a.automaticallyMergesChangesFromOtherContexts = true
+        a.undoHistory = UndoHistory()
+        let (aItem, aFirst, second) = try a.performAndWait {
+            let aItem = try a.existingObject(with: item.objectID)
+            let aFirst = try a.existingObject(with: first.objectID)
+            try aItem.setValue(aFirst, forKey: "folder")
+            try a.save()
+            let second = try a.insertNewObject(forEntityName: "Folder")
+            try second.setValue("c", forKey: "name")
+            return (aItem, aFirst, second)
+        }
+        // (The other context reads the item's folder as the store has it now: the first.)
+        try other.performAndWait { try otherItem.setValue(nil, forKey: "folder") }
+        try a.performAndWait { try second.insert(aItem, at: 0, inRelationship: "items") }
+        try other.performAndWait { try other.save() }
+        a.performAndWait {}
+        try a.performAndWait {
+            let count = try aFirst.orderedObjects(forKey: "items").count
+            try aFirst.insert(aItem, at: count, inRelationship: "items")
+            #expect(try aItem.value(forKey: "folder") as? ManagedObject === aFirst)
+            #expect(try aFirst.objects(forKey: "items").contains(aItem))
+            #expect(try second.objects(forKey: "items").isEmpty)
+            try a.save()
+        }
+        let reader = f.context()
+        let stored = try reader.existingObject(with: first.objectID)
+        #expect(try stored.objects(forKey: "items").map(\.objectID) == [item.objectID])
+        try ContextModelRun.checkStore(f.container)
+    }
 }

@@ -114,4 +114,58 @@ import Testing
         }
         #expect(heard.wait(timeout: .now() + 1) == .timedOut)
     }
+
+    /// Runs the helper's `insert` mode: another process inserts `count` Items named
+    /// `prefix-i`, five a save.
+    static func otherProcessInserts(_ path: String, prefix: String, count: Int) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: crashHelperPath)
+        process.arguments = ["insert", path, prefix, "\(count)"]
+        process.standardOutput = Pipe()
+        process.standardError = Pipe()
+        try process.run()
+        return process
+    }
+
+    /// Objects get their keys when inserted, long before their save: two processes (and this
+    /// one) inserting at once must never hand out the same key (before the serials were claimed
+    /// in `TAIL`, the second process's Items overwrote the first's; found by the context
+    /// checker across processes, seed 18). Every Item of every process is then in the store,
+    /// under its own ID, and so after a reopen.
+    @Test func insertsOfSeveralProcessesNeverShareAKey() throws {
+        let store = TemporaryStore()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        var container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: store.path)
+        let others = try (0..<2).map { try Self.otherProcessInserts(store.path, prefix: "p\($0)", count: 60) }
+        let c = container.newContext(concurrencyType: .confinement)
+        for i in 0..<60 {
+            try c.insertNewObject(forEntityName: "Item").setValue("here-\(i)", forKey: "name")
+            if i % 5 == 4 { try c.save() }
+        }
+        for p in others {
+            p.waitUntilExit()
+            let complaint = String(
+                decoding: (p.standardError as! Pipe).fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(p.terminationStatus == 0, "the other process: \(complaint)")
+        }
+        func check(_ container: PersistentContainer) throws {
+            let reader = container.newContext(concurrencyType: .confinement)
+            let items = try reader.fetch(FetchRequest<ManagedObject>(entityName: "Item"))
+            let names = Set(try items.map { try $0.value(forKey: "name") as? String ?? "" })
+            #expect(items.count == 180)
+            #expect(Set(items.map(\.objectID)).count == 180)
+            let expected = Set(["here", "p0", "p1"].flatMap { p in (0..<60).map { "\(p)-\($0)" } })
+            #expect(names == expected)
+            try ContextModelRun.checkStore(container)
+        }
+        try check(container)
+        // After a reopen the counters start above every process's keys: a new Item is new.
+        try container.close()
+        container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: store.path)
+        defer { try? container.close() }
+        let after = container.newContext(concurrencyType: .confinement)
+        try after.insertNewObject(forEntityName: "Item").setValue("last", forKey: "name")
+        try after.save()
+        #expect(try after.count(for: FetchRequest<ManagedObject>(entityName: "Item")) == 181)
+    }
 }

@@ -235,3 +235,38 @@ extension Store {
         return false
     }
 }
+
+extension Store {
+    /// Claims `count` serial numbers of `keyspace`, none below `floor`, that no other writer of
+    /// the store (in this process or another) has claimed or will: returns the first. Under the
+    /// commit lock (taken here unless this writer holds it); a store with no commit lock (read
+    /// only) claims nothing and returns `floor`.
+    ///
+    /// ```swift
+    /// let first = try store.claimSerials(keyspace: 3, count: 1024, atLeast: next)
+    /// // serials first..<first + 1024 are this writer's
+    /// ```
+    package func claimSerials(keyspace: UInt16, count: UInt64, atLeast floor: UInt64) throws -> UInt64 {
+        try writer.withLock { state in
+            guard !isReadOnly, let lock = state.commitLock else { return floor }
+            try state.checkWritable()
+            let held = state.holdsCommitLock
+            if !held { try lock.lock() }
+            defer { if !held { lock.unlock() } }
+            let first = max(floor, SerialClaims.read(lock.file, keyspace: keyspace))
+            let (end, overflow) = first.addingReportingOverflow(count)
+            guard !overflow else {
+                throw EngineError(.invalidArgument, "the serial numbers of keyspace \(keyspace) are used up")
+            }
+            try SerialClaims.write(lock.file, keyspace: keyspace, next: end)
+            return first
+        }
+    }
+
+    /// The next serial of `keyspace` no writer has claimed (0: none recorded). Read under the
+    /// commit lock, it bounds every key any writer has handed out: a save's counters record
+    /// takes it as a floor, so that the record never falls below another process's keys.
+    package func claimedSerials(keyspace: UInt16) -> UInt64 {
+        writer.withLock { state in state.commitLock.map { SerialClaims.read($0.file, keyspace: keyspace) } ?? 0 }
+    }
+}

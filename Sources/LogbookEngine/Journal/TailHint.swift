@@ -65,3 +65,34 @@ struct TailHint: Equatable, Sendable {
             salt: raw.loadLE(at: 40, as: UInt32.self))
     }
 }
+
+/// The serial numbers writers have claimed, per keyspace, in `TAIL` after the hint: the object
+/// layer hands out an object's key when the object is inserted, long before its save, so
+/// writers in several processes claim blocks of serials under the commit lock and never hand
+/// out the same key. Entry `k` (16 bytes at `4096 + 16·k`): the next serial no writer has
+/// claimed (u64 LE) · its bitwise complement (u64 LE). Written in place with one `pwrite`, never
+/// synced: the committed counters record (which a save takes as at least these) is the floor
+/// after a crash; an entry that is missing or does not match its complement counts as 0.
+enum SerialClaims {
+    static let start = 4096
+    static let entrySize = 16
+
+    static func offset(_ keyspace: UInt16) -> Int { start + Int(keyspace) * entrySize }
+
+    /// The next unclaimed serial of `keyspace` (0 when none is recorded).
+    static func read(_ file: any StorageFile, keyspace: UInt16) -> UInt64 {
+        withUnsafeTemporaryAllocation(byteCount: entrySize, alignment: 8) { buffer -> UInt64 in
+            guard let n = try? file.read(into: buffer, at: offset(keyspace)), n == entrySize else { return 0 }
+            let raw = UnsafeRawBufferPointer(buffer)
+            let value = raw.loadLE(at: 0, as: UInt64.self)
+            return raw.loadLE(at: 8, as: UInt64.self) == ~value ? value : 0
+        }
+    }
+
+    static func write(_ file: any StorageFile, keyspace: UInt16, next: UInt64) throws {
+        var w = ByteWriter()
+        w.appendLE(next)
+        w.appendLE(~next)
+        try w.bytes.withUnsafeBytes { try file.write($0, at: offset(keyspace)) }
+    }
+}

@@ -45,7 +45,7 @@ extension ManagedObjectContext {
         if readSnapshot().contains(key) || registered(key) != nil {
             throw LogbookError(.invalidArgument, "the store already has \(name) p\(serial)", entity: name)
         }
-        container.noteSerial(serial, entity: layout.index)
+        try container.noteSerial(serial, entity: layout.index)
         let object = layout.managedClass.init(
             ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
         willChange(object)
@@ -57,9 +57,15 @@ extension ManagedObjectContext {
 
 extension PersistentContainer {
     /// Keeps the serial counter of an entity's tree above `serial`.
-    func noteSerial(_ serial: UInt64, entity: Int) {
+    func noteSerial(_ serial: UInt64, entity: Int) throws {
         let counter = storeLayout.keyspace[model.root[entity]]
-        shared.counters.withLock { c in c[counter] = max(c[counter, default: 1], serial + 1) }
+        try shared.counters.withLock { c in
+            // Claimed too, so that no other writer hands it out.
+            do {
+                c[counter] = try store.claimSerials(
+                    keyspace: counter, count: 0, atLeast: max(c[counter, default: 1], serial + 1))
+            } catch { throw LogbookError.wrap(error) }
+        }
     }
 }
 

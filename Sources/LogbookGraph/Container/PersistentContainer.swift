@@ -54,6 +54,11 @@ public struct ContainerOptions: Sendable {
     /// let container = try PersistentContainer(name: "People", model: model, options: options)
     /// ```
     public var encryptionKey: (any EncryptionKeyProvider)?
+    /// Open an engine store of this container's own instead of sharing the one other containers
+    /// of this process have open on the same directory: the container then writes beside them
+    /// as another process would (the commit lock, catching up, conflicts with their saves). For
+    /// the tests that stand for several processes in one (the context checker).
+    package var opensItsOwnStore = false
     /// The defaults: full durability, automatic compaction.
     public init() {}
 }
@@ -161,7 +166,8 @@ public final class PersistentContainer: Sendable {
         // A store on disk is shared by the containers of this process that open it; an
         // in-memory store is each container's own.
         let shared = try SharedStores.shared.store(
-            at: directory, inMemory: options.inMemory, readOnly: options.readOnly, make: openStore)
+            at: directory, unshared: options.inMemory || options.opensItsOwnStore, readOnly: options.readOnly,
+            make: openStore)
         do {
             if shared.fingerprint != fingerprint {
                 throw LogbookError(
@@ -351,33 +357,40 @@ public final class PersistentContainer: Sendable {
 
     /// `count` consecutive keys of an entity (its keyspace in the high bits). Serial numbers
     /// are counted per inheritance tree (by its root), so that the objects of a tree never
-    /// share a serial: inherited to-many relationships share one set keyspace.
-    func reserveKeys(entity: Int, count: UInt64) -> Range<UInt64> {
+    /// share a serial: inherited to-many relationships share one set keyspace. They are claimed
+    /// from the store (`Store.claimSerials`), so that writers in other processes never hand out
+    /// the same keys.
+    func reserveKeys(entity: Int, count: UInt64) throws -> Range<UInt64> {
         let counter = storeLayout.keyspace[model.root[entity]]
-        let first = shared.counters.withLock { c -> UInt64 in
-            defer { c[counter, default: 1] += count }
-            return c[counter, default: 1]
+        let first = try shared.counters.withLock { c -> UInt64 in
+            let first: UInt64
+            do {
+                first = try store.claimSerials(keyspace: counter, count: count, atLeast: c[counter, default: 1])
+            } catch {
+                throw LogbookError.wrap(error)
+            }
+            guard first + count <= EngineKey.maxID + 1 else {
+                throw LogbookError(.invalidArgument, "the serial numbers of \(model.entities[entity].name) are used up")
+            }
+            c[counter] = first + count
+            return first
         }
         let base = EngineKey.first(inKeyspace: storeLayout.keyspace[entity]).rawValue
         return (base | first)..<(base | (first + count))
     }
 
-    func allocateKey(entity: Int) -> UInt64 {
-        let counter = storeLayout.keyspace[model.root[entity]]
-        let serial = shared.counters.withLock { c -> UInt64 in
-            defer { c[counter, default: 1] += 1 }
-            return c[counter, default: 1]
-        }
-        return EngineKey(keyspace: storeLayout.keyspace[entity], id: serial).rawValue
-    }
-
-    /// The counters record: (keyspace uvarint, next serial uvarint) pairs.
+    /// The counters record: (keyspace uvarint, next serial uvarint) pairs. Made under the save
+    /// lock: each counter is at least what every writer has claimed (`Store.claimedSerials`),
+    /// so that the last record committed bounds every key in the store, whoever wrote it.
     func countersRecord() -> [UInt8] {
         let values = shared.counters.withLock { $0 }
+        var claimed: [UInt16: UInt64] = [:]
         var out: [UInt8] = []
         for i in model.entities.indices {
+            let counter = storeLayout.keyspace[model.root[i]]
+            if claimed[counter] == nil { claimed[counter] = store.claimedSerials(keyspace: counter) }
             RecordCodec.appendVarint(UInt64(storeLayout.keyspace[i]), &out)
-            RecordCodec.appendVarint(values[storeLayout.keyspace[model.root[i]]] ?? 1, &out)
+            RecordCodec.appendVarint(max(values[counter] ?? 1, claimed[counter]!), &out)
         }
         return out
     }

@@ -94,20 +94,21 @@ package final class SharedStores: Sendable {
     /// The shared store of `directory` with one more use counted, opened by `make` when this
     /// process has none open. Opening and closing happen under the registry's lock, so two
     /// containers opening at once open it once, and none finds one that is closing.
-    /// `inMemory`: a store of its own, never shared.
-    func store(at directory: String, inMemory: Bool, readOnly: Bool, make: () throws -> SharedStore) throws
+    /// `unshared` (an in-memory store, `ContainerOptions.opensItsOwnStore`): a store of its
+    /// own, never shared.
+    func store(at directory: String, unshared: Bool, readOnly: Bool, make: () throws -> SharedStore) throws
         -> SharedStore
     {
         try open.withLock { table in
             // Read-only containers share a follower of their own, beside the writer's store.
             let key = Self.key(directory) + (readOnly ? "\u{0}read-only" : "")
-            if !inMemory, let existing = table[key]?.store {
+            if !unshared, let existing = table[key]?.store {
                 existing.retain()
                 return existing
             }
             let made = try make()
             made.retain()
-            if !inMemory { table[key] = Weak(store: made) }
+            if !unshared { table[key] = Weak(store: made) }
             return made
         }
     }

@@ -28,6 +28,20 @@ extension ManagedObjectContext {
     /// Core Data's name for `mergeChanges(_:)`.
     public func mergeChanges(fromContextDidSave changes: ContextChanges) { mergeChanges(changes) }
 
+    /// Merges a save made in another container or process on the same store into `contexts`,
+    /// each on its own queue (Core Data's `mergeChanges(fromRemoteContextSave:into:)`): each
+    /// root context reads that process's commits first, then merges as `mergeChanges(_:)` does.
+    ///
+    /// ```swift
+    /// // `changes` came from another process (for example from its history, by token).
+    /// ManagedObjectContext.mergeChanges(fromRemoteContextSave: changes, into: [container.viewContext])
+    /// ```
+    public static func mergeChanges(
+        fromRemoteContextSave changes: ContextChanges, into contexts: [ManagedObjectContext]
+    ) {
+        for context in contexts { context.performAndWait { context.mergeChanges(changes) } }
+    }
+
     /// The registered objects a save changed reload (updated) or go (deleted). Returns what
     /// changed here.
     @discardableResult
@@ -36,6 +50,9 @@ extension ManagedObjectContext {
         if isHistorical { return ContextChanges(version: changes.version) }
         // A context pinned to a query generation moves to the latest one when it merges.
         advancePinnedSnapshot()
+        // The save may be another process's (`mergeChanges(fromRemoteContextSave:)`): its
+        // commits are read first. A failure to read them leaves the objects as they were.
+        if !changes.updated.isEmpty || !changes.inserted.isEmpty { try? catchUpWithOtherWriters() }
         var merged = ContextChanges(version: changes.version)
         var snapshot: Snapshot?
         for id in changes.updated.union(changes.inserted) {
@@ -120,8 +137,12 @@ extension ManagedObjectContext {
                 // store now, and go.
                 forgetPendingInverse(o, r, local[i], added: true)
                 forgetPendingInverse(o, r, base[i], added: false)
-            } else if case .object(let k) = store[i] {
-                try linkInverse(o, r, k, adding: false)
+            } else {
+                // The other save took the object out of the old destination's set already: the
+                // pending removal from it is in the store now, and goes (kept, it cancelled a
+                // later addition back to that set as "no change": checker seed 5032047).
+                forgetPendingInverse(o, r, base[i], added: false)
+                if case .object(let k) = store[i] { try linkInverse(o, r, k, adding: false) }
             }
         }
     }

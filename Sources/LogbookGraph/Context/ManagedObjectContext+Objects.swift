@@ -7,16 +7,16 @@ extension ManagedObjectContext {
     /// Inserts a new object of the named entity. An unknown name is an error.
     public func insertNewObject(forEntityName name: String) throws -> ManagedObject {
         let layout = try insertable(model.layout(named: name))
-        return try undoable { makeInserted(layout) }
+        return try undoable { try makeInserted(layout) }
     }
 
     /// Inserts a new object of a typed class (`Person.self`).
     public func insert<T: ManagedObject>(_ type: T.Type) throws -> T {
         let layout = try insertable(model.layout(for: type))
         if undoHistory == nil && layout.managedClass == T.self {
-            return unsafeDowncast(makeInserted(layout), to: T.self)
+            return unsafeDowncast(try makeInserted(layout), to: T.self)
         }
-        guard let object = try undoable({ makeInserted(layout) }) as? T else {
+        guard let object = try undoable({ try makeInserted(layout) }) as? T else {
             throw LogbookError(
                 .unknownEntity,
                 "entity \(layout.name) is not made of \(T.self); give the entity `class: \(T.self).self`",
@@ -42,13 +42,13 @@ extension ManagedObjectContext {
         storeLayout.entityByKeyspace[EngineKey(rawValue: key).keyspace].map { model.layouts[$0] }
     }
 
-    func makeInserted(_ layout: EntityLayout) -> ManagedObject {
+    func makeInserted(_ layout: EntityLayout) throws -> ManagedObject {
         let key: UInt64
         if let range = reservedSerials[layout.index], !range.isEmpty {
             key = range.lowerBound
             reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
         } else {
-            let range = container.reserveKeys(entity: layout.index, count: 1024)
+            let range = try container.reserveKeys(entity: layout.index, count: 1024)
             key = range.lowerBound
             reservedSerials[layout.index] = (range.lowerBound + 1)..<range.upperBound
         }
@@ -71,6 +71,9 @@ extension ManagedObjectContext {
         guard id.store == storeLayout.identity else {
             throw LogbookError(.invalidRelationship, "the object ID \(id) is from another store", objectID: id)
         }
+        // An object read from the store is read as other writing processes left it, as a
+        // fetch reads it.
+        if registered(id.key) == nil { try catchUpWithOtherWriters() }
         return try object(forKey: id.key)
     }
 

@@ -32,6 +32,8 @@ extension ManagedObjectContext {
         }
         let sortKeys = try SortKey.resolve(fetch.sortDescriptors, layout: layout, model: model, allowsPaths: false)
         let plan = try plan(fetch, layout: layout)
+        // What other writing processes committed is read first, as a fetch reads it.
+        try catchUpWithOtherWriters()
         let snapshot = readSnapshot()
         let result = AsynchronousFetchResult<T>(progress: FetchProgress(), queue: queue)
         // A context of its own reads on the worker thread (objects never cross threads).

@@ -9,6 +9,7 @@ extension ManagedObjectContext {
     /// left out of its dictionary. Sort descriptors name result keys; `fetchOffset` and
     /// `fetchLimit` apply to the dictionaries. Unsaved changes are seen, as with every fetch.
     public func fetchDictionaries<T: ManagedObject>(_ request: FetchRequest<T>) throws -> [[String: any Sendable]] {
+        try catchUpWithOtherWriters()
         let layout = try model.layout(named: request.entityName)
         var properties = request.propertiesToFetch
         if properties.isEmpty {

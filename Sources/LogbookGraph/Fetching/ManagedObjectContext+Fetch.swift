@@ -361,6 +361,7 @@ extension ManagedObjectContext {
         _ body: (ManagedObject) throws -> Void
     ) throws {
         let layout = try model.layout(named: entityName)
+        try catchUpWithOtherWriters()
         let snapshot = readSnapshot()
         let keyspace = storeLayout.keyspace[layout.index]
         var next: UInt64 = 0

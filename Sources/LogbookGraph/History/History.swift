@@ -151,6 +151,11 @@ extension PersistentContainer {
     /// `.historyTokenExpired` error (Core Data's `NSPersistentHistoryTokenExpiredError`); start
     /// again from `nil` or `currentHistoryToken`.
     public func history(after token: PersistentHistoryToken?) throws -> [PersistentHistoryTransaction] {
+        // A writer reads other writing processes' transactions too (a read-only container
+        // follows the writer on its own thread).
+        if !store.isReadOnly {
+            do { try store.catchUpIfOthersCommitted() } catch { throw LogbookError.wrap(error) }
+        }
         let snapshot = store.snapshot()
         if let token, let purged = HistoryRecord.purgedThrough(snapshot), token.version <= purged {
             throw LogbookError(

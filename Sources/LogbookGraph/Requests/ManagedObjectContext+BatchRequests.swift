@@ -6,7 +6,7 @@ extension ManagedObjectContext {
     public func execute(_ request: BatchInsertRequest) throws -> BatchResult {
         let layout = try insertable(model.layout(named: request.entityName))
         guard request.count > 0 else { return BatchResult(count: 0, objectIDs: []) }
-        let keys = container.reserveKeys(entity: layout.index, count: UInt64(request.count))
+        let keys = try container.reserveKeys(entity: layout.index, count: UInt64(request.count))
         var transaction = Transaction()
         var buffer: [UInt8] = []
         var row = BatchInsertRow(layout: layout)
@@ -47,9 +47,9 @@ extension ManagedObjectContext {
         }
         if !failures.isEmpty { throw Self.validationError(failures) }
         if constrained { return try upsertRows(rows, keys: keys, layout: layout, resultType: request.resultType) }
-        transaction.put(StoredSchema.countersKey, value: container.countersRecord())
         let version = try container.writer.withSaveLock { _ in
-            try container.writer.commit(&transaction) { batchHistoryRecord(inserted: Array(keys)) }
+            transaction.put(StoredSchema.countersKey, value: container.countersRecord())
+            return try container.writer.commit(&transaction) { batchHistoryRecord(inserted: Array(keys)) }
         }
         let ids = request.resultType == .objectIDs ? keys.map { ObjectID(store: store.identity, key: $0) } : []
         if container.hasListeners(besides: self) || !changeObservers.isEmpty {

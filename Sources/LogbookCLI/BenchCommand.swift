@@ -31,6 +31,8 @@ struct BenchCommand: ParsableCommand {
     @Flag(help: "Open the workloads' stores with persistent history tracking on.") var history = false
     @Flag(help: "commits: stamp each Item's createdAt with the time of its save (what `follow` measures from).")
     var stamp = false
+    @Flag(help: "follow: the follower is a writing container (beside the writer) rather than a read-only one.")
+    var writing = false
     @Option(
         help:
             "Journal segment size in bytes for the Items workloads (default 64 MiB; down to 1 KiB here, below a store's 64 KiB minimum, so that small ones roll over often)."
@@ -103,7 +105,7 @@ struct BenchCommand: ParsableCommand {
                 compactEvery: compactEvery, stamp: stamp)
         case "follow":
             let path = store ?? freshStore("follow")
-            try followWorkload(store: path, commits: commits) { arguments in
+            try followWorkload(store: path, commits: commits, writing: writing) { arguments in
                 let p = Process()
                 p.executableURL = URL(
                     fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))

@@ -350,12 +350,14 @@ func commitsWorkload(
 
 /// W15: a writer in another process (`logbook bench commits --stamp --history`) makes
 /// `commits` saves; this process follows it with a read-only container that observes remote
-/// changes. Each Item's latency is the time from its save (its createdAt, stamped by the
-/// writer) to the moment the remote-change handler here read it; p50, p99 and the maximum.
-func followWorkload(store path: String, commits: Int, writer: ([String]) throws -> Void) throws {
+/// changes (`writing`: a writing container, one of several writers). Each Item's latency is the
+/// time from its save (its createdAt, stamped by the writer) to the moment the remote-change
+/// handler here read it; p50, p99 and the maximum.
+func followWorkload(store path: String, commits: Int, writing: Bool = false, writer: ([String]) throws -> Void) throws {
     try writer(["commits", "--store", path, "--commits", "1", "--per", "1", "--history"])
     var options = ContainerOptions()
-    options.readOnly = true
+    options.readOnly = !writing
+    options.persistentHistoryTracking = writing
     options.observesRemoteChanges = true
     options.encryptionKey = benchKey?.key
     let follower = try PersistentContainer(
@@ -392,7 +394,7 @@ func followWorkload(store path: String, commits: Int, writer: ([String]) throws 
         sorted.isEmpty ? .nan : sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)] * 1000
     }
     report(
-        "follow",
+        writing ? "follow_writing" : "follow",
         [
             "commits": commits, "received": sorted.count, "notifications": notifications.withLock { $0 },
             "p50_ms": (percentile(0.5) * 1000).rounded() / 1000, "p99_ms": (percentile(0.99) * 1000).rounded() / 1000,

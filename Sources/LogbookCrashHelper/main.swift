@@ -12,12 +12,13 @@
 //
 // One of several processes writing one store (below).
 //
-//   LogbookCrashHelper insert STORE_PATH PREFIX COUNT
+//   LogbookCrashHelper insert STORE_PATH PREFIX COUNT [PER]
 //   LogbookCrashHelper notes STORE_PATH PREFIX COUNT
 //
-// Another process inserting objects into a store others write too: the context checker's
-// Items through a container (`insert`), or SwiftData `Note`s through a `ModelContainer`
-// (`notes`), named PREFIX-0 … PREFIX-(COUNT-1), saved five at a time; prints "saved".
+// Another process inserting objects into a store others write or follow: the context
+// checker's Items through a container (`insert`), or SwiftData `Note`s through a
+// `ModelContainer` (`notes`), named PREFIX-0 … PREFIX-(COUNT-1), saved PER (5 by default) at a
+// time; prints "saved".
 //
 //   LogbookCrashHelper contexts SEED STEPS STORE_PATH
 //
@@ -74,14 +75,18 @@ if arguments.count == 6, arguments[1] == "set" {
         exit(1)
     }
 }
-if arguments.count == 5, arguments[1] == "insert" || arguments[1] == "notes", let count = Int(arguments[4]) {
+if arguments.count >= 5, arguments[1] == "insert" || arguments[1] == "notes", let count = Int(arguments[4]) {
+    let per = arguments.count >= 6 ? max(1, Int(arguments[5]) ?? 5) : 5
     do {
         if arguments[1] == "insert" {
-            let container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: arguments[2])
+            var options = ContainerOptions()
+            options.persistentHistoryTracking = true
+            let container = try PersistentContainer(
+                name: "Check", model: CheckedModel.make(), directory: arguments[2], options: options)
             let context = container.newContext(concurrencyType: .confinement)
             for i in 0..<count {
                 try context.insertNewObject(forEntityName: "Item").setValue("\(arguments[3])-\(i)", forKey: "name")
-                if i % 5 == 4 || i == count - 1 { try context.save() }
+                if i % per == per - 1 || i == count - 1 { try context.save() }
             }
             try container.close()
         } else {

@@ -117,10 +117,10 @@ import Testing
 
     /// Runs the helper's `insert` mode: another process inserts `count` Items named
     /// `prefix-i`, five a save.
-    static func otherProcessInserts(_ path: String, prefix: String, count: Int) throws -> Process {
+    static func otherProcessInserts(_ path: String, prefix: String, count: Int, per: Int = 5) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: crashHelperPath)
-        process.arguments = ["insert", path, prefix, "\(count)"]
+        process.arguments = ["insert", path, prefix, "\(count)", "\(per)"]
         process.standardOutput = Pipe()
         process.standardError = Pipe()
         try process.run()
@@ -167,5 +167,57 @@ import Testing
         try after.insertNewObject(forEntityName: "Item").setValue("last", forKey: "name")
         try after.save()
         #expect(try after.count(for: FetchRequest<ManagedObject>(entityName: "Item")) == 181)
+    }
+
+    /// A read-only container follows 10,000 saves of a writer in another process (one Item a
+    /// save): its remote changes come in order, its context that merges automatically only
+    /// ever grows, and at the end it reads exactly what the writer wrote.
+    @Test func aReadOnlyContainerFollowsTenThousandSavesOfAnotherProcess() throws {
+        let store = TemporaryStore()
+        try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+        // The store exists before the follower opens it.
+        try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: store.path).close()
+        var options = ContainerOptions()
+        options.readOnly = true
+        options.observesRemoteChanges = true
+        let follower = try PersistentContainer(
+            name: "Check", model: CheckedModel.make(), directory: store.path, options: options)
+        defer { try? follower.close() }
+        let heard = Locked<[UInt64]>([])
+        let observation = follower.observeRemoteChanges { change in
+            heard.withLock { $0.append(change.historyToken.version) }
+        }
+        defer { observation.cancel() }
+        let writer = try Self.otherProcessInserts(store.path, prefix: "w", count: 10_000, per: 1)
+        let reader = follower.newContext(concurrencyType: .privateQueue)
+        let request = FetchRequest<ManagedObject>(entityName: "Item")
+        var counts: [Int] = []
+        while writer.isRunning {
+            counts.append(try reader.performAndWait { try reader.count(for: request) })
+            usleep(20_000)
+        }
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        var last = 0
+        for _ in 0..<500 {
+            last = try reader.performAndWait { try reader.count(for: request) }
+            if last == 10_000 { break }
+            usleep(10_000)
+        }
+        #expect(last == 10_000)
+        #expect(counts == counts.sorted(), "a count went back")
+        #expect(counts.count > 3, "the follower read while the writer wrote")
+        let versions = heard.withLock { $0 }
+        #expect(!versions.isEmpty && versions == versions.sorted() && Set(versions).count == versions.count)
+        // The same Items as a writer reads.
+        let names: (PersistentContainer) throws -> Set<String> = { container in
+            let c = container.newContext(concurrencyType: .confinement)
+            return Set(try c.fetch(request).map { try $0.value(forKey: "name") as? String ?? "" })
+        }
+        let written = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: store.path)
+        defer { try? written.close() }
+        let followed = try names(follower)
+        #expect(followed.count == 10_000)
+        #expect(followed == (try names(written)))
     }
 }

@@ -318,8 +318,19 @@ package final class ContextModelRun {
                 continue
             }
             // A context pinned to a query generation merges too (the merge moves it to the
-            // latest generation, as in Core Data): only saves it has not merged keep it out.
-            guard unmerged[i].isEmpty else { continue }
+            // latest generation, as in Core Data): only saves it has not merged keep it out —
+            // but for another process's: a context that merges automatically still merges the
+            // saves of its own process, which reload the objects they name (from the store as
+            // it is, the other process's commits included: checker seed 25809, two processes).
+            let changer = specs.indices.first { x in
+                specs[x].parent == nil && (last.hasPrefix("C\(x): save") || last.hasPrefix("C\(x): batch"))
+            }
+            let onlyTouched = !unmerged[i].isEmpty
+            if onlyTouched {
+                guard case .privateQueue = specs[i].kind, specs[i].automaticMerging, storeChanged,
+                    let changer, changer != i, specs[changer].process == specs[i].process
+                else { continue }
+            }
             // A batch request merges its results into the context that ran it.
             let ranABatch = log.last?.hasPrefix("C\(i): batch") == true
             let mergedByHand = log.last?.hasPrefix("C\(i): merge") == true
@@ -330,7 +341,7 @@ package final class ContextModelRun {
             merged.insert(i)
             guard !dirty[i].isEmpty else { continue }
             if store == nil { store = try storeValues() }
-            absorb(store!, into: i)
+            absorb(store!, into: i, only: onlyTouched ? touched : nil)
         }
     }
 

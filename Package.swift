@@ -24,6 +24,9 @@ let package = Package(
         // The object graph with Core Data's API alone: no macros, no swift-syntax to build.
         .library(name: "LogbookGraph", targets: ["LogbookGraph"]),
         .library(name: "LogbookEngine", targets: ["LogbookEngine"]),
+        // Stores kept in step through PostgreSQL (postgres-nio): a product of its own, so that
+        // the others do not fetch or build it.
+        .library(name: "LogbookSync", targets: ["LogbookSync"]),
         .executable(name: "logbook", targets: ["LogbookCLI"])
     ] + (offersSwiftDataModule ? [.library(name: "SwiftData", targets: ["SwiftData"])] : []),
     dependencies: [
@@ -34,7 +37,13 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // The `@Model` family of macros (SwiftData's API): built for the host, never linked, and
         // only for what depends on `LogbookSwiftData`.
-        .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1")
+        .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1"),
+        // PostgreSQL's wire protocol, for `LogbookSync` only.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // TLS to the server (postgres-nio's own dependency), for `LogbookSync` only.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // The logger postgres-nio takes, for `LogbookSync` only.
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2")
     ],
     targets: [
         // Debian's liblz4-dev (`apt-get install liblz4-dev`).
@@ -61,6 +70,16 @@ let package = Package(
         .target(
             name: "LogbookSwiftData",
             dependencies: ["LogbookGraph", "LogbookEngine", "LogbookMacros"],
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
+        ),
+        // Sync through PostgreSQL: an outbox of each store's saves pushed to a change log on the
+        // server, and the log pulled back in server order (docs/sync.md).
+        .target(
+            name: "LogbookSync",
+            dependencies: [
+                "LogbookGraph", "LogbookEngine", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Logging", package: "swift-log")
+            ],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
         // `import Logbook`: both layers, re-exported.
@@ -126,6 +145,11 @@ let package = Package(
             dependencies: ["Logbook", "LogbookTestSupport", "LogbookCrashHelper"]
                 + (offersSwiftDataModule ? ["SwiftData"] : []),
             exclude: offersSwiftDataModule ? [] : ["SampleApp.swift"]
+        ),
+        // Sync through a real PostgreSQL server (LOGBOOK_POSTGRES_URL: .ci/test starts one).
+        .testTarget(
+            name: "LogbookSyncTests",
+            dependencies: ["LogbookSync", "LogbookGraph", "LogbookEngine", "LogbookTestSupport"]
         ),
         // What the macros write, and what they refuse, checked on source text.
         .testTarget(

@@ -363,7 +363,15 @@ package final class ContextModelRun {
             }
             return values
         }
-        rebase(i, on: beneath)
+        // A change that an ancestor's own unsaved value happens to equal stays a change
+        // (Logbook pins it: checker seed 663777); one the stored value equals is settled
+        // (checker seed 7044693: the reference dropped a child's change at a merge by hand that
+        // Logbook kept, and then took the child's later save into its parent for none).
+        rebase(
+            i,
+            on: beneath.filter { key, value in
+                !(dirty[i][key] == value && Self.changedAbove(key, from: parent, dirty: dirty, specs: specs))
+            })
     }
 
     /// Child `i` reloaded `values` from its parent: a change now equal to the parent's value

@@ -36,6 +36,12 @@ public struct ContainerOptions: Sendable {
     /// starts, automatic or not, by purging what it lets go; between compactions every
     /// transaction stays readable, for `history(after:)` and for a follower.
     public var historyRetention: HistoryRetention = .all
+    /// With `persistentHistoryTracking`: each recorded transaction also names, for every to-many
+    /// relationship it changed, the members it added and removed and whether it reordered them
+    /// (`PersistentHistoryTransaction.memberChanges`; Core Data records only that the
+    /// relationship changed). What `LogbookSync` pushes; off by default (it writes history
+    /// records in format 2, which releases before this one do not read).
+    public var historyRecordsMemberChanges = false
     /// Follow the commits of the process that writes the store (Core Data's
     /// `NSPersistentStoreRemoteChangeNotificationPostOptionKey`): a thread waits for the
     /// store's files to change (inotify, and a poll every half second), reads what other
@@ -137,9 +143,11 @@ public final class PersistentContainer: Sendable {
         historyRetention = options.historyRetention
         let fingerprint = SharedStores.Options(
             readOnly: options.readOnly, durability: options.durability,
-            historyTracking: options.persistentHistoryTracking, historyRetention: options.historyRetention)
+            historyTracking: options.persistentHistoryTracking, historyRetention: options.historyRetention,
+            memberChanges: options.historyRecordsMemberChanges)
         let directory = storeDirectory
         let tracking = historyTracking
+        let memberChanges = options.persistentHistoryTracking && options.historyRecordsMemberChanges
         var openedHere = false
         func openStore() throws -> SharedStore {
             openedHere = true
@@ -154,7 +162,8 @@ public final class PersistentContainer: Sendable {
                 var byRoot: [UInt16: UInt64] = [:]
                 for i in counters.indices where model.root[i] == i { byRoot[layout.keyspace[i]] = counters[i] }
                 let shared = SharedStore(
-                    store: store, writer: StoreWriter(store: store, historyTracking: tracking),
+                    store: store,
+                    writer: StoreWriter(store: store, historyTracking: tracking, memberChanges: memberChanges),
                     schema: layout.schema, fingerprint: fingerprint, counters: byRoot)
                 retention.shared.withLock { $0.value = shared }
                 return shared
@@ -172,7 +181,7 @@ public final class PersistentContainer: Sendable {
             if shared.fingerprint != fingerprint {
                 throw LogbookError(
                     .invalidArgument,
-                    "the store at \(directory) is open in this process with other options (read-only, durability, history tracking or retention): open it with the same"
+                    "the store at \(directory) is open in this process with other options (read-only, durability, history tracking, retention or member changes): open it with the same"
                 )
             }
             if !openedHere, shared.store.encryptionKeyInUse != key {

@@ -84,6 +84,7 @@ package final class SharedStores: Sendable {
         var durability: Durability
         var historyTracking: Bool
         var historyRetention: HistoryRetention
+        var memberChanges: Bool
     }
 
     /// The key of a store's directory: its absolute path with symbolic links resolved.

@@ -16,7 +16,7 @@ extension ManagedObjectContext {
     /// `Storage/SaveTransaction.swift`) and the commit (`StoreWriter.commit`); last, settling
     /// the objects and telling the other contexts (`settleSave`).
     public func save() throws {
-        guard hasChanges || !pendingErrors.isEmpty else { return }
+        guard hasChanges || !pendingErrors.isEmpty || !attachedRecords.isEmpty else { return }
         try preflightSave()
         if let parent {
             try pushToParent(parent)
@@ -33,6 +33,7 @@ extension ManagedObjectContext {
             recent.record(save.written, version: version)
             return (version, save.savedUpdates, save.unlinked)
         }
+        attachedRecords = [:]
         settleSave(version: version, savedUpdates: savedUpdates, unlinked: unlinked)
     }
 

@@ -102,6 +102,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
     @exclusivity(unchecked) var setRemoves: [UInt64: Set<UInt64>] = [:]
     /// Unsaved orders of ordered relationships, by set key: the members in their new order.
     @exclusivity(unchecked) var orderOverrides: [UInt64: [UInt64]] = [:]
+    /// Engine records the next save of this (root) context writes in its transaction beside the
+    /// objects, by key (LogbookSync's identity map and pull position, so that they commit with
+    /// the changes they describe); the save that writes them clears them. Keys must be in a
+    /// keyspace no entity has (`ManagedObjectContext.attachedKeyspace`).
+    package var attachedRecords: [UInt64: [UInt8]] = [:]
+    /// The keyspace of attached records (entities count up from 1; history is 65535).
+    package static let attachedKeyspace: UInt16 = 0xFFFE
     /// In a child context: slots changed here whose value a merge found equal to the parent's
     /// (unsaved) value, by object key. They stay changes: the parent may change the value
     /// again before this context saves, and the save still sets this one (checker seed

@@ -61,6 +61,29 @@ public struct PersistentHistoryChange: Sendable {
     public var tombstone: [String: any Sendable]?
 }
 
+/// What one transaction did to one object's to-many relationship, recorded with
+/// `ContainerOptions.historyRecordsMemberChanges` (Core Data records only that a relationship
+/// changed): the members it added and removed, and whether it changed an ordered
+/// relationship's order (read the order itself from the store).
+///
+/// ```swift
+/// for change in transaction.memberChanges where change.relationship == "tags" {
+///     print(change.owner, "+", change.added.count, "-", change.removed.count)
+/// }
+/// ```
+public struct PersistentHistoryMemberChange: Sendable, Hashable {
+    /// The object whose relationship changed.
+    public var owner: ObjectID
+    /// The relationship's name (on the owner's entity).
+    public var relationship: String
+    /// The members added, in key order.
+    public var added: [ObjectID]
+    /// The members removed, in key order.
+    public var removed: [ObjectID]
+    /// Whether the transaction set the order of an ordered relationship.
+    public var reordered: Bool
+}
+
 /// One committed transaction, as history recorded it (Core Data's
 /// `NSPersistentHistoryTransaction`).
 public struct PersistentHistoryTransaction: Sendable {
@@ -74,6 +97,9 @@ public struct PersistentHistoryTransaction: Sendable {
     public var contextName: String?
     /// The objects the transaction inserted, updated and deleted, in that order.
     public var changes: [PersistentHistoryChange]
+    /// The members each to-many relationship gained and lost, when the store records them
+    /// (`ContainerOptions.historyRecordsMemberChanges`; empty otherwise).
+    public var memberChanges: [PersistentHistoryMemberChange] = []
 
     /// The number of changes of each type for each entity, for summaries.
     public func counts() -> [String: (inserted: Int, updated: Int, deleted: Int)] {
@@ -371,6 +397,8 @@ struct HistoryRecord {
     /// The keyspace of history records (the highest; entities' keyspaces count up from 1).
     static let keyspace: UInt16 = 0xFFFF
     static let formatVersion: UInt8 = 1
+    /// The format of a record that names its to-many changes' members after its changes.
+    static let memberChangesFormat: UInt8 = 2
 
     static func key(version: UInt64) -> UInt64 { EngineKey(keyspace: keyspace, id: version).rawValue }
 
@@ -389,10 +417,11 @@ struct HistoryRecord {
         private var w: ByteWriter
         private var previous: UInt64 = 0
 
-        /// A record of `changes` changes (exactly that many are written after).
-        init(timestamp: Date, author: String?, contextName: String?, changes: Int) {
+        /// A record of `changes` changes (exactly that many are written after); with
+        /// `memberChanges`, in format 2, to end with `members(_:)`.
+        init(timestamp: Date, author: String?, contextName: String?, changes: Int, memberChanges: Bool = false) {
             w = ByteWriter(capacity: 64 + changes * 3)
-            w.append(formatVersion)
+            w.append(memberChanges ? memberChangesFormat : formatVersion)
             w.appendLE(Int64((timestamp.timeIntervalSince1970 * 1000).rounded(.down)))
             w.append((author == nil ? 0 : 1) | (contextName == nil ? 0 : 2))
             if let author { appendString(author, &w) }
@@ -420,6 +449,25 @@ struct HistoryRecord {
             for (name, slot, type) in values {
                 appendString(name, &w)
                 appendValue(slot, type, &w)
+            }
+        }
+
+        /// The to-many changes of a format-2 record, after its changes: owner, relationship
+        /// name, whether reordered, the members added and removed (each in key order).
+        mutating func members(
+            _ changes: [(owner: UInt64, name: String, added: [UInt64], removed: [UInt64], reordered: Bool)]
+        ) {
+            w.appendVarint(changes.count)
+            var owner: UInt64 = 0
+            for c in changes {
+                appendKey(c.owner, &owner, &w)
+                appendString(c.name, &w)
+                w.append(c.reordered ? 1 : 0)
+                for list in [c.added, c.removed] {
+                    w.appendVarint(list.count)
+                    var previous: UInt64 = 0
+                    for k in list { appendKey(k, &previous, &w) }
+                }
             }
         }
 
@@ -478,7 +526,9 @@ struct HistoryRecord {
     static func timestampMilliseconds(_ bytes: [UInt8]) -> Int64? {
         bytes.withUnsafeBytes { raw in
             var r = ByteReader(raw)
-            guard (try? r.readByte()) == formatVersion else { return nil }
+            guard let format = try? r.readByte(), format == formatVersion || format == memberChangesFormat else {
+                return nil
+            }
             return try? r.readLE(Int64.self)
         }
     }
@@ -492,7 +542,8 @@ struct HistoryRecord {
                 LogbookError(.store, "the history record of version \(version) is malformed: \(reason)")
             }
             do {
-                guard try r.readByte() == formatVersion else { throw fail("unknown format") }
+                let format = try r.readByte()
+                guard format == formatVersion || format == memberChangesFormat else { throw fail("unknown format") }
                 let ms = try r.readLE(Int64.self)
                 let flags = try r.readByte()
                 let author = flags & 1 != 0 ? try readString(&r) : nil
@@ -533,11 +584,36 @@ struct HistoryRecord {
                     default: throw fail("unknown change type \(type)")
                     }
                 }
+                var members: [PersistentHistoryMemberChange] = []
+                if format == memberChangesFormat {
+                    let n = try r.readLength(limit: r.remaining)
+                    var owner: UInt64 = 0
+                    for _ in 0..<n {
+                        owner = owner &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                        let name = try readString(&r)
+                        let reordered = try r.readByte() != 0
+                        var lists: [[ObjectID]] = []
+                        for _ in 0..<2 {
+                            let count = try r.readLength(limit: r.remaining)
+                            var previous: UInt64 = 0
+                            var list: [ObjectID] = []
+                            for _ in 0..<count {
+                                previous = previous &+ UInt64(bitPattern: unzigzag(try r.readVarint()))
+                                list.append(ObjectID(store: store, key: previous))
+                            }
+                            lists.append(list)
+                        }
+                        members.append(
+                            PersistentHistoryMemberChange(
+                                owner: ObjectID(store: store, key: owner), relationship: name, added: lists[0],
+                                removed: lists[1], reordered: reordered))
+                    }
+                }
                 guard r.isAtEnd else { throw fail("bytes after the last change") }
                 return PersistentHistoryTransaction(
                     token: PersistentHistoryToken(version: version),
                     timestamp: Date(timeIntervalSince1970: Double(ms) / 1000),
-                    author: author, contextName: contextName, changes: changes)
+                    author: author, contextName: contextName, changes: changes, memberChanges: members)
             } catch is ByteReader.OutOfBounds {
                 throw fail("truncated")
             }

@@ -58,7 +58,36 @@ extension ManagedObjectContext {
             }
             record.delete(object.engineKey, values)
         }
+        if container.writer.memberChanges { record.members(memberChanges()) }
         return record.bytes
+    }
+
+    /// The to-many changes of the save being made, by owner: the members added and removed, and
+    /// whether an ordered relationship's order was set.
+    func memberChanges() -> [(owner: UInt64, name: String, added: [UInt64], removed: [UInt64], reordered: Bool)] {
+        var out: [(owner: UInt64, name: String, added: [UInt64], removed: [UInt64], reordered: Bool)] = []
+        let sets = Set(setAdds.keys).union(setRemoves.keys).union(orderOverrides.keys)
+        guard !sets.isEmpty else { return out }
+        let snapshot = container.store.snapshot()
+        for set in sets.sorted() {
+            // Sub-entities share set keyspaces: the owner is the candidate that exists.
+            let candidates = storeLayout.owners(ofSet: set)
+            guard
+                let (owner, e, r) = candidates.count == 1
+                    ? candidates.first
+                    : candidates.first(where: { c in
+                        registered(c.owner) != nil || inserted.lookup(c.owner) != nil || snapshot.contains(c.owner)
+                    })
+            else { continue }
+            // An owner deleted by this save takes its sets with it.
+            if deleted[owner] != nil { continue }
+            let added = (setAdds[set].map { Array($0) } ?? []).sorted()
+            let removed = (setRemoves[set].map { Array($0) } ?? []).sorted()
+            let reordered = orderOverrides[set] != nil
+            if added.isEmpty && removed.isEmpty && !reordered { continue }
+            out.append((owner, container.model.entities[e].relationships[r].name, added, removed, reordered))
+        }
+        return out.sorted { $0.owner < $1.owner }
     }
 }
 
@@ -73,11 +102,14 @@ extension ManagedObjectContext {
         for k in inserted { record.insert(k) }
         for k in updated { record.update(k, names) }
         for k in deleted { record.delete(k, []) }
+        if container.writer.memberChanges { record.members([]) }
         return record.bytes
     }
 
     /// A history record of `changes` changes made by this context now.
     func historyWriter(changes: Int) -> HistoryRecord.Writer {
-        HistoryRecord.Writer(timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes)
+        HistoryRecord.Writer(
+            timestamp: Date(), author: transactionAuthor, contextName: name, changes: changes,
+            memberChanges: container.writer.memberChanges)
     }
 }

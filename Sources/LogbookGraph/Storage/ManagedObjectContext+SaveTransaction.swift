@@ -45,6 +45,7 @@ extension ManagedObjectContext {
         if !inserted.isEmpty {
             save.transaction.put(StoredSchema.countersKey, value: container.countersRecord())
         }
+        for (key, value) in attachedRecords { save.transaction.put(key, value: value) }
         return save
     }
 

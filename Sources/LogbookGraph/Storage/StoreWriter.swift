@@ -20,12 +20,16 @@ package final class StoreWriter: Sendable {
     let store: Store
     /// Whether commits carry a history record (`ContainerOptions.persistentHistoryTracking`).
     let historyTracking: Bool
+    /// Whether history records name each to-many change's members
+    /// (`ContainerOptions.historyRecordsMemberChanges`).
+    let memberChanges: Bool
     /// Held from a save's conflict check to its commit; holds the keys recent saves replaced.
     private let recentWrites = Locked(RecentWrites())
 
-    init(store: Store, historyTracking: Bool) {
+    init(store: Store, historyTracking: Bool, memberChanges: Bool = false) {
         self.store = store
         self.historyTracking = historyTracking
+        self.memberChanges = memberChanges
     }
 
     /// Runs `body` under the save lock: a conflict check and the commit it allows, with no

@@ -1,0 +1,122 @@
+import Foundation
+import LogbookGraph
+import Logging
+import PostgresNIO
+
+// A change log row applied to the server's tables, in SQL, by the server: the body (JSON,
+// docs/sync.md) is read from the row itself, so each statement takes only the row's number.
+extension ServerSchema {
+    /// The SQL expression that turns a JSON value `j` into a column of attribute type `type`.
+    static func converted(_ j: String, _ type: AttributeType) -> String {
+        switch type {
+        case .string, .url, .decimal: "(\(j) #>> '{}')"
+        case .int16, .int32, .int64: "(\(j) #>> '{}')::bigint"
+        case .double, .float: "(\(j) #>> '{}')::double precision"
+        case .bool: "(\(j) #>> '{}')::boolean"
+        case .date: "(timestamptz '2001-01-01 00:00:00+00' + make_interval(secs => (\(j) #>> '{}')::double precision))"
+        case .data, .transformable: "decode(\(j) #>> '{}', 'base64')"
+        case .uuid: "(\(j) #>> '{}')::uuid"
+        }
+    }
+
+    /// The statements that apply change row `seq` (already inserted) to the tables: attribute
+    /// values (an update of an object deleted on the server — a tombstone — is dropped: a delete
+    /// wins), then to-one references (nil where the destination is gone), memberships and
+    /// orders, then deletions.
+    func applyStatements() -> [String] {
+        let row = "\(changes) c"
+        let objects = "jsonb_array_elements(c.body -> 'o') x"
+        let members = "jsonb_array_elements(c.body -> 'm') m"
+        var out: [String] = []
+        for table in tables.values.sorted(by: { $0.entity < $1.entity }) {
+            let t = name(table.entity)
+            let e = "'\(table.entity.replacingOccurrences(of: "'", with: "''"))'"
+            // New rows (inserts, and updates of objects the server has not seen).
+            out.append(
+                """
+                INSERT INTO \(t) (id) SELECT DISTINCT (x ->> 'id')::uuid FROM \(row), \(objects)
+                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' <> 'd'
+                  AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
+                ON CONFLICT (id) DO NOTHING
+                """)
+            for c in table.columns {
+                let key = "'\(c.name.replacingOccurrences(of: "'", with: "''"))'"
+                switch c.kind {
+                case .attribute(let type):
+                    out.append(
+                        """
+                        UPDATE \(t) AS t SET \(quoted(c.name)) = \(Self.converted("(x -> 'a' -> \(key))", type))
+                        FROM \(row), \(objects)
+                        WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' <> 'd' AND (x -> 'a') ? \(key)
+                          AND t.id = (x ->> 'id')::uuid
+                        """)
+                case .toOne(let destination, let foreignKey):
+                    let value =
+                        foreignKey && tables[destination] != nil
+                        ? "(SELECT d.id FROM \(name(destination)) d WHERE d.id = (x -> 'r' ->> \(key))::uuid)"
+                        : "(x -> 'r' ->> \(key))::uuid"
+                    out.append(
+                        """
+                        UPDATE \(t) AS t SET \(quoted(c.name)) = \(value)
+                        FROM \(row), \(objects)
+                        WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' <> 'd' AND (x -> 'r') ? \(key)
+                          AND t.id = (x ->> 'id')::uuid
+                        """)
+                case .order:
+                    out.append(
+                        """
+                        UPDATE \(t) AS t SET \(quoted(c.name)) = ARRAY(SELECT jsonb_array_elements_text(m -> 'ord')::uuid)
+                        FROM \(row), \(members)
+                        WHERE c.seq = $1 AND m ->> 'e' = \(e) AND m ->> 'rel' = \(key) AND m ? 'ord'
+                          AND t.id = (m ->> 'id')::uuid
+                        """)
+                }
+            }
+        }
+        // Memberships held by join tables, from either side of the pair.
+        for (side, join) in joins.sorted(by: { $0.key < $1.key }) {
+            let parts = side.split(separator: ".", maxSplits: 1).map(String.init)
+            let e = "'\(parts[0].replacingOccurrences(of: "'", with: "''"))'"
+            let rel = "'\(parts[1].replacingOccurrences(of: "'", with: "''"))'"
+            let ownerSide = parts[0] == join.owner && parts[1] == join.relationship
+            let (ownerColumn, memberColumn) = ownerSide ? ("owner", "member") : ("member", "owner")
+            let ownerTable = ownerSide ? join.owner : join.member
+            let memberTable = ownerSide ? join.member : join.owner
+            let exists =
+                join.foreignKeys
+                ? """
+                AND EXISTS (SELECT 1 FROM \(name(ownerTable)) o WHERE o.id = (m ->> 'id')::uuid)
+                AND EXISTS (SELECT 1 FROM \(name(memberTable)) p WHERE p.id = a::uuid)
+                """ : ""
+            out.append(
+                """
+                INSERT INTO \(name(join.table)) (\(ownerColumn), \(memberColumn))
+                SELECT (m ->> 'id')::uuid, a::uuid FROM \(row), \(members), jsonb_array_elements_text(m -> 'add') a
+                WHERE c.seq = $1 AND m ->> 'e' = \(e) AND m ->> 'rel' = \(rel) \(exists)
+                ON CONFLICT DO NOTHING
+                """)
+            out.append(
+                """
+                DELETE FROM \(name(join.table)) AS j USING \(row), \(members), jsonb_array_elements_text(m -> 'rem') a
+                WHERE c.seq = $1 AND m ->> 'e' = \(e) AND m ->> 'rel' = \(rel)
+                  AND j.\(ownerColumn) = (m ->> 'id')::uuid AND j.\(memberColumn) = a::uuid
+                """)
+        }
+        for table in tables.values.sorted(by: { $0.entity < $1.entity }) {
+            let e = "'\(table.entity.replacingOccurrences(of: "'", with: "''"))'"
+            out.append(
+                """
+                DELETE FROM \(name(table.entity)) AS t USING \(row), \(objects)
+                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'd' AND t.id = (x ->> 'id')::uuid
+                """)
+        }
+        out.append(
+            """
+            INSERT INTO \(tombstones) (id, entity, scope_seq)
+            SELECT (x ->> 'id')::uuid, x ->> 'e', c.scope_seq FROM \(row), \(objects)
+            WHERE c.seq = $1 AND x ->> 'op' = 'd'
+            ON CONFLICT (id) DO NOTHING
+            """)
+        return out
+    }
+}

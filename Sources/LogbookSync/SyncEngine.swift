@@ -1,0 +1,619 @@
+import Foundation
+import LogbookEngine
+import LogbookGraph
+import Logging
+import PostgresNIO
+
+/// What one `push()`, `pull()` or `sync()` did.
+public struct SyncReport: Sendable, Codable, Equatable {
+    /// Local transactions pushed (a first push counts the store's state as one).
+    public var pushedTransactions = 0
+    /// Object and membership changes pushed.
+    public var pushedChanges = 0
+    /// Change log rows pulled (this store's own rows included, which change nothing here).
+    public var pulledRows = 0
+    /// Object and membership changes applied to this store.
+    public var appliedChanges = 0
+    public init() {}
+}
+
+/// Where a store stands with the server.
+public struct SyncStatus: Sendable, Codable, Equatable {
+    /// The store's version.
+    public var localVersion: UInt64
+    /// The last local version the server holds (nil: never pushed).
+    public var pushedVersion: UInt64?
+    /// Local transactions not pushed yet.
+    public var pendingTransactions: Int
+    /// The last change of this store's scope it has pulled (0: none).
+    public var pulledSequence: Int64
+    /// The newest change of this store's scope on the server.
+    public var serverSequence: Int64
+}
+
+/// Keeps a store in step with others through PostgreSQL (docs/sync.md).
+///
+/// Every local save is recorded in history (with the members of each to-many change), pushed
+/// in order to the server's change log, and applied there to a table per entity; every store
+/// pulls the log in the server's order and applies it as one local transaction a batch,
+/// recorded with the author `sync` and merged into live contexts like another context's save.
+/// Local saves never wait for the network, and a store works fully offline: `push()` and
+/// `pull()` (or the background task of `start()`) catch up when the server can be reached.
+///
+/// ```swift
+/// var options = ContainerOptions()
+/// options.persistentHistoryTracking = true
+/// options.historyRecordsMemberChanges = true
+/// let container = try PersistentContainer(name: "Notes", model: model, options: options)
+/// let sync = try SyncEngine(container: container,
+///                           configuration: SyncConfiguration(url: "postgres://alice:secret@db/app"))
+/// await sync.start()              // pushes saves, pulls others' changes as they come
+/// ```
+public actor SyncEngine {
+    /// The author of the transactions a pull commits.
+    public static let author = "sync"
+
+    public let container: PersistentContainer
+    public let configuration: SyncConfiguration
+    let layout: ServerSchema
+    let storeID: UUID
+    var identity: Identity
+    private var checkedColumns = false
+    private var background: Task<Void, Never>?
+    /// The last error of the background task (nil after a round that succeeded).
+    public private(set) var lastError: SyncError?
+
+    /// A sync engine for `container`, which must record history with member changes
+    /// (`ContainerOptions.persistentHistoryTracking` and `historyRecordsMemberChanges`: a
+    /// `.notConfigured` error otherwise). Nothing is sent until `push()`, `pull()`, `sync()` or
+    /// `start()`. One engine (in one process) syncs a store at a time.
+    public init(container: PersistentContainer, configuration: SyncConfiguration) throws {
+        guard container.recordsMemberChanges else {
+            throw SyncError(
+                .notConfigured,
+                "the container must record history with member changes: open it with ContainerOptions.persistentHistoryTracking and .historyRecordsMemberChanges"
+            )
+        }
+        guard !container.store.isReadOnly else {
+            throw SyncError(.notConfigured, "a read-only container cannot sync (it cannot apply what it pulls)")
+        }
+        self.container = container
+        self.configuration = configuration
+        layout = ServerSchema(model: container.model, schema: configuration.schema)
+        identity = try Identity.load(container)
+        storeID = UUID(uuidString: container.storeIdentifier)!
+    }
+
+    // MARK: Background
+
+    /// Starts the background task: it pushes each local save soon after it commits (the store's
+    /// version is looked at every 20 ms), pulls when the server `NOTIFY`s a push (and every
+    /// `interval` anyway: the change log, not the notification, is the truth), and, when the
+    /// server cannot be reached, tries again with a growing pause (up to `interval`), keeping
+    /// every local change. Errors are in `lastError`.
+    public func start(interval: Duration = .seconds(5)) {
+        guard background == nil else { return }
+        background = Task { await self.run(interval: interval) }
+    }
+
+    /// Stops the background task (a round in progress ends first).
+    public func stop() async {
+        let task = background
+        background = nil
+        task?.cancel()
+        await task?.value
+    }
+
+    private func run(interval: Duration) async {
+        let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let listener = Task { await self.listen(wake.continuation) }
+        defer { listener.cancel() }
+        var pushedVersion: UInt64 = .max
+        var lastPull = ContinuousClock.now - interval
+        var pause = Duration.milliseconds(100)
+        var woken = true
+        let wakes = Locked(0)
+        let counter = Task {
+            for await _ in wake.stream { wakes.withLock { $0 += 1 } }
+        }
+        defer { counter.cancel() }
+        while !Task.isCancelled {
+            let version = container.store.version
+            let notified = wakes.withLock { n -> Bool in
+                defer { n = 0 }
+                return n > 0
+            }
+            let due = ContinuousClock.now - lastPull >= interval
+            if version != pushedVersion || notified || due || woken {
+                do {
+                    if version != pushedVersion { _ = try await push() }
+                    pushedVersion = version
+                    if notified || due || woken {
+                        _ = try await pull()
+                        lastPull = .now
+                    }
+                    pushedVersion = container.store.version
+                    lastError = nil
+                    pause = .milliseconds(100)
+                    woken = false
+                } catch {
+                    lastError = error as? SyncError ?? SyncError(.store, "\(error)")
+                    try? await Task.sleep(for: pause)
+                    pause = min(pause * 2, interval)
+                    continue
+                }
+            }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Listens for the server's notifications of pushes (on a connection of its own),
+    /// reconnecting as needed, until cancelled.
+    private func listen(_ wake: AsyncStream<Void>.Continuation) async {
+        let channel = layout.channel
+        let configuration = self.configuration
+        while !Task.isCancelled {
+            do {
+                try await SyncServer.withConnection(configuration, doing: "listening") { connection, _ in
+                    let notifications = try await connection.listen(channel)
+                    wake.yield()
+                    for try await _ in notifications { wake.yield() }
+                }
+            } catch {}
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    // MARK: Status
+
+    /// Where the store stands: local version, the last version pushed, the transactions not
+    /// pushed, the last change pulled and the server's newest.
+    public func status() async throws -> SyncStatus {
+        try await SyncServer.withConnection(configuration, doing: "reading the sync status") { c, logger in
+            try await checkServer(c, logger)
+            let pushed = try await lastPushed(c, logger)
+            let pending = try pushed.map { try localTransactions(after: $0).count } ?? 1
+            var server: Int64 = 0
+            for try await (n) in try await c.query(
+                PostgresQuery(unsafeSQL: "SELECT coalesce(max(scope_seq), 0) FROM \(layout.changes)"), logger: logger
+            ).decode(Int64.self) { server = n }
+            return SyncStatus(
+                localVersion: container.store.version, pushedVersion: pushed, pendingTransactions: pending,
+                pulledSequence: try pulledSequence(), serverSequence: server)
+        }
+    }
+
+    /// Pushes, then pulls.
+    @discardableResult
+    public func sync() async throws -> SyncReport {
+        let pushed = try await push()
+        var pulled = try await pull()
+        pulled.pushedTransactions = pushed.pushedTransactions
+        pulled.pushedChanges = pushed.pushedChanges
+        return pulled
+    }
+
+    // MARK: Push
+
+    /// Pushes every local transaction the server does not hold yet, in order, in batches: each
+    /// becomes a change log row (numbered by the server, in order) and is applied to the
+    /// tables in the same SQL transaction. A push that is cut off (a crash, a lost connection)
+    /// is resumed by the next, which writes nothing twice: rows are keyed by this store's id and
+    /// version. The first push of a store sends its whole state.
+    @discardableResult
+    public func push() async throws -> SyncReport {
+        try await SyncServer.withConnection(configuration, doing: "pushing") { c, logger in
+            try await checkServer(c, logger)
+            var report = SyncReport()
+            let pushed = try await lastPushed(c, logger)
+            var rows: [PendingRow] = []
+            if let pushed {
+                for transaction in try localTransactions(after: pushed) {
+                    let parts = try describe(transaction)
+                    report.pushedTransactions += 1
+                    for (i, body) in parts.enumerated() {
+                        rows.append(
+                            PendingRow(
+                                version: transaction.token.version, part: i, last: i == parts.count - 1,
+                                author: transaction.author, body: body.finished(), count: body.count))
+                    }
+                }
+            } else {
+                let (version, parts) = try snapshotBodies()
+                report.pushedTransactions = 1
+                for (i, body) in parts.enumerated() {
+                    rows.append(
+                        PendingRow(
+                            version: version, part: i, last: i == parts.count - 1, author: nil, body: body.finished(),
+                            count: body.count))
+                }
+            }
+            // Batches of about `batchSize` changes, one SQL transaction each.
+            var start = 0
+            while start < rows.count {
+                var end = start
+                var changes = 0
+                while end < rows.count && (end == start || changes + rows[end].count <= configuration.batchSize) {
+                    changes += rows[end].count
+                    end += 1
+                }
+                let batch = Array(rows[start..<end])
+                report.pushedChanges += try await send(batch, c, logger)
+                start = end
+            }
+            return report
+        }
+    }
+
+    struct PendingRow: Sendable {
+        var version: UInt64
+        var part: Int
+        var last: Bool
+        var author: String?
+        var body: String
+        var count: Int
+    }
+
+    /// Sends rows in one SQL transaction; returns the changes the server had not seen.
+    private func send(_ rows: [PendingRow], _ c: PostgresConnection, _ logger: Logger) async throws -> Int {
+        let layout = self.layout
+        let store = storeID
+        return try await c.withTransaction(logger: logger) { t in
+            // One push at a time, so that the change numbers commit in order.
+            try await t.query("SELECT pg_advisory_xact_lock(\(layout.lockKey))", logger: logger)
+            var sent = 0
+            for row in rows {
+                let insert = PostgresQuery(
+                    unsafeSQL: """
+                        INSERT INTO \(layout.changes) (scope_seq, store, store_version, part, author, body)
+                        SELECT coalesce(max(scope_seq), 0) + 1, $1, $2, $3, $4, $5::jsonb FROM \(layout.changes)
+                        WHERE scope = current_user
+                        ON CONFLICT (store, store_version, part) DO NOTHING
+                        RETURNING seq
+                        """,
+                    binds: try Self.binds(store, Int64(row.version), Int32(row.part), row.author, row.body))
+                var seq: Int64?
+                for try await (n) in try await t.query(insert, logger: logger).decode(Int64.self) { seq = n }
+                guard let seq else { continue }  // pushed before: nothing twice
+                if !row.last {
+                    try await t.query(
+                        PostgresQuery(
+                            unsafeSQL: "UPDATE \(layout.changes) SET body = body || '{\"more\": true}' WHERE seq = $1",
+                            binds: try Self.binds(seq)), logger: logger)
+                }
+                for statement in layout.applyStatements() {
+                    try await t.query(PostgresQuery(unsafeSQL: statement, binds: try Self.binds(seq)), logger: logger)
+                }
+                sent += row.count
+            }
+            try await t.query(PostgresQuery(unsafeSQL: "NOTIFY \(quoted(layout.channel))"), logger: logger)
+            return sent
+        }
+    }
+
+    static func binds(_ values: (any Sendable)?...) throws -> PostgresBindings {
+        var b = PostgresBindings()
+        for v in values {
+            switch v {
+            case nil: b.appendNull()
+            case let x as UUID: try b.append(x)
+            case let x as Int64: try b.append(x)
+            case let x as Int32: try b.append(x)
+            case let x as String: try b.append(x)
+            default: b.appendNull()
+            }
+        }
+        return b
+    }
+
+    /// The last local version the server holds whole (nil: none).
+    private func lastPushed(_ c: PostgresConnection, _ logger: Logger) async throws -> UInt64? {
+        // A version pushed in parts counts once its last part is there (a part that is not the
+        // last has "more" in its body).
+        let q = PostgresQuery(
+            unsafeSQL: "SELECT max(store_version) FROM \(layout.changes) WHERE store = $1 AND NOT (body ? 'more')",
+            binds: try Self.binds(storeID))
+        var found: Int64?
+        for try await (n) in try await c.query(q, logger: logger).decode(Int64?.self) { found = n }
+        return found.map { UInt64($0) }
+    }
+
+    private func checkServer(_ c: PostgresConnection, _ logger: Logger) async throws {
+        guard !checkedColumns else { return }
+        try await SyncServer.checkVersion(c, logger, configuration.endpoint)
+        try await SyncServer.checkColumns(layout, c, logger, requireAll: true)
+        checkedColumns = true
+    }
+
+    /// The local transactions after `version` that a pull did not make.
+    private func localTransactions(after version: UInt64) throws -> [PersistentHistoryTransaction] {
+        do {
+            return try container.history(after: PersistentHistoryToken(version: version)).filter {
+                $0.author != Self.author
+            }
+        } catch let e as LogbookError where e.code == .historyTokenExpired {
+            throw SyncError(
+                .store,
+                "the local history after version \(version) was purged before it was pushed: those changes cannot be sent (keep history until sync has pushed it)"
+            )
+        }
+    }
+
+    /// A context of the store as it is.
+    private func reader() -> ManagedObjectContext { container.newContext(concurrencyType: .confinement) }
+
+    /// The bodies of one local transaction (in parts of about `batchSize` changes).
+    private func describe(_ transaction: PersistentHistoryTransaction) throws -> [BodyWriter] {
+        let context = reader()
+        var parts: [BodyWriter] = [BodyWriter()]
+        func room() {
+            if parts[parts.count - 1].count >= configuration.batchSize { parts.append(BodyWriter()) }
+        }
+        for change in transaction.changes {
+            let uuid = identity.uuid(forKey: change.changedObjectID.key)
+            switch change.changeType {
+            case .delete:
+                room()
+                parts[parts.count - 1].object(entity: change.entityName, id: uuid, op: "d", attributes: [], toOne: [])
+            case .insert, .update:
+                // Gone since: its deletion comes later.
+                guard let o = try? context.existingObject(with: change.changedObjectID) else { continue }
+                let names = change.changeType == .insert ? nil : change.updatedProperties
+                let (attributes, toOne) = try values(of: o, only: names)
+                if change.changeType == .update && attributes.isEmpty && toOne.isEmpty { continue }
+                room()
+                parts[parts.count - 1].object(
+                    entity: o.entity.name, id: uuid, op: change.changeType == .insert ? "i" : "u",
+                    attributes: attributes, toOne: toOne)
+            }
+        }
+        for m in transaction.memberChanges {
+            guard let owner = try? context.existingObject(with: m.owner),
+                let r = owner.entity.relationships.first(where: { $0.name == m.relationship })
+            else { continue }
+            let order =
+                r.isOrdered
+                ? try owner.orderedObjects(forKey: r.name).map { identity.uuid(forKey: $0.objectID.key) } : nil
+            room()
+            parts[parts.count - 1].members(
+                entity: owner.entity.name, owner: identity.uuid(forKey: m.owner.key), relationship: r.name,
+                added: m.added.map { identity.uuid(forKey: $0.key) },
+                removed: m.removed.map { identity.uuid(forKey: $0.key) },
+                order: order)
+        }
+        return parts
+    }
+
+    /// An object's attribute values and to-one references (all, or those named).
+    private func values(of o: ManagedObject, only names: Set<String>?) throws -> (
+        [(String, (any Sendable)?)], [(String, UUID?)]
+    ) {
+        var attributes: [(String, (any Sendable)?)] = []
+        var toOne: [(String, UUID?)] = []
+        for a in o.entity.attributes where !a.isTransient && (names?.contains(a.name) ?? true) {
+            attributes.append((a.name, try o.storedAttribute(a.name)))
+        }
+        for r in o.entity.relationships where !r.isToMany && (names?.contains(r.name) ?? true) {
+            let target = try o.value(forKey: r.name) as? ManagedObject
+            toOne.append((r.name, target.map { identity.uuid(forKey: $0.objectID.key) }))
+        }
+        return (attributes, toOne)
+    }
+
+    /// The whole store as of its current version, for a first push: every object, its
+    /// memberships held by join tables (from the owner's side) and its orders.
+    private func snapshotBodies() throws -> (UInt64, [BodyWriter]) {
+        let version = container.store.version
+        let context = (try? container.snapshot(asOf: PersistentHistoryToken(version: version))) ?? reader()
+        var parts: [BodyWriter] = [BodyWriter()]
+        func room() {
+            if parts[parts.count - 1].count >= configuration.batchSize { parts.append(BodyWriter()) }
+        }
+        var members: [(ManagedObject, RelationshipDescription)] = []
+        for table in layout.tables.values.sorted(by: { $0.entity < $1.entity }) {
+            var request = FetchRequest<ManagedObject>(entityName: table.entity)
+            request.includesSubentities = false
+            for o in try context.fetch(request) {
+                let (attributes, toOne) = try values(of: o, only: nil)
+                room()
+                parts[parts.count - 1].object(
+                    entity: table.entity, id: identity.uuid(forKey: o.objectID.key), op: "i", attributes: attributes,
+                    toOne: toOne)
+                for r in o.entity.relationships where r.isToMany {
+                    let join = layout.joins["\(table.entity).\(r.name)"]
+                    if r.isOrdered || (join != nil && join!.owner == table.entity && join!.relationship == r.name)
+                        || (join != nil && join!.table == "\(table.entity).\(r.name)")
+                    {
+                        members.append((o, r))
+                    }
+                }
+            }
+        }
+        for (o, r) in members {
+            let related = r.isOrdered ? try o.orderedObjects(forKey: r.name) : Array(try o.objects(forKey: r.name))
+            let ids = related.map { identity.uuid(forKey: $0.objectID.key) }
+            let holdsMembers = layout.joins["\(o.entity.name).\(r.name)"] != nil
+            room()
+            parts[parts.count - 1].members(
+                entity: o.entity.name, owner: identity.uuid(forKey: o.objectID.key), relationship: r.name,
+                added: holdsMembers ? ids : [], removed: [], order: r.isOrdered ? ids : nil)
+        }
+        return (version, parts)
+    }
+
+    // MARK: Pull
+
+    /// Pulls the changes of this store's scope after the last one it pulled, in the server's
+    /// order, in batches; each batch is one local transaction (author `sync`), committed with
+    /// the pull's position, and merged into live contexts. A property this store changed and
+    /// has not pushed keeps its local value (its push comes later in the server's order, so it
+    /// wins there too); a delete wins over an update; memberships merge member by member.
+    @discardableResult
+    public func pull() async throws -> SyncReport {
+        try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
+            try await checkServer(c, logger)
+            var report = SyncReport()
+            let pushed = try await lastPushed(c, logger)
+            while true {
+                let after = try pulledSequence()
+                let q = PostgresQuery(
+                    unsafeSQL: """
+                        SELECT scope_seq, store, body::text FROM \(layout.changes)
+                        WHERE scope = current_user AND scope_seq > $1 ORDER BY scope_seq LIMIT $2
+                        """,
+                    binds: try Self.binds(after, Int64(max(1, configuration.batchSize / 10))))
+                var rows: [(seq: Int64, store: UUID, body: String)] = []
+                for try await (seq, store, body) in try await c.query(q, logger: logger).decode(
+                    (Int64, UUID, String).self)
+                {
+                    rows.append((seq, store, body))
+                }
+                guard let lastRow = rows.last else { break }
+                for (i, row) in rows.enumerated() where row.seq != after + 1 + Int64(i) {
+                    throw SyncError(
+                        .gap,
+                        "the change log of this scope has no change \(after + 1 + Int64(i)) (the next is \(row.seq)): rows were removed by hand; this store keeps its changes and does not pull past the gap"
+                    )
+                }
+                report.pulledRows += rows.count
+                report.appliedChanges += try apply(
+                    rows.filter { $0.store != storeID }.map(\.body), through: lastRow.seq, pushed: pushed)
+            }
+            return report
+        }
+    }
+
+    /// The last change this store pulled (0: none), from its state record.
+    func pulledSequence() throws -> Int64 {
+        guard let bytes = try container.store.snapshot().value(forKey: Identity.stateKey), bytes.count >= 8 else {
+            return 0
+        }
+        return bytes[0..<8].enumerated().reduce(Int64(0)) { $0 | Int64($1.element) << (8 * $1.offset) }
+    }
+
+    /// What this store changed and has not pushed: properties by object key ("*" for an
+    /// insert), deleted keys, and memberships ("owner.relationship.member", and
+    /// "owner.relationship" for an order).
+    private func pendingLocal(after pushed: UInt64?) throws -> (
+        properties: [UInt64: Set<String>], members: Set<String>
+    ) {
+        var properties: [UInt64: Set<String>] = [:]
+        var members = Set<String>()
+        for t in try localTransactions(after: pushed ?? 0) {
+            for c in t.changes {
+                switch c.changeType {
+                case .insert, .delete: properties[c.changedObjectID.key, default: []].insert("*")
+                case .update: properties[c.changedObjectID.key, default: []].formUnion(c.updatedProperties ?? [])
+                }
+            }
+            for m in t.memberChanges {
+                for k in m.added + m.removed { members.insert("\(m.owner.key).\(m.relationship).\(k.key)") }
+                if m.reordered { members.insert("\(m.owner.key).\(m.relationship)") }
+            }
+        }
+        return (properties, members)
+    }
+
+    /// Applies pulled bodies as one local transaction; returns the changes applied.
+    private func apply(_ bodies: [String], through seq: Int64, pushed: UInt64?) throws -> Int {
+        let parsed = try bodies.map { try Body(json: $0) }
+        let pending = try pendingLocal(after: pushed)
+        let context = container.newContext(concurrencyType: .confinement)
+        context.transactionAuthor = Self.author
+        context.mergePolicy = .mergeByPropertyStoreTrump
+        var identity = self.identity
+        var applied = 0
+        func object(_ uuid: UUID) -> ManagedObject? {
+            guard let key = identity.key(for: uuid) else { return nil }
+            let id = container.objectID(forKey: key)
+            guard let o = try? context.existingObject(with: id), !o.isDeleted else { return nil }
+            return o
+        }
+        do {
+            for body in parsed {
+                // Attributes (new objects made), then references, memberships, deletions.
+                for change in body.objects where change.op != "d" {
+                    var o = object(change.id)
+                    if o == nil {
+                        // Known here but gone (deleted here): the deletion stands.
+                        if identity.key(for: change.id) != nil { continue }
+                        guard container.model.entities.contains(where: { $0.name == change.entity }) else { continue }
+                        let made = try context.insertNewObject(forEntityName: change.entity)
+                        let record = identity.map(change.id, to: made.objectID.key)
+                        context.attachedRecords[record.key] = record.value
+                        o = made
+                    }
+                    guard let o else { continue }
+                    let mine = pending.properties[o.objectID.key] ?? []
+                    if mine.contains("*") && identity.isOwn(change.id) { continue }
+                    for a in o.entity.attributes where !a.isTransient && !mine.contains(a.name) {
+                        guard let json = change.attributes[a.name] else { continue }
+                        try o.setStoredAttribute(Body.value(json, type: a.type), forKey: a.name)
+                    }
+                    applied += 1
+                }
+                for change in body.objects where change.op != "d" && !change.toOne.isEmpty {
+                    guard let o = object(change.id) else { continue }
+                    let mine = pending.properties[o.objectID.key] ?? []
+                    for r in o.entity.relationships where !r.isToMany && !mine.contains(r.name) {
+                        guard let target = change.toOne[r.name] else { continue }
+                        try o.setValue(target.flatMap(object), forKey: r.name)
+                    }
+                }
+                for m in body.members {
+                    guard let owner = object(m.owner),
+                        let r = owner.entity.relationships.first(where: { $0.name == m.relationship })
+                    else { continue }
+                    let ownerKey = owner.objectID.key
+                    // A to-one inverse holds a one-to-many membership: it came with the object.
+                    let inverseToOne =
+                        r.inverse.flatMap { i in
+                            container.model.flattenedEntities.first { $0.name == r.destination }?.relationships.first {
+                                $0.name == i
+                            }
+                        }.map { !$0.isToMany } ?? false
+                    if !inverseToOne {
+                        for added in m.added {
+                            guard let member = object(added),
+                                !pending.members.contains("\(ownerKey).\(r.name).\(member.objectID.key)")
+                            else { continue }
+                            try owner.add(member, toRelationship: r.name)
+                        }
+                        for removed in m.removed {
+                            guard let member = object(removed),
+                                !pending.members.contains("\(ownerKey).\(r.name).\(member.objectID.key)")
+                            else { continue }
+                            try owner.remove(member, fromRelationship: r.name)
+                        }
+                    }
+                    if let order = m.order, r.isOrdered, !pending.members.contains("\(ownerKey).\(r.name)") {
+                        let current = try owner.orderedObjects(forKey: r.name)
+                        let position = Dictionary(
+                            order.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { a, _ in a })
+                        let sorted = current.enumerated().sorted { a, b in
+                            let pa = position[identity.uuid(forKey: a.element.objectID.key)] ?? Int.max
+                            let pb = position[identity.uuid(forKey: b.element.objectID.key)] ?? Int.max
+                            return (pa, a.offset) < (pb, b.offset)
+                        }.map(\.element)
+                        if sorted.map(\.objectID) != current.map(\.objectID) {
+                            try owner.setValue(sorted, forKey: r.name)
+                        }
+                    }
+                    applied += 1
+                }
+                for change in body.objects where change.op == "d" {
+                    if let o = object(change.id) { context.delete(o) }
+                    applied += 1
+                }
+            }
+            var state = (0..<8).map { UInt8(truncatingIfNeeded: seq >> (8 * $0)) }
+            state += [1]  // state format
+            context.attachedRecords[Identity.stateKey] = state
+            try context.save()
+        } catch let e as LogbookError {
+            throw SyncError(.store, "applying pulled changes: \(e)")
+        }
+        self.identity = identity
+        return applied
+    }
+}

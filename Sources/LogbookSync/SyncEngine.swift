@@ -132,7 +132,6 @@ public actor SyncEngine {
                         _ = try await pull()
                         lastPull = .now
                     }
-                    pushedVersion = container.store.version
                     lastError = nil
                     pause = .milliseconds(100)
                     woken = false
@@ -450,10 +449,23 @@ public actor SyncEngine {
     /// wins there too); a delete wins over an update; memberships merge member by member.
     @discardableResult
     public func pull() async throws -> SyncReport {
-        try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
+        // A store's first push sends its whole state: it goes before anything is pulled into it
+        // (else pulled objects would go back as this store's).
+        let first = try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
             try await checkServer(c, logger)
-            var report = SyncReport()
+            return try await lastPushed(c, logger) == nil
+        }
+        var report = SyncReport()
+        if first {
+            let pushed = try await push()
+            report.pushedTransactions = pushed.pushedTransactions
+            report.pushedChanges = pushed.pushedChanges
+        }
+        return try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
             let pushed = try await lastPushed(c, logger)
+            // What this store pushed after the last change it pulled: a change of another store
+            // that comes before it in the server's order does not undo it here.
+            let ownLater = try await ownChanges(after: try pulledSequence(), c, logger)
             while true {
                 let after = try pulledSequence()
                 let q = PostgresQuery(
@@ -468,19 +480,47 @@ public actor SyncEngine {
                 {
                     rows.append((seq, store, body))
                 }
-                guard let lastRow = rows.last else { break }
-                for (i, row) in rows.enumerated() where row.seq != after + 1 + Int64(i) {
+                guard !rows.isEmpty else { break }
+                // Rows up to a gap are applied; the gap is an error.
+                let whole = rows.enumerated().prefix { $0.element.seq == after + 1 + Int64($0.offset) }.map(\.element)
+                if let lastRow = whole.last {
+                    report.pulledRows += whole.count
+                    report.appliedChanges += try apply(
+                        whole.filter { $0.store != storeID }.map { ($0.seq, $0.body) }, through: lastRow.seq,
+                        pushed: pushed, ownLater: ownLater)
+                }
+                if whole.count < rows.count {
+                    let missing = after + 1 + Int64(whole.count)
                     throw SyncError(
                         .gap,
-                        "the change log of this scope has no change \(after + 1 + Int64(i)) (the next is \(row.seq)): rows were removed by hand; this store keeps its changes and does not pull past the gap"
+                        "the change log of this scope has no change \(missing) (the next is \(rows[whole.count].seq)): rows were removed by hand; this store keeps its changes and does not pull past the gap"
                     )
                 }
-                report.pulledRows += rows.count
-                report.appliedChanges += try apply(
-                    rows.filter { $0.store != storeID }.map(\.body), through: lastRow.seq, pushed: pushed)
             }
             return report
         }
+    }
+
+    /// The properties ("uuid.name"), memberships ("uuid.relationship.member") and orders
+    /// ("uuid.relationship") this store's own rows after `after` set, with the last row's number.
+    private func ownChanges(after: Int64, _ c: PostgresConnection, _ logger: Logger) async throws -> [String: Int64] {
+        let q = PostgresQuery(
+            unsafeSQL: "SELECT scope_seq, body::text FROM \(layout.changes) WHERE store = $1 AND scope_seq > $2",
+            binds: try Self.binds(storeID, after))
+        var out: [String: Int64] = [:]
+        func note(_ key: String, _ seq: Int64) { out[key] = max(out[key] ?? 0, seq) }
+        for try await (seq, text) in try await c.query(q, logger: logger).decode((Int64, String).self) {
+            let body = try Body(json: text)
+            for o in body.objects {
+                for name in o.attributes.keys { note("\(o.id).\(name)", seq) }
+                for name in o.toOne.keys { note("\(o.id).\(name)", seq) }
+            }
+            for m in body.members {
+                for member in m.added + m.removed { note("\(m.owner).\(m.relationship).\(member)", seq) }
+                if m.order != nil { note("\(m.owner).\(m.relationship)", seq) }
+            }
+        }
+        return out
     }
 
     /// The last change this store pulled (0: none), from its state record.
@@ -515,8 +555,10 @@ public actor SyncEngine {
     }
 
     /// Applies pulled bodies as one local transaction; returns the changes applied.
-    private func apply(_ bodies: [String], through seq: Int64, pushed: UInt64?) throws -> Int {
-        let parsed = try bodies.map { try Body(json: $0) }
+    private func apply(
+        _ bodies: [(seq: Int64, text: String)], through seq: Int64, pushed: UInt64?, ownLater: [String: Int64]
+    ) throws -> Int {
+        let parsed = try bodies.map { (seq: $0.seq, body: try Body(json: $0.text)) }
         let pending = try pendingLocal(after: pushed)
         let context = container.newContext(concurrencyType: .confinement)
         context.transactionAuthor = Self.author
@@ -530,7 +572,9 @@ public actor SyncEngine {
             return o
         }
         do {
-            for body in parsed {
+            for (rowSeq, body) in parsed {
+                // Set by a later row of this store's: not undone by this earlier one.
+                func later(_ key: String) -> Bool { (ownLater[key] ?? 0) > rowSeq }
                 // Attributes (new objects made), then references, memberships, deletions.
                 for change in body.objects where change.op != "d" {
                     var o = object(change.id)
@@ -546,7 +590,8 @@ public actor SyncEngine {
                     guard let o else { continue }
                     let mine = pending.properties[o.objectID.key] ?? []
                     if mine.contains("*") && identity.isOwn(change.id) { continue }
-                    for a in o.entity.attributes where !a.isTransient && !mine.contains(a.name) {
+                    for a in o.entity.attributes
+                    where !a.isTransient && !mine.contains(a.name) && !later("\(change.id).\(a.name)") {
                         guard let json = change.attributes[a.name] else { continue }
                         try o.setStoredAttribute(Body.value(json, type: a.type), forKey: a.name)
                     }
@@ -555,7 +600,8 @@ public actor SyncEngine {
                 for change in body.objects where change.op != "d" && !change.toOne.isEmpty {
                     guard let o = object(change.id) else { continue }
                     let mine = pending.properties[o.objectID.key] ?? []
-                    for r in o.entity.relationships where !r.isToMany && !mine.contains(r.name) {
+                    for r in o.entity.relationships
+                    where !r.isToMany && !mine.contains(r.name) && !later("\(change.id).\(r.name)") {
                         guard let target = change.toOne[r.name] else { continue }
                         try o.setValue(target.flatMap(object), forKey: r.name)
                     }
@@ -575,18 +621,22 @@ public actor SyncEngine {
                     if !inverseToOne {
                         for added in m.added {
                             guard let member = object(added),
-                                !pending.members.contains("\(ownerKey).\(r.name).\(member.objectID.key)")
+                                !pending.members.contains("\(ownerKey).\(r.name).\(member.objectID.key)"),
+                                !later("\(m.owner).\(r.name).\(added)")
                             else { continue }
                             try owner.add(member, toRelationship: r.name)
                         }
                         for removed in m.removed {
                             guard let member = object(removed),
-                                !pending.members.contains("\(ownerKey).\(r.name).\(member.objectID.key)")
+                                !pending.members.contains("\(ownerKey).\(r.name).\(member.objectID.key)"),
+                                !later("\(m.owner).\(r.name).\(removed)")
                             else { continue }
                             try owner.remove(member, fromRelationship: r.name)
                         }
                     }
-                    if let order = m.order, r.isOrdered, !pending.members.contains("\(ownerKey).\(r.name)") {
+                    if let order = m.order, r.isOrdered, !pending.members.contains("\(ownerKey).\(r.name)"),
+                        !later("\(m.owner).\(r.name)")
+                    {
                         let current = try owner.orderedObjects(forKey: r.name)
                         let position = Dictionary(
                             order.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { a, _ in a })

@@ -217,6 +217,239 @@ func find(_ c: ManagedObjectContext, _ entity: String, _ key: String, _ value: S
     }
 }
 
+@Suite(.serialized) struct SyncConflictTests {
+    /// Two stores change the same object offline: different properties both stay; the same
+    /// property ends as the store that pushed last set it; a delete wins over an update; to-many
+    /// memberships merge member by member — and every store, and the server, end the same.
+    @Test func offlineChangesMergeByPropertyAndAllStoresConverge() async throws {
+        let f = try await SyncFixture()
+        do {
+            let (a, syncA) = try f.store()
+            let (b, syncB) = try f.store()
+            let c = a.newContext(confinement: ())
+            let item = try insert(c, "Item", ["name": "shared", "note": "first"])
+            try insert(c, "Item", ["name": "doomed"])
+            let red = try insert(c, "Tag", ["code": "red"])
+            try insert(c, "Tag", ["code": "blue"])
+            try item.add(red, toRelationship: "tags")
+            try c.save()
+            try await syncA.sync()
+            try await syncB.sync()
+
+            // Offline, both.
+            let ca = a.newContext(confinement: ())
+            let cb = b.newContext(confinement: ())
+            try find(ca, "Item", "name", "shared").setValue(true, forKey: "done")
+            try find(cb, "Item", "name", "shared").setValue(Int64(7), forKey: "count")
+            try find(ca, "Item", "name", "shared").setValue("from a", forKey: "note")
+            try find(cb, "Item", "name", "shared").setValue("from b", forKey: "note")
+            ca.delete(try find(ca, "Item", "name", "doomed"))
+            try find(cb, "Item", "name", "doomed").setValue("renamed", forKey: "note")
+            try find(ca, "Item", "name", "shared").add(try find(ca, "Tag", "code", "blue"), toRelationship: "tags")
+            try find(cb, "Item", "name", "shared").remove(try find(cb, "Tag", "code", "red"), fromRelationship: "tags")
+            try ca.save()
+            try cb.save()
+
+            // A pushes first, then B: B's note is the last in the server's order.
+            try await syncA.sync()
+            try await syncB.sync()
+            try await syncA.sync()
+            let expected = try dump(a)
+            let inB = try dump(b)
+            #expect(inB == expected, "a: \(expected)\nb: \(inB)")
+            let shared = try #require(expected.first { $0.hasPrefix("Item name=shared") })
+            #expect(shared.contains("done=true") && shared.contains("count=7") && shared.contains("note=from b"))
+            #expect(shared.contains("tags=[\"blue\"]"), "red removed by B, blue added by A")
+            #expect(!expected.contains { $0.contains("name=doomed") }, "the delete won")
+            #expect(try await f.rows("SELECT note FROM \(f.schema).\"Item\"") == ["from b"])
+            #expect(try await f.rows("SELECT count(*)::text FROM \(f.schema).\"Item.tags\"") == ["1"])
+        } catch {
+            await f.tearDown()
+            throw error
+        }
+        await f.tearDown()
+    }
+
+    /// A push done twice (as after a crash between the server's commit and the client hearing
+    /// of it) writes nothing twice; a store pushes what it saved offline once the server is back.
+    @Test func aRepeatedPushWritesNothingTwice() async throws {
+        let f = try await SyncFixture()
+        do {
+            let (a, syncA) = try f.store()
+            let c = a.newContext(confinement: ())
+            for n in 0..<5 {
+                try insert(c, "Item", ["name": "n\(n)"])
+                try c.save()
+            }
+            try await syncA.push()
+            let rows = try await f.rows("SELECT count(*)::text FROM \(f.schema).logbook_changes")
+            let again = try await syncA.push()
+            #expect(again.pushedTransactions == 0)
+            #expect(try await f.rows("SELECT count(*)::text FROM \(f.schema).logbook_changes") == rows)
+            // The same rows sent again by hand change nothing.
+            try insert(c, "Item", ["name": "later"])
+            try c.save()
+            let status = try await syncA.status()
+            #expect(status.pendingTransactions == 1)
+            try await syncA.push()
+            #expect(try await syncA.status().pendingTransactions == 0)
+            #expect(try await f.rows("SELECT count(*)::text FROM \(f.schema).\"Item\"") == ["6"])
+        } catch {
+            await f.tearDown()
+            throw error
+        }
+        await f.tearDown()
+    }
+
+    /// Each scope (role) sees only its own rows, enforced by the server: another role's store
+    /// pulls nothing of them, and reads none of them in SQL.
+    @Test func aScopeSeesOnlyItsOwnRows() async throws {
+        let f = try await SyncFixture(scopes: 2)
+        do {
+            let (a, syncA) = try f.store(scope: 0)
+            let (b, syncB) = try f.store(scope: 1)
+            let c = a.newContext(confinement: ())
+            try insert(c, "Item", ["name": "private to scope 0"])
+            try c.save()
+            try await syncA.sync()
+            let pulled = try await syncB.sync()
+            #expect(pulled.appliedChanges == 0)
+            #expect(try b.newContext(confinement: ()).count(for: FetchRequest<ManagedObject>(entityName: "Item")) == 0)
+            #expect(try await f.rows("SELECT name FROM \(f.schema).\"Item\"", as: f.url(scope: 1)).isEmpty)
+            #expect(
+                try await f.rows("SELECT name FROM \(f.schema).\"Item\"", as: f.url(scope: 0)) == ["private to scope 0"]
+            )
+            #expect(try await f.rows("SELECT scope FROM \(f.schema).\"Item\"") == [f.roles[0]])
+            // Writing a row of another scope is refused by the server.
+            await #expect(throws: SyncError.self) {
+                _ = try await f.rows(
+                    "INSERT INTO \(f.schema).\"Item\" (id, scope, name) VALUES (gen_random_uuid(), '\(f.roles[0])', 'x') RETURNING name",
+                    as: f.url(scope: 1))
+            }
+        } catch {
+            await f.tearDown()
+            throw error
+        }
+        await f.tearDown()
+    }
+
+    /// Bad input is a clear error, without the password, and the store keeps its work: a wrong
+    /// password, a server that is not there, a table altered by hand, a change log with a gap.
+    @Test func badInputIsAClearErrorAndLosesNothing() async throws {
+        let f = try await SyncFixture()
+        do {
+            let (a, syncA) = try f.store()
+            let c = a.newContext(confinement: ())
+            try insert(c, "Item", ["name": "kept"])
+            try c.save()
+            let e = f.admin.endpoint
+            let wrong = try SyncEngine(
+                container: a,
+                configuration: SyncConfiguration(
+                    url: "postgres://\(f.roles[0]):not-the-secret@\(e.host):\(e.port)/\(e.database)", schema: f.schema))
+            do {
+                try await wrong.push()
+                Issue.record("a wrong password was accepted")
+            } catch let error as SyncError {
+                #expect(error.code == .authentication)
+                #expect(!error.description.contains("not-the-secret"))
+            }
+            let nowhere = try SyncEngine(
+                container: a,
+                configuration: SyncConfiguration(url: "postgres://u:secret-pw@127.0.0.1:1/db", schema: f.schema))
+            do {
+                try await nowhere.push()
+                Issue.record("an unreachable server was reached")
+            } catch let error as SyncError {
+                #expect(error.code == .unreachable)
+                #expect(!error.description.contains("secret-pw"))
+            }
+            #expect(throws: SyncError.self) { try SyncConfiguration(url: "mysql://x") }
+
+            try await syncA.push()
+            // A column dropped by hand: a clear error for a new engine, nothing sent.
+            try await f.adminSQL("ALTER TABLE \(f.schema).\"Item\" DROP COLUMN note")
+            let (_, syncB) = try f.store()
+            do {
+                try await syncB.pull()
+                Issue.record("a table altered by hand went unnoticed")
+            } catch let error as SyncError {
+                #expect(error.code == .incompatibleSchema)
+                #expect(error.message.contains("note"))
+            }
+            // Fixed by the owner: sync goes on.
+            try await SyncServer.prepare(model: f.model, configuration: f.admin, scopes: f.roles)
+            let (b, syncC) = try f.store()
+            try await syncC.pull()
+            #expect(try dump(b) == dump(a))
+
+            // A gap in the change log: a store that has not read past it stops there.
+            try insert(c, "Item", ["name": "second"])
+            try c.save()
+            try await syncA.push()
+            try insert(c, "Item", ["name": "third"])
+            try c.save()
+            try await syncA.push()
+            try await f.adminSQL("DELETE FROM \(f.schema).logbook_changes WHERE scope_seq = 2")
+            let (d, syncD) = try f.store()
+            do {
+                try await syncD.pull()
+                Issue.record("a gap went unnoticed")
+            } catch let error as SyncError {
+                #expect(error.code == .gap)
+            }
+            // It keeps what it pulled before the gap, and its own work.
+            #expect(try d.newContext(confinement: ()).count(for: FetchRequest<ManagedObject>(entityName: "Item")) == 1)
+            #expect(try a.newContext(confinement: ()).count(for: FetchRequest<ManagedObject>(entityName: "Item")) == 3)
+        } catch {
+            await f.tearDown()
+            throw error
+        }
+        await f.tearDown()
+    }
+
+    /// With the background task on, a save in one store reaches a context of another that
+    /// merges automatically, without a call (the server's NOTIFY wakes the other).
+    @Test func theBackgroundTaskCarriesASaveToAnotherStore() async throws {
+        let f = try await SyncFixture()
+        do {
+            let (a, syncA) = try f.store()
+            let (b, syncB) = try f.store()
+            await syncA.start(interval: .seconds(2))
+            await syncB.start(interval: .seconds(2))
+            let reader = b.newContext(concurrencyType: .privateQueue)
+            reader.automaticallyMergesChangesFromOtherContexts = true
+            let c = a.newContext(confinement: ())
+            var latencies: [Double] = []
+            for n in 0..<10 {
+                try insert(c, "Item", ["name": "bg\(n)"])
+                let t0 = Date()
+                try c.save()
+                var seen = false
+                for _ in 0..<1000 {
+                    seen = try reader.performAndWait {
+                        try reader.count(for: FetchRequest<ManagedObject>(entityName: "Item")) == n + 1
+                    }
+                    if seen { break }
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+                #expect(seen, "save \(n) reached the other store")
+                latencies.append(Date().timeIntervalSince(t0))
+            }
+            await syncA.stop()
+            await syncB.stop()
+            let errorA = await syncA.lastError
+            let errorB = await syncB.lastError
+            #expect(errorA == nil && errorB == nil, "\(String(describing: errorA)) \(String(describing: errorB))")
+            print("sync latency ms:", latencies.map { Int($0 * 1000) })
+        } catch {
+            await f.tearDown()
+            throw error
+        }
+        await f.tearDown()
+    }
+}
+
 extension PersistentContainer {
     func newContext(confinement: Void) -> ManagedObjectContext { newContext(concurrencyType: .confinement) }
 }

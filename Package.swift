@@ -122,6 +122,7 @@ let package = Package(
             dependencies: [
                 "LogbookGraph",
                 "LogbookEngine",
+                "LogbookSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser")
             ]
         ),

@@ -8,6 +8,6 @@ struct LogbookCommand: ParsableCommand {
         subcommands: [
             BenchCommand.self, StatsCommand.self, VerifyCommand.self, SchemaCommand.self, CountCommand.self,
             QueryCommand.self, HistoryCommand.self, ExportCommand.self, ImportCommand.self,
-            CompactCommand.self, RekeyCommand.self
+            CompactCommand.self, RekeyCommand.self, SyncCommand.self
         ])
 }

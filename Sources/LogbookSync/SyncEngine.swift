@@ -199,8 +199,9 @@ public actor SyncEngine {
     /// tables in the same SQL transaction. A push that is cut off (a crash, a lost connection)
     /// is resumed by the next, which writes nothing twice: rows are keyed by this store's id and
     /// version. The first push of a store sends its whole state.
+    /// `progress` is told, after each batch, the changes sent so far and in all.
     @discardableResult
-    public func push() async throws -> SyncReport {
+    public func push(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> SyncReport {
         try await SyncServer.withConnection(configuration, doing: "pushing") { c, logger in
             try await checkServer(c, logger)
             var report = SyncReport()
@@ -228,6 +229,8 @@ public actor SyncEngine {
                 }
             }
             // Batches of about `batchSize` changes, one SQL transaction each.
+            let total = rows.reduce(0) { $0 + $1.count }
+            var done = 0
             var start = 0
             while start < rows.count {
                 var end = start
@@ -238,6 +241,8 @@ public actor SyncEngine {
                 }
                 let batch = Array(rows[start..<end])
                 report.pushedChanges += try await send(batch, c, logger)
+                done += batch.reduce(0) { $0 + $1.count }
+                progress?(done, total)
                 start = end
             }
             return report
@@ -447,8 +452,9 @@ public actor SyncEngine {
     /// the pull's position, and merged into live contexts. A property this store changed and
     /// has not pushed keeps its local value (its push comes later in the server's order, so it
     /// wins there too); a delete wins over an update; memberships merge member by member.
+    /// `progress` is told, after each batch, the change log rows read so far and in all.
     @discardableResult
-    public func pull() async throws -> SyncReport {
+    public func pull(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> SyncReport {
         // A store's first push sends its whole state: it goes before anything is pulled into it
         // (else pulled objects would go back as this store's).
         let first = try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
@@ -465,7 +471,14 @@ public actor SyncEngine {
             let pushed = try await lastPushed(c, logger)
             // What this store pushed after the last change it pulled: a change of another store
             // that comes before it in the server's order does not undo it here.
-            let ownLater = try await ownChanges(after: try pulledSequence(), c, logger)
+            let start = try pulledSequence()
+            let ownLater = try await ownChanges(after: start, c, logger)
+            var newest: Int64 = start
+            for try await (n) in try await c.query(
+                PostgresQuery(
+                    unsafeSQL: "SELECT coalesce(max(scope_seq), 0) FROM \(layout.changes) WHERE scope = current_user"),
+                logger: logger
+            ).decode(Int64.self) { newest = n }
             while true {
                 let after = try pulledSequence()
                 let q = PostgresQuery(
@@ -485,6 +498,7 @@ public actor SyncEngine {
                 let whole = rows.enumerated().prefix { $0.element.seq == after + 1 + Int64($0.offset) }.map(\.element)
                 if let lastRow = whole.last {
                     report.pulledRows += whole.count
+                    progress?(Int(lastRow.seq - start), Int(max(newest, lastRow.seq) - start))
                     report.appliedChanges += try apply(
                         whole.filter { $0.store != storeID }.map { ($0.seq, $0.body) }, through: lastRow.seq,
                         pushed: pushed, ownLater: ownLater)

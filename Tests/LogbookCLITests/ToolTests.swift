@@ -657,4 +657,63 @@ extension ToolTests {
         #expect(line.contains("commits=50 received=50"), "\(line)")
         #expect(line.contains("p50_ms=") && line.contains("p99_ms="))
     }
+
+    /// `logbook sync`: setup on the server (as its owner), a first push of a store, its status,
+    /// and a pull into another store, against the test server (LOGBOOK_POSTGRES_URL, started by
+    /// .ci/test); the scope role is made with psql.
+    @Test func syncSetsUpPushesAndPullsThroughTheServer() throws {
+        let admin = try #require(
+            ProcessInfo.processInfo.environment["LOGBOOK_POSTGRES_URL"], "run the tests with .ci/test (a server)")
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        let schema = "cli_\(suffix)"
+        let role = "cli_\(suffix)"
+        func psql(_ sql: String) throws -> String {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            p.arguments = ["psql", admin, "-At", "-c", sql]
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = Pipe()
+            try p.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        _ = try psql("CREATE ROLE \(role) LOGIN PASSWORD 'pw'")
+        defer {
+            _ = try? psql("DROP SCHEMA IF EXISTS \(schema) CASCADE")
+            _ = try? psql("DROP ROLE IF EXISTS \(role)")
+        }
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("logbook-sync-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let a = base + "/a"
+        let b = base + "/b"
+        for (dir, n) in [(a, "6"), (b, "1")] {
+            let made = try run(["bench", "commits", "--store", dir, "--commits", n, "--per", "2"])
+            #expect(made.status == 0, "\(made.err)")
+        }
+        let url = URL(string: admin)!
+        let scoped = "postgres://\(role):pw@\(url.host!):\(url.port ?? 5432)\(url.path)"
+        let setup = try run(["sync", "setup", a, "--postgres", admin, "--schema", schema, "--scope", role])
+        #expect(setup.status == 0, "\(setup.err)")
+        let push = try run(["sync", "push", a, "--postgres", scoped, "--schema", schema, "--json"])
+        #expect(push.status == 0, "\(push.err)")
+        #expect(
+            push.out.contains("\"pushedTransactions\": 1") && push.out.contains("\"pushedChanges\": 12"), "\(push.out)")
+        let status = try run(["sync", "status", a, "--postgres", scoped, "--schema", schema])
+        #expect(status.status == 0 && status.out.contains("to_push=0"), "\(status.out) \(status.err)")
+        #expect(try psql("SELECT count(*) FROM \(schema).\"Item\"") == "12")
+        let pull = try run(["sync", "pull", b, "--postgres", scoped, "--schema", schema])
+        #expect(pull.status == 0, "\(pull.err)")
+        let count = try run(["count", b, "--entity", "Item"])
+        #expect(count.out.trimmingCharacters(in: .whitespacesAndNewlines).hasSuffix("14"), "\(count.out)")
+        // A wrong password: one line, no password in it, a non-zero status.
+        let wrong = try run([
+            "sync", "status", a, "--postgres", "postgres://\(role):WRONGPW@\(url.host!):\(url.port ?? 5432)\(url.path)",
+            "--schema", schema
+        ])
+        #expect(
+            wrong.status != 0 && wrong.err.contains("authentication") && !wrong.err.contains("WRONGPW"), "\(wrong.err)")
+    }
 }

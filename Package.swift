@@ -123,7 +123,9 @@ let package = Package(
                 "LogbookGraph",
                 "LogbookEngine",
                 "LogbookSync",
-                .product(name: "ArgumentParser", package: "swift-argument-parser")
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // `logbook bench sync` talks to the server directly (COPY, its schema).
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")
             ]
         ),
         .testTarget(

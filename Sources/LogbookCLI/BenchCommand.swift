@@ -13,6 +13,7 @@ struct BenchCommand: ParsableCommand {
             compact (W9, after W5), snapshot (W10), contexts (W13: releasing large results, an asynchronous fetch's hand-over), ordered (W14: moves in a 100,000-member ordered relationship), \
             scan (W11: queries no index answers, on a W1 store), joins (W12: a to-one relationship's index and a compound index), \
             follow (W15: from a commit in another process to this one's remote-change handler; --commits C), \
+            sync (W18: upload, download and COPY of a W1 store through PostgreSQL, then the latency of C saves; --postgres URL), \
             all (each of them, N = --count), and engine \
             (the storage engine alone). Each measured phase prints one line: PHASE key=value ... \
             (JSON with --json). Without --store, a fresh directory under the temporary directory is used and named on standard error.
@@ -33,6 +34,7 @@ struct BenchCommand: ParsableCommand {
     var stamp = false
     @Flag(help: "follow: the follower is a writing container (beside the writer) rather than a read-only one.")
     var writing = false
+    @Option(help: "sync: the PostgreSQL server (its superuser's URL, or a schema owner's).") var postgres: String?
     @Option(
         help:
             "Journal segment size in bytes for the Items workloads (default 64 MiB; down to 1 KiB here, below a store's 64 KiB minimum, so that small ones roll over often)."
@@ -83,6 +85,13 @@ struct BenchCommand: ParsableCommand {
             } else {
                 try populate(store: path, count: count, durability: durability)
             }
+        case "sync":
+            guard let postgres else {
+                throw ValidationError("sync needs --postgres URL (a superuser's or a schema owner's)")
+            }
+            let path = store ?? freshStore("sync")
+            if store == nil { try populate(store: path, count: count, durability: .normal) }
+            try syncWorkload(store: path, count: count, url: postgres, saves: commits == 10_000 ? 200 : commits)
         case "fetch":
             try fetchWorkloads(store: try populatedStore(), count: count)
         case "open":

@@ -32,6 +32,18 @@ public struct ModelConfiguration: Sendable, Hashable {
     /// configuration.encryptionKey = KeyClosure { try EncryptionKey(contentsOfFile: keyPath) }
     /// ```
     public var encryptionKey: (any EncryptionKeyProvider)?
+    /// Record, with each saved change, the members every to-many change added and removed
+    /// (Logbook's, not in SwiftData; `ContainerOptions.historyRecordsMemberChanges`): what
+    /// `LogbookSync` pushes to PostgreSQL. Not part of the configuration's equality.
+    ///
+    /// ```swift
+    /// var configuration = ModelConfiguration("Notes")
+    /// configuration.recordsChangesForSync = true
+    /// let container = try ModelContainer(for: Note.self, configurations: configuration)
+    /// let sync = try SyncEngine(container: container.persistentContainer,
+    ///                           configuration: SyncConfiguration(url: "postgres://alice@db/app"))
+    /// ```
+    public var recordsChangesForSync = false
 
     /// The directory an app shares with its extensions (SwiftData's app group). Linux has no
     /// entitlements: `.automatic` is the app's own directory, as on Apple platforms for an app
@@ -180,6 +192,7 @@ public final class ModelContainer: Sendable {
         options.encryptionKey = configuration.encryptionKey
         // SwiftData records history by default (read with `ModelContext.fetchHistory(_:)`).
         options.persistentHistoryTracking = true
+        options.historyRecordsMemberChanges = configuration.recordsChangesForSync
         // Every container on disk follows the other processes that write the store (an app's
         // widget, a daemon): their saves reach its contexts, as SwiftData's do.
         options.observesRemoteChanges = true

@@ -31,11 +31,31 @@ extension ServerSchema {
         for table in tables.values.sorted(by: { $0.entity < $1.entity }) {
             let t = name(table.entity)
             let e = "'\(table.entity.replacingOccurrences(of: "'", with: "''"))'"
-            // New rows (inserts, and updates of objects the server has not seen).
+            // Inserts carry every attribute: one statement writes them all (a row already
+            // there, from an earlier push of the same object, takes the values).
+            let attributes = table.columns.compactMap { c -> (String, AttributeType)? in
+                if case .attribute(let type) = c.kind { return (c.name, type) }
+                return nil
+            }
+            let names = (["id"] + attributes.map { quoted($0.0) }).joined(separator: ", ")
+            let values =
+                (["(x ->> 'id')::uuid"]
+                + attributes.map { a in
+                    Self.converted("(x -> 'a' -> '\(a.0.replacingOccurrences(of: "'", with: "''"))')", a.1)
+                }).joined(separator: ", ")
+            let updates = attributes.map { "\(quoted($0.0)) = EXCLUDED.\(quoted($0.0))" }.joined(separator: ", ")
+            out.append(
+                """
+                INSERT INTO \(t) (\(names)) SELECT DISTINCT ON ((x ->> 'id')::uuid) \(values) FROM \(row), \(objects)
+                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'i'
+                  AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
+                ON CONFLICT (id) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET \(updates)")
+                """)
+            // Updates: a row for an object the server has not seen, then the values named.
             out.append(
                 """
                 INSERT INTO \(t) (id) SELECT DISTINCT (x ->> 'id')::uuid FROM \(row), \(objects)
-                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' <> 'd'
+                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'u'
                   AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
                 ON CONFLICT (id) DO NOTHING
                 """)
@@ -47,7 +67,7 @@ extension ServerSchema {
                         """
                         UPDATE \(t) AS t SET \(quoted(c.name)) = \(Self.converted("(x -> 'a' -> \(key))", type))
                         FROM \(row), \(objects)
-                        WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' <> 'd' AND (x -> 'a') ? \(key)
+                        WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'u' AND (x -> 'a') ? \(key)
                           AND t.id = (x ->> 'id')::uuid
                         """)
                 case .toOne(let destination, let foreignKey):

@@ -355,3 +355,14 @@ public enum SyncServer {
         }
     }
 }
+
+extension SyncServer {
+    /// Runs `body` with a connection of its own to `configuration`'s server (for tools and
+    /// benchmarks that also talk to the server directly); errors come without the password.
+    package static func withRawConnection<R: Sendable>(
+        _ configuration: SyncConfiguration, isolation: isolated (any Actor)? = #isolation,
+        _ body: (PostgresConnection, Logger) async throws -> R
+    ) async throws -> R {
+        try await withConnection(configuration, doing: "querying the server", body)
+    }
+}

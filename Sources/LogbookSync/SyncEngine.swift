@@ -517,11 +517,14 @@ public actor SyncEngine {
 
     /// The properties ("uuid.name"), memberships ("uuid.relationship.member") and orders
     /// ("uuid.relationship") this store's own rows after `after` set, with the last row's number.
-    private func ownChanges(after: Int64, _ c: PostgresConnection, _ logger: Logger) async throws -> [String: Int64] {
+    private func ownChanges(after: Int64, _ c: PostgresConnection, _ logger: Logger) async throws -> (
+        seq: [String: Int64], orders: [String: [UUID]]
+    ) {
         let q = PostgresQuery(
             unsafeSQL: "SELECT scope_seq, body::text FROM \(layout.changes) WHERE store = $1 AND scope_seq > $2",
             binds: try Self.binds(storeID, after))
         var out: [String: Int64] = [:]
+        var orders: [String: (Int64, [UUID])] = [:]
         func note(_ key: String, _ seq: Int64) { out[key] = max(out[key] ?? 0, seq) }
         for try await (seq, text) in try await c.query(q, logger: logger).decode((Int64, String).self) {
             let body = try Body(json: text)
@@ -531,10 +534,14 @@ public actor SyncEngine {
             }
             for m in body.members {
                 for member in m.added + m.removed { note("\(m.owner).\(m.relationship).\(member)", seq) }
-                if m.order != nil { note("\(m.owner).\(m.relationship)", seq) }
+                if let order = m.order {
+                    let key = "\(m.owner).\(m.relationship)"
+                    note(key, seq)
+                    if seq > orders[key]?.0 ?? 0 { orders[key] = (seq, order) }
+                }
             }
         }
-        return out
+        return (out, orders.mapValues(\.1))
     }
 
     /// The last change this store pulled (0: none), from its state record.
@@ -570,7 +577,8 @@ public actor SyncEngine {
 
     /// Applies pulled bodies as one local transaction; returns the changes applied.
     private func apply(
-        _ bodies: [(seq: Int64, text: String)], through seq: Int64, pushed: UInt64?, ownLater: [String: Int64]
+        _ bodies: [(seq: Int64, text: String)], through seq: Int64, pushed: UInt64?,
+        ownLater: (seq: [String: Int64], orders: [String: [UUID]])
     ) throws -> Int {
         let parsed = try bodies.map { (seq: $0.seq, body: try Body(json: $0.text)) }
         let pending = try pendingLocal(after: pushed)
@@ -588,7 +596,7 @@ public actor SyncEngine {
         do {
             for (rowSeq, body) in parsed {
                 // Set by a later row of this store's: not undone by this earlier one.
-                func later(_ key: String) -> Bool { (ownLater[key] ?? 0) > rowSeq }
+                func later(_ key: String) -> Bool { (ownLater.seq[key] ?? 0) > rowSeq }
                 // Attributes (new objects made), then references, memberships, deletions.
                 for change in body.objects where change.op != "d" {
                     var o = object(change.id)
@@ -648,8 +656,12 @@ public actor SyncEngine {
                             try owner.remove(member, fromRelationship: r.name)
                         }
                     }
-                    if let order = m.order, r.isOrdered, !pending.members.contains("\(ownerKey).\(r.name)"),
-                        !later("\(m.owner).\(r.name)")
+                    // The order is the last one in the server's order: this row's, or a later one
+                    // of this store's own, which the members this row brought must fit (as on the
+                    // server and in every other store: the members it does not list follow, in
+                    // the order they came).
+                    let ownOrder = later("\(m.owner).\(r.name)") ? ownLater.orders["\(m.owner).\(r.name)"] : nil
+                    if let order = ownOrder ?? m.order, r.isOrdered, !pending.members.contains("\(ownerKey).\(r.name)")
                     {
                         let current = try owner.orderedObjects(forKey: r.name)
                         let position = Dictionary(

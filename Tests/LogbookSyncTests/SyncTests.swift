@@ -108,6 +108,11 @@ final class SyncFixture: @unchecked Sendable {
 
     func tearDown() async {
         for c in containers { try? c.close() }
+        // LOGBOOK_SYNC_KEEP=1 keeps the server's schema, to read after a failure.
+        if ProcessInfo.processInfo.environment["LOGBOOK_SYNC_KEEP"] != nil {
+            print("kept schema \(schema)")
+            return
+        }
         try? await adminSQL("DROP SCHEMA IF EXISTS \(quoted(schema)) CASCADE")
         for role in roles { try? await adminSQL("DROP ROLE IF EXISTS \(quoted(role))") }
     }

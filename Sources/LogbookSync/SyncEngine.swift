@@ -87,7 +87,7 @@ public actor SyncEngine {
     // MARK: Background
 
     /// Starts the background task: it pushes each local save soon after it commits (the store's
-    /// version is looked at every 20 ms), pulls when the server `NOTIFY`s a push (and every
+    /// version is looked at every 5 ms), pulls when the server `NOTIFY`s a push (and every
     /// `interval` anyway: the change log, not the notification, is the truth), and, when the
     /// server cannot be reached, tries again with a growing pause (up to `interval`), keeping
     /// every local change. Errors are in `lastError`.
@@ -96,12 +96,13 @@ public actor SyncEngine {
         background = Task { await self.run(interval: interval) }
     }
 
-    /// Stops the background task (a round in progress ends first).
+    /// Stops the background task (a round in progress ends first) and closes the connection.
     public func stop() async {
         let task = background
         background = nil
         task?.cancel()
         await task?.value
+        await disconnect()
     }
 
     private func run(interval: Duration) async {
@@ -136,13 +137,15 @@ public actor SyncEngine {
                     pause = .milliseconds(100)
                     woken = false
                 } catch {
+                    // A round cut short by `stop()` is no error.
+                    if Task.isCancelled { break }
                     lastError = error as? SyncError ?? SyncError(.store, "\(error)")
                     try? await Task.sleep(for: pause)
                     pause = min(pause * 2, interval)
                     continue
                 }
             }
-            try? await Task.sleep(for: .milliseconds(20))
+            try? await Task.sleep(for: .milliseconds(5))
         }
     }
 
@@ -163,12 +166,54 @@ public actor SyncEngine {
         }
     }
 
+    // MARK: The connection
+
+    /// The connection the background task's rounds use, kept between them (a new login costs
+    /// more than a round: a scram exchange) and closed by `stop()`. A push or pull called
+    /// without the background task uses a connection of its own.
+    private var session: PostgresConnection?
+    private let logger = Logger(label: "logbook.sync")
+
+    /// Runs `body` on the kept connection (made when there is none or it closed); an error
+    /// drops the connection, so that the next round starts on a new one.
+    private func withSession<R: Sendable>(
+        doing what: String, _ body: (PostgresConnection, Logger) async throws -> R
+    ) async throws -> R {
+        guard background != nil else { return try await SyncServer.withConnection(configuration, doing: what, body) }
+        let connection: PostgresConnection
+        if let session, !session.isClosed {
+            connection = session
+        } else {
+            do {
+                connection = try await PostgresConnection.connect(
+                    configuration: try configuration.endpoint.configuration(), id: 2, logger: logger)
+            } catch {
+                throw SyncError.wrap(error, configuration.endpoint, doing: what)
+            }
+            session = connection
+        }
+        do {
+            return try await body(connection, logger)
+        } catch {
+            session = nil
+            try? await connection.close()
+            throw SyncError.wrap(error, configuration.endpoint, doing: what)
+        }
+    }
+
+    /// Closes the kept connection (the engine makes a new one when it needs it).
+    public func disconnect() async {
+        let connection = session
+        session = nil
+        try? await connection?.close()
+    }
+
     // MARK: Status
 
     /// Where the store stands: local version, the last version pushed, the transactions not
     /// pushed, the last change pulled and the server's newest.
     public func status() async throws -> SyncStatus {
-        try await SyncServer.withConnection(configuration, doing: "reading the sync status") { c, logger in
+        try await withSession(doing: "reading the sync status") { c, logger in
             try await checkServer(c, logger)
             let pushed = try await lastPushed(c, logger)
             let pending = try pushed.map { try localTransactions(after: $0).count } ?? 1
@@ -202,7 +247,7 @@ public actor SyncEngine {
     /// `progress` is told, after each batch, the changes sent so far and in all.
     @discardableResult
     public func push(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> SyncReport {
-        try await SyncServer.withConnection(configuration, doing: "pushing") { c, logger in
+        try await withSession(doing: "pushing") { c, logger in
             try await checkServer(c, logger)
             var report = SyncReport()
             let pushed = try await lastPushed(c, logger)
@@ -457,7 +502,7 @@ public actor SyncEngine {
     public func pull(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> SyncReport {
         // A store's first push sends its whole state: it goes before anything is pulled into it
         // (else pulled objects would go back as this store's).
-        let first = try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
+        let first = try await withSession(doing: "pulling") { c, logger in
             try await checkServer(c, logger)
             return try await lastPushed(c, logger) == nil
         }
@@ -467,7 +512,7 @@ public actor SyncEngine {
             report.pushedTransactions = pushed.pushedTransactions
             report.pushedChanges = pushed.pushedChanges
         }
-        return try await SyncServer.withConnection(configuration, doing: "pulling") { c, logger in
+        return try await withSession(doing: "pulling") { c, logger in
             let pushed = try await lastPushed(c, logger)
             // What this store pushed after the last change it pulled: a change of another store
             // that comes before it in the server's order does not undo it here.

@@ -22,13 +22,20 @@ func syncWorkload(store path: String, count: Int, url: String, saves: Int) throw
             let done = DispatchSemaphore(value: 0)
             Task {
                 try? await SyncServer.withRawConnection(configuration) { c, logger in
-                    try await c.query(PostgresQuery(unsafeSQL: "DROP SCHEMA \(schema) CASCADE"), logger: logger)
+                    try await c.query(
+                        PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(schema) CASCADE"), logger: logger)
+                    try await c.query(
+                        PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(schema)_latency CASCADE"), logger: logger)
                 }
                 done.signal()
             }
             done.wait()
         }
-        func open(_ directory: String) throws -> (PersistentContainer, SyncEngine) {
+        // The latency's stores sync in a schema of their own (not beside the million Items).
+        let latencyConfiguration = try SyncConfiguration(url: url, schema: schema + "_latency", batchSize: 5000)
+        func open(_ directory: String, _ configuration: SyncConfiguration = configuration) throws -> (
+            PersistentContainer, SyncEngine
+        ) {
             var options = ContainerOptions()
             options.persistentHistoryTracking = true
             options.historyRecordsMemberChanges = true
@@ -86,9 +93,11 @@ func syncWorkload(store path: String, count: Int, url: String, saves: Int) throw
                     unsafeSQL:
                         "CREATE TABLE \(schema).copy_items (id uuid PRIMARY KEY, name text, \"createdAt\" timestamptz, done boolean)"
                 ), logger: logger)
+            // postgres-nio quotes the table's name as one identifier: the schema goes in the path.
+            try await c.query(PostgresQuery(unsafeSQL: "SET search_path TO \(schema)"), logger: logger)
             let start = now()
             try await c.copyFrom(
-                table: "\(schema).copy_items", columns: ["id", "name", "\"createdAt\"", "done"], logger: logger
+                table: "copy_items", columns: ["id", "name", "createdAt", "done"], logger: logger
             ) {
                 writer in
                 var buffer = ByteBuffer()
@@ -115,8 +124,9 @@ func syncWorkload(store path: String, count: Int, url: String, saves: Int) throw
             try? FileManager.default.removeItem(atPath: aPath)
             try? FileManager.default.removeItem(atPath: bPath)
         }
-        let (a, syncA) = try open(aPath)
-        let (b, syncB) = try open(bPath)
+        try await SyncServer.prepare(model: model, configuration: latencyConfiguration)
+        let (a, syncA) = try open(aPath, latencyConfiguration)
+        let (b, syncB) = try open(bPath, latencyConfiguration)
         try await syncA.sync()
         try await syncB.sync()
         await syncA.start(interval: .seconds(2))

@@ -8,17 +8,26 @@ import LogbookGraph
 /// order)}`. Values: strings, URLs and decimals as strings; integers as numbers; doubles as
 /// numbers (`"NaN"`, `"Infinity"`, `"-Infinity"` as strings); booleans; dates as seconds since
 /// 2001 (a number, every bit kept); bytes and transformable values as base64; UUIDs as strings.
-struct BodyWriter {
+struct BodyWriter: Sendable {
     private(set) var text = "{\"o\":["
     private var objects = 0
     private var members = 0
     private var inMembers = false
     var count: Int { objects + members }
+    /// What the body holds (for the statements the server runs).
+    private(set) var summary = BodySummary()
 
     mutating func object(
         entity: String, id: UUID, op: String, attributes: [(String, (any Sendable)?)], toOne: [(String, UUID?)]
     ) {
         precondition(!inMembers)
+        switch op {
+        case "i": summary.inserted.insert(entity)
+        case "u": summary.updated.insert(entity)
+        default: summary.deleted.insert(entity)
+        }
+        for (name, _) in attributes where op == "u" { summary.properties.insert("\(entity).\(name)") }
+        for (name, _) in toOne { summary.properties.insert("\(entity).\(name)") }
         if objects > 0 { text += "," }
         objects += 1
         text += "{\"e\":"
@@ -53,6 +62,7 @@ struct BodyWriter {
             text += "],\"m\":["
             inMembers = true
         }
+        summary.members.insert("\(entity).\(relationship)")
         if members > 0 { text += "," }
         members += 1
         text += "{\"e\":"

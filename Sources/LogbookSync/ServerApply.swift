@@ -19,11 +19,35 @@ extension ServerSchema {
         }
     }
 
+    /// The type of a `jsonb_to_record` column for an attribute.
+    static func recordType(_ type: AttributeType) -> String {
+        switch type {
+        case .string, .url, .decimal, .data, .transformable: "text"
+        case .int16, .int32, .int64: "bigint"
+        case .double, .float, .date: "double precision"
+        case .bool: "boolean"
+        case .uuid: "uuid"
+        }
+    }
+
+    /// A column's value from a `jsonb_to_record` column.
+    static func fromRecord(_ column: String, _ type: AttributeType) -> String {
+        switch type {
+        case .date: "(timestamptz '2001-01-01 00:00:00+00' + make_interval(secs => \(column)))"
+        case .data, .transformable: "decode(\(column), 'base64')"
+        default: column
+        }
+    }
+
     /// The statements that apply change row `seq` (already inserted) to the tables: attribute
     /// values (an update of an object deleted on the server — a tombstone — is dropped: a delete
     /// wins), then to-one references (nil where the destination is gone), memberships and
     /// orders, then deletions.
-    func applyStatements() -> [String] {
+    /// Only what `summary` says the row holds is run (all of it without one).
+    func applyStatements(_ summary: BodySummary? = nil) -> [String] {
+        func has(_ set: KeyPath<BodySummary, Set<String>>, _ key: String) -> Bool {
+            summary.map { $0[keyPath: set].contains(key) } ?? true
+        }
         let row = "\(changes) c"
         let objects = "jsonb_array_elements(c.body -> 'o') x"
         let members = "jsonb_array_elements(c.body -> 'm') m"
@@ -38,31 +62,41 @@ extension ServerSchema {
                 return nil
             }
             let names = (["id"] + attributes.map { quoted($0.0) }).joined(separator: ", ")
+            // The attributes as a record (`jsonb_to_record`: one pass over each object's values).
+            let recordType = attributes.map { a in "\(quoted(a.0)) \(Self.recordType(a.1))" }
+                .joined(separator: ", ")
             let values =
                 (["(x ->> 'id')::uuid"]
-                + attributes.map { a in
-                    Self.converted("(x -> 'a' -> '\(a.0.replacingOccurrences(of: "'", with: "''"))')", a.1)
-                }).joined(separator: ", ")
+                + attributes.map { a in Self.fromRecord("r.\(quoted(a.0))", a.1) }).joined(separator: ", ")
+            let record =
+                attributes.isEmpty ? "" : ", jsonb_to_record(x -> 'a') AS r(\(recordType))"
             let updates = attributes.map { "\(quoted($0.0)) = EXCLUDED.\(quoted($0.0))" }.joined(separator: ", ")
-            out.append(
-                """
-                INSERT INTO \(t) (\(names)) SELECT DISTINCT ON ((x ->> 'id')::uuid) \(values) FROM \(row), \(objects)
-                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'i'
-                  AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
-                ON CONFLICT (id) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET \(updates)")
-                """)
+            if has(\.inserted, table.entity) {
+                out.append(
+                    """
+                    INSERT INTO \(t) (\(names)) SELECT DISTINCT ON ((x ->> 'id')::uuid) \(values) FROM \(row), \(objects)\(record)
+                    WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'i'
+                      AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
+                    ON CONFLICT (id) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET \(updates)")
+                    """)
+            }
             // Updates: a row for an object the server has not seen, then the values named.
-            out.append(
-                """
-                INSERT INTO \(t) (id) SELECT DISTINCT (x ->> 'id')::uuid FROM \(row), \(objects)
-                WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'u'
-                  AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
-                ON CONFLICT (id) DO NOTHING
-                """)
+            if has(\.updated, table.entity) {
+                out.append(
+                    """
+                    INSERT INTO \(t) (id) SELECT DISTINCT (x ->> 'id')::uuid FROM \(row), \(objects)
+                    WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'u'
+                      AND NOT EXISTS (SELECT 1 FROM \(tombstones) z WHERE z.id = (x ->> 'id')::uuid)
+                    ON CONFLICT (id) DO NOTHING
+                    """)
+            }
             for c in table.columns {
                 let key = "'\(c.name.replacingOccurrences(of: "'", with: "''"))'"
                 switch c.kind {
                 case .attribute(let type):
+                    guard has(\.properties, "\(table.entity).\(c.name)") && has(\.updated, table.entity) else {
+                        continue
+                    }
                     out.append(
                         """
                         UPDATE \(t) AS t SET \(quoted(c.name)) = \(Self.converted("(x -> 'a' -> \(key))", type))
@@ -71,6 +105,7 @@ extension ServerSchema {
                           AND t.id = (x ->> 'id')::uuid
                         """)
                 case .toOne(let destination, let foreignKey):
+                    guard has(\.properties, "\(table.entity).\(c.name)") else { continue }
                     let value =
                         foreignKey && tables[destination] != nil
                         ? "(SELECT d.id FROM \(name(destination)) d WHERE d.id = (x -> 'r' ->> \(key))::uuid)"
@@ -83,6 +118,7 @@ extension ServerSchema {
                           AND t.id = (x ->> 'id')::uuid
                         """)
                 case .order:
+                    guard has(\.members, "\(table.entity).\(c.name)") else { continue }
                     out.append(
                         """
                         UPDATE \(t) AS t SET \(quoted(c.name)) = ARRAY(SELECT jsonb_array_elements_text(m -> 'ord')::uuid)
@@ -94,7 +130,7 @@ extension ServerSchema {
             }
         }
         // Memberships held by join tables, from either side of the pair.
-        for (side, join) in joins.sorted(by: { $0.key < $1.key }) {
+        for (side, join) in joins.sorted(by: { $0.key < $1.key }) where has(\.members, side) {
             let parts = side.split(separator: ".", maxSplits: 1).map(String.init)
             let e = "'\(parts[0].replacingOccurrences(of: "'", with: "''"))'"
             let rel = "'\(parts[1].replacingOccurrences(of: "'", with: "''"))'"
@@ -122,7 +158,7 @@ extension ServerSchema {
                   AND j.\(ownerColumn) = (m ->> 'id')::uuid AND j.\(memberColumn) = a::uuid
                 """)
         }
-        for table in tables.values.sorted(by: { $0.entity < $1.entity }) {
+        for table in tables.values.sorted(by: { $0.entity < $1.entity }) where has(\.deleted, table.entity) {
             let e = "'\(table.entity.replacingOccurrences(of: "'", with: "''"))'"
             out.append(
                 """
@@ -130,6 +166,7 @@ extension ServerSchema {
                 WHERE c.seq = $1 AND x ->> 'e' = \(e) AND x ->> 'op' = 'd' AND t.id = (x ->> 'id')::uuid
                 """)
         }
+        guard summary.map({ !$0.deleted.isEmpty }) ?? true else { return out }
         out.append(
             """
             INSERT INTO \(tombstones) (id, entity, scope_seq)
@@ -139,4 +176,15 @@ extension ServerSchema {
             """)
         return out
     }
+}
+
+/// What a row's body holds, so that the server runs only the statements it needs: entities
+/// with inserts, updates and deletes, the properties set ("Entity.name"), the memberships and
+/// orders ("Entity.relationship").
+struct BodySummary: Sendable, Hashable {
+    var inserted = Set<String>()
+    var updated = Set<String>()
+    var deleted = Set<String>()
+    var properties = Set<String>()
+    var members = Set<String>()
 }

@@ -136,6 +136,7 @@ struct ServerSchema: Sendable {
                 store uuid NOT NULL,
                 store_version bigint NOT NULL,
                 part integer NOT NULL DEFAULT 0,
+                more boolean NOT NULL DEFAULT false,
                 author text,
                 committed timestamptz NOT NULL DEFAULT now(),
                 body jsonb NOT NULL,
@@ -220,7 +221,7 @@ struct ServerSchema: Sendable {
         }
         out["logbook_changes"] = [
             "seq": "bigint", "scope": "text", "scope_seq": "bigint", "store": "uuid", "store_version": "bigint",
-            "part": "integer", "body": "jsonb"
+            "part": "integer", "more": "boolean", "body": "jsonb"
         ]
         out["logbook_tombstones"] = ["id": "uuid", "scope": "text", "entity": "text", "scope_seq": "bigint"]
         for t in tables.values {

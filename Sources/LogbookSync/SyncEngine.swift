@@ -260,18 +260,55 @@ public actor SyncEngine {
                         rows.append(
                             PendingRow(
                                 version: transaction.token.version, part: i, last: i == parts.count - 1,
-                                author: transaction.author, body: body.finished(), count: body.count))
+                                author: transaction.author, body: body.finished(), count: body.count,
+                                summary: body.summary))
                     }
                 }
             } else {
-                let (version, parts) = try snapshotBodies()
+                // The whole store, made on another thread while the parts before are sent.
                 report.pushedTransactions = 1
-                for (i, body) in parts.enumerated() {
-                    rows.append(
-                        PendingRow(
-                            version: version, part: i, last: i == parts.count - 1, author: nil, body: body.finished(),
-                            count: body.count))
+                let version = container.store.version
+                var total = 0
+                let counter = container.newContext(concurrencyType: .confinement)
+                for table in layout.tables.keys {
+                    var request = FetchRequest<ManagedObject>(entityName: table)
+                    request.includesSubentities = false
+                    total += try counter.count(for: request)
                 }
+                let (stream, parts) = AsyncThrowingStream.makeStream(of: BodyWriter.self)
+                let (container, layout, identity, size) = (container, layout, identity, configuration.batchSize)
+                let producer = Task.detached {
+                    do {
+                        try Self.snapshotParts(
+                            container: container, layout: layout, identity: identity, batchSize: size, version: version
+                        ) { parts.yield($0) }
+                        parts.finish()
+                    } catch {
+                        parts.finish(throwing: error)
+                    }
+                }
+                defer { producer.cancel() }
+                var held: BodyWriter?
+                var part = 0
+                var done = 0
+                func row(_ body: BodyWriter, last: Bool) -> PendingRow {
+                    PendingRow(
+                        version: version, part: part, last: last, author: nil, body: body.finished(), count: body.count,
+                        summary: body.summary)
+                }
+                for try await body in stream {
+                    if let previous = held {
+                        report.pushedChanges += try await send([row(previous, last: false)], c, logger)
+                        done += previous.count
+                        progress?(done, max(total, done))
+                        part += 1
+                    }
+                    held = body
+                }
+                let last = held ?? BodyWriter()
+                report.pushedChanges += try await send([row(last, last: true)], c, logger)
+                progress?(done + last.count, max(total, done + last.count))
+                return report
             }
             // Batches of about `batchSize` changes, one SQL transaction each.
             let total = rows.reduce(0) { $0 + $1.count }
@@ -301,6 +338,7 @@ public actor SyncEngine {
         var author: String?
         var body: String
         var count: Int
+        var summary: BodySummary
     }
 
     /// Sends rows in one SQL transaction; returns the changes the server had not seen.
@@ -314,23 +352,17 @@ public actor SyncEngine {
             for row in rows {
                 let insert = PostgresQuery(
                     unsafeSQL: """
-                        INSERT INTO \(layout.changes) (scope_seq, store, store_version, part, author, body)
-                        SELECT coalesce(max(scope_seq), 0) + 1, $1, $2, $3, $4, $5::jsonb FROM \(layout.changes)
+                        INSERT INTO \(layout.changes) (scope_seq, store, store_version, part, more, author, body)
+                        SELECT coalesce(max(scope_seq), 0) + 1, $1, $2, $3, $4, $5, $6::jsonb FROM \(layout.changes)
                         WHERE scope = current_user
                         ON CONFLICT (store, store_version, part) DO NOTHING
                         RETURNING seq
                         """,
-                    binds: try Self.binds(store, Int64(row.version), Int32(row.part), row.author, row.body))
+                    binds: try Self.binds(store, Int64(row.version), Int32(row.part), !row.last, row.author, row.body))
                 var seq: Int64?
                 for try await (n) in try await t.query(insert, logger: logger).decode(Int64.self) { seq = n }
                 guard let seq else { continue }  // pushed before: nothing twice
-                if !row.last {
-                    try await t.query(
-                        PostgresQuery(
-                            unsafeSQL: "UPDATE \(layout.changes) SET body = body || '{\"more\": true}' WHERE seq = $1",
-                            binds: try Self.binds(seq)), logger: logger)
-                }
-                for statement in layout.applyStatements() {
+                for statement in layout.applyStatements(row.summary) {
                     try await t.query(PostgresQuery(unsafeSQL: statement, binds: try Self.binds(seq)), logger: logger)
                 }
                 sent += row.count
@@ -349,6 +381,7 @@ public actor SyncEngine {
             case let x as Int64: try b.append(x)
             case let x as Int32: try b.append(x)
             case let x as String: try b.append(x)
+            case let x as Bool: try b.append(x)
             default: b.appendNull()
             }
         }
@@ -357,10 +390,9 @@ public actor SyncEngine {
 
     /// The last local version the server holds whole (nil: none).
     private func lastPushed(_ c: PostgresConnection, _ logger: Logger) async throws -> UInt64? {
-        // A version pushed in parts counts once its last part is there (a part that is not the
-        // last has "more" in its body).
+        // A version pushed in parts counts once its last part is there (the others have `more`).
         let q = PostgresQuery(
-            unsafeSQL: "SELECT max(store_version) FROM \(layout.changes) WHERE store = $1 AND NOT (body ? 'more')",
+            unsafeSQL: "SELECT max(store_version) FROM \(layout.changes) WHERE store = $1 AND NOT more",
             binds: try Self.binds(storeID))
         var found: Int64?
         for try await (n) in try await c.query(q, logger: logger).decode(Int64?.self) { found = n }
@@ -436,6 +468,10 @@ public actor SyncEngine {
     /// An object's attribute values and to-one references (all, or those named).
     private func values(of o: ManagedObject, only names: Set<String>?) throws -> (
         [(String, (any Sendable)?)], [(String, UUID?)]
+    ) { try Self.values(of: o, only: names, identity: identity) }
+
+    static func values(of o: ManagedObject, only names: Set<String>?, identity: Identity) throws -> (
+        [(String, (any Sendable)?)], [(String, UUID?)]
     ) {
         var attributes: [(String, (any Sendable)?)] = []
         var toOne: [(String, UUID?)] = []
@@ -449,23 +485,32 @@ public actor SyncEngine {
         return (attributes, toOne)
     }
 
-    /// The whole store as of its current version, for a first push: every object, its
-    /// memberships held by join tables (from the owner's side) and its orders.
-    private func snapshotBodies() throws -> (UInt64, [BodyWriter]) {
-        let version = container.store.version
-        let context = (try? container.snapshot(asOf: PersistentHistoryToken(version: version))) ?? reader()
-        var parts: [BodyWriter] = [BodyWriter()]
+    /// The whole store as of `version`, for a first push, handed to `emit` in parts of about
+    /// `batchSize` changes as they are made (on a thread of their own, while the parts before
+    /// are sent): every object, its memberships held by join tables (from the owner's side)
+    /// and its orders.
+    static func snapshotParts(
+        container: PersistentContainer, layout: ServerSchema, identity: Identity, batchSize: Int, version: UInt64,
+        emit: (BodyWriter) -> Void
+    ) throws {
+        let context =
+            (try? container.snapshot(asOf: PersistentHistoryToken(version: version)))
+            ?? container.newContext(concurrencyType: .confinement)
+        var part = BodyWriter()
         func room() {
-            if parts[parts.count - 1].count >= configuration.batchSize { parts.append(BodyWriter()) }
+            if part.count >= batchSize {
+                emit(part)
+                part = BodyWriter()
+            }
         }
         var members: [(ManagedObject, RelationshipDescription)] = []
         for table in layout.tables.values.sorted(by: { $0.entity < $1.entity }) {
             var request = FetchRequest<ManagedObject>(entityName: table.entity)
             request.includesSubentities = false
             for o in try context.fetch(request) {
-                let (attributes, toOne) = try values(of: o, only: nil)
+                let (attributes, toOne) = try values(of: o, only: nil, identity: identity)
                 room()
-                parts[parts.count - 1].object(
+                part.object(
                     entity: table.entity, id: identity.uuid(forKey: o.objectID.key), op: "i", attributes: attributes,
                     toOne: toOne)
                 for r in o.entity.relationships where r.isToMany {
@@ -483,11 +528,11 @@ public actor SyncEngine {
             let ids = related.map { identity.uuid(forKey: $0.objectID.key) }
             let holdsMembers = layout.joins["\(o.entity.name).\(r.name)"] != nil
             room()
-            parts[parts.count - 1].members(
+            part.members(
                 entity: o.entity.name, owner: identity.uuid(forKey: o.objectID.key), relationship: r.name,
                 added: holdsMembers ? ids : [], removed: [], order: r.isOrdered ? ids : nil)
         }
-        return (version, parts)
+        emit(part)
     }
 
     // MARK: Pull
@@ -518,6 +563,9 @@ public actor SyncEngine {
             // that comes before it in the server's order does not undo it here.
             let start = try pulledSequence()
             let ownLater = try await ownChanges(after: start, c, logger)
+            // What this store changed and has not pushed, read once (a save made while the pull
+            // runs is kept by the pull's merge policy, the store's values winning).
+            let pending = try pendingLocal(after: pushed)
             var newest: Int64 = start
             for try await (n) in try await c.query(
                 PostgresQuery(
@@ -531,7 +579,7 @@ public actor SyncEngine {
                         SELECT scope_seq, store, body::text FROM \(layout.changes)
                         WHERE scope = current_user AND scope_seq > $1 ORDER BY scope_seq LIMIT $2
                         """,
-                    binds: try Self.binds(after, Int64(max(1, configuration.batchSize / 10))))
+                    binds: try Self.binds(after, Int64(100)))
                 var rows: [(seq: Int64, store: UUID, body: String)] = []
                 for try await (seq, store, body) in try await c.query(q, logger: logger).decode(
                     (Int64, UUID, String).self)
@@ -541,12 +589,20 @@ public actor SyncEngine {
                 guard !rows.isEmpty else { break }
                 // Rows up to a gap are applied; the gap is an error.
                 let whole = rows.enumerated().prefix { $0.element.seq == after + 1 + Int64($0.offset) }.map(\.element)
-                if let lastRow = whole.last {
-                    report.pulledRows += whole.count
-                    progress?(Int(lastRow.seq - start), Int(max(newest, lastRow.seq) - start))
-                    report.appliedChanges += try apply(
-                        whole.filter { $0.store != storeID }.map { ($0.seq, $0.body) }, through: lastRow.seq,
-                        pushed: pushed, ownLater: ownLater)
+                report.pulledRows += whole.count
+                // One local transaction for about `batchSize` changes (a row may hold more).
+                var chunk: [(seq: Int64, text: String)] = []
+                var size = 0
+                for (n, row) in whole.enumerated() {
+                    if row.store != storeID {
+                        chunk.append((row.seq, row.body))
+                        size += row.body.utf8.count / 80 + 1
+                    }
+                    guard size >= configuration.batchSize || n == whole.count - 1 else { continue }
+                    report.appliedChanges += try apply(chunk, through: row.seq, pending: pending, ownLater: ownLater)
+                    progress?(Int(row.seq - start), Int(max(newest, row.seq) - start))
+                    chunk = []
+                    size = 0
                 }
                 if whole.count < rows.count {
                     let missing = after + 1 + Int64(whole.count)
@@ -622,11 +678,11 @@ public actor SyncEngine {
 
     /// Applies pulled bodies as one local transaction; returns the changes applied.
     private func apply(
-        _ bodies: [(seq: Int64, text: String)], through seq: Int64, pushed: UInt64?,
+        _ bodies: [(seq: Int64, text: String)], through seq: Int64,
+        pending: (properties: [UInt64: Set<String>], members: Set<String>),
         ownLater: (seq: [String: Int64], orders: [String: [UUID]])
     ) throws -> Int {
         let parsed = try bodies.map { (seq: $0.seq, body: try Body(json: $0.text)) }
-        let pending = try pendingLocal(after: pushed)
         let context = container.newContext(concurrencyType: .confinement)
         context.transactionAuthor = Self.author
         context.mergePolicy = .mergeByPropertyStoreTrump

@@ -688,6 +688,7 @@ public actor SyncEngine {
         context.mergePolicy = .mergeByPropertyStoreTrump
         var identity = self.identity
         var applied = 0
+        let entityNames = Set(container.model.entities.map(\.name))
         func object(_ uuid: UUID) -> ManagedObject? {
             guard let key = identity.key(for: uuid) else { return nil }
             let id = container.objectID(forKey: key)
@@ -697,14 +698,16 @@ public actor SyncEngine {
         do {
             for (rowSeq, body) in parsed {
                 // Set by a later row of this store's: not undone by this earlier one.
-                func later(_ key: String) -> Bool { (ownLater.seq[key] ?? 0) > rowSeq }
+                func later(_ key: @autoclosure () -> String) -> Bool {
+                    !ownLater.seq.isEmpty && (ownLater.seq[key()] ?? 0) > rowSeq
+                }
                 // Attributes (new objects made), then references, memberships, deletions.
                 for change in body.objects where change.op != "d" {
                     var o = object(change.id)
                     if o == nil {
                         // Known here but gone (deleted here): the deletion stands.
                         if identity.key(for: change.id) != nil { continue }
-                        guard container.model.entities.contains(where: { $0.name == change.entity }) else { continue }
+                        guard entityNames.contains(change.entity) else { continue }
                         let made = try context.insertNewObject(forEntityName: change.entity)
                         let record = identity.map(change.id, to: made.objectID.key)
                         context.attachedRecords[record.key] = record.value

@@ -135,7 +135,7 @@ let package = Package(
         // A child process for the kill -9 crash tests: commits and acknowledges over a pipe.
         .executableTarget(
             name: "LogbookCrashHelper",
-            dependencies: ["LogbookEngine", "LogbookGraph", "LogbookContextCheck", "Logbook"]
+            dependencies: ["LogbookEngine", "LogbookGraph", "LogbookContextCheck", "Logbook", "LogbookSync"]
         ),
         .testTarget(
             name: "LogbookEngineTests",
@@ -152,7 +152,7 @@ let package = Package(
         // Sync through a real PostgreSQL server (LOGBOOK_POSTGRES_URL: .ci/test starts one).
         .testTarget(
             name: "LogbookSyncTests",
-            dependencies: ["LogbookSync", "LogbookGraph", "LogbookEngine", "LogbookTestSupport"]
+            dependencies: ["LogbookSync", "LogbookGraph", "LogbookEngine", "LogbookTestSupport", "LogbookCrashHelper"]
         ),
         // What the macros write, and what they refuse, checked on source text.
         .testTarget(

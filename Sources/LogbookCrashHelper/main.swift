@@ -20,6 +20,11 @@
 // `ModelContainer` (`notes`), named PREFIX-0 … PREFIX-(COUNT-1), saved PER (5 by default) at a
 // time; prints "saved".
 //
+//   LogbookCrashHelper sync push|pull STORE_PATH URL SCHEMA BATCH
+//
+// A sync engine pushing or pulling the store (its recorded model) in batches of BATCH changes,
+// printing "batch N" after each; Tests/LogbookSyncTests kills it in the middle.
+//
 //   LogbookCrashHelper contexts SEED STEPS STORE_PATH
 //
 // Runs the context checker's steps for SEED over a new store at STORE_PATH, printing
@@ -31,6 +36,7 @@ import Logbook
 import LogbookContextCheck
 import LogbookEngine
 import LogbookGraph
+import LogbookSync
 
 #if canImport(Glibc)
     import Glibc
@@ -104,6 +110,37 @@ if arguments.count >= 5, arguments[1] == "insert" || arguments[1] == "notes", le
         printError("\(error)")
         exit(1)
     }
+}
+if arguments.count == 7, arguments[1] == "sync", let batch = Int(arguments[6]) {
+    let done = DispatchSemaphore(value: 0)
+    let status = Locked<Int32>(0)
+    // Detached: top-level code is the main actor's, which the wait below blocks.
+    Task.detached {
+        do {
+            let model = try ManagedObjectModel(recordedIn: arguments[3])
+            var options = ContainerOptions()
+            options.persistentHistoryTracking = true
+            options.historyRecordsMemberChanges = true
+            let container = try PersistentContainer(
+                name: "Sync", model: model, directory: arguments[3], options: options)
+            let engine = try SyncEngine(
+                container: container,
+                configuration: SyncConfiguration(url: arguments[4], schema: arguments[5], batchSize: batch))
+            let progress: @Sendable (Int, Int) -> Void = { n, _ in printLine("batch \(n)") }
+            if arguments[2] == "push" {
+                try await engine.push(progress: progress)
+            } else {
+                try await engine.pull(progress: progress)
+            }
+            printLine("done")
+        } catch {
+            printError("LogbookCrashHelper sync: \(error)")
+            status.withLock { $0 = 1 }
+        }
+        done.signal()
+    }
+    done.wait()
+    exit(status.withLock { $0 })
 }
 // LogbookCrashHelper writer ID STORE_DIR [KEY_FILE]: one of several processes writing one
 // store. Commits forever, each writing its own key (keyspace 10 + ID, id i), padding that every

@@ -275,12 +275,26 @@ public actor SyncEngine {
                     request.includesSubentities = false
                     total += try counter.count(for: request)
                 }
+                // A first push cut off (a crash, a lost connection) left a prefix of this
+                // version's parts: they are not made again, and the numbering goes on.
+                let sentBefore = PostgresQuery(
+                    unsafeSQL: """
+                        SELECT count(*), coalesce(sum(jsonb_array_length(body -> 'o') + jsonb_array_length(body -> 'm')), 0)
+                        FROM \(layout.changes) WHERE store = $1 AND store_version = $2
+                        """,
+                    binds: try Self.binds(storeID, Int64(version)))
+                var (existingParts, existingChanges) = (Int64(0), Int64(0))
+                for try await (n, changes) in try await c.query(sentBefore, logger: logger).decode((Int64, Int64).self)
+                {
+                    (existingParts, existingChanges) = (n, changes)
+                }
                 let (stream, parts) = AsyncThrowingStream.makeStream(of: BodyWriter.self)
                 let (container, layout, identity, size) = (container, layout, identity, configuration.batchSize)
                 let producer = Task.detached {
                     do {
                         try Self.snapshotParts(
-                            container: container, layout: layout, identity: identity, batchSize: size, version: version
+                            container: container, layout: layout, identity: identity, batchSize: size, version: version,
+                            skip: Int(existingChanges)
                         ) { parts.yield($0) }
                         parts.finish()
                     } catch {
@@ -289,8 +303,8 @@ public actor SyncEngine {
                 }
                 defer { producer.cancel() }
                 var held: BodyWriter?
-                var part = 0
-                var done = 0
+                var part = Int(existingParts)
+                var done = Int(existingChanges)
                 func row(_ body: BodyWriter, last: Bool) -> PendingRow {
                     PendingRow(
                         version: version, part: part, last: last, author: nil, body: body.finished(), count: body.count,
@@ -491,8 +505,15 @@ public actor SyncEngine {
     /// and its orders.
     static func snapshotParts(
         container: PersistentContainer, layout: ServerSchema, identity: Identity, batchSize: Int, version: UInt64,
-        emit: (BodyWriter) -> Void
+        skip: Int = 0, emit: (BodyWriter) -> Void
     ) throws {
+        // The changes a push cut off before had sent (its parts form a prefix): skipped.
+        var skipped = 0
+        func skipping() -> Bool {
+            guard skipped < skip else { return false }
+            skipped += 1
+            return true
+        }
         let context =
             (try? container.snapshot(asOf: PersistentHistoryToken(version: version)))
             ?? container.newContext(concurrencyType: .confinement)
@@ -508,11 +529,6 @@ public actor SyncEngine {
             var request = FetchRequest<ManagedObject>(entityName: table.entity)
             request.includesSubentities = false
             for o in try context.fetch(request) {
-                let (attributes, toOne) = try values(of: o, only: nil, identity: identity)
-                room()
-                part.object(
-                    entity: table.entity, id: identity.uuid(forKey: o.objectID.key), op: "i", attributes: attributes,
-                    toOne: toOne)
                 for r in o.entity.relationships where r.isToMany {
                     let join = layout.joins["\(table.entity).\(r.name)"]
                     if r.isOrdered || (join != nil && join!.owner == table.entity && join!.relationship == r.name)
@@ -521,9 +537,15 @@ public actor SyncEngine {
                         members.append((o, r))
                     }
                 }
+                if skipping() { continue }
+                let (attributes, toOne) = try values(of: o, only: nil, identity: identity)
+                room()
+                part.object(
+                    entity: table.entity, id: identity.uuid(forKey: o.objectID.key), op: "i", attributes: attributes,
+                    toOne: toOne)
             }
         }
-        for (o, r) in members {
+        for (o, r) in members where !skipping() {
             let related = r.isOrdered ? try o.orderedObjects(forKey: r.name) : Array(try o.objects(forKey: r.name))
             let ids = related.map { identity.uuid(forKey: $0.objectID.key) }
             let holdsMembers = layout.joins["\(o.entity.name).\(r.name)"] != nil

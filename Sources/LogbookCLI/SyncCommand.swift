@@ -94,17 +94,9 @@ struct SyncCommand: ParsableCommand {
         func run() throws {
             let connection = self.connection
             try waitFor {
-                let (container, engine) = try connection.open()
-                defer { try? container.close() }
-                let bar = Locked(ProgressBar("push", total: 1))
-                let report = try await engine.push { done, total in
-                    bar.withLock { b in
-                        if b.total != max(1, total) { b = ProgressBar("push", total: total) }
-                        b.update(done)
-                    }
+                try await withProgress("push", connection) { engine, progress in
+                    try await engine.push(progress: progress)
                 }
-                bar.withLock { $0.finish() }
-                printReport(report, json: connection.json)
             }
         }
     }
@@ -117,20 +109,30 @@ struct SyncCommand: ParsableCommand {
         func run() throws {
             let connection = self.connection
             try waitFor {
-                let (container, engine) = try connection.open()
-                defer { try? container.close() }
-                let bar = Locked(ProgressBar("pull", total: 1))
-                let report = try await engine.pull { done, total in
-                    bar.withLock { b in
-                        if b.total != max(1, total) { b = ProgressBar("pull", total: total) }
-                        b.update(done)
-                    }
+                try await withProgress("pull", connection) { engine, progress in
+                    try await engine.pull(progress: progress)
                 }
-                bar.withLock { $0.finish() }
-                printReport(report, json: connection.json)
             }
         }
     }
+}
+
+/// Opens the store, runs a push or pull with a progress bar named `label`, prints its report.
+func withProgress(
+    _ label: String, _ connection: SyncCommand.Connection,
+    _ work: (SyncEngine, @escaping @Sendable (Int, Int) -> Void) async throws -> SyncReport
+) async throws {
+    let (container, engine) = try connection.open()
+    defer { try? container.close() }
+    let bar = Locked(ProgressBar(label, total: 1))
+    let report = try await work(engine) { done, total in
+        bar.withLock { b in
+            if b.total != max(1, total) { b = ProgressBar(label, total: total) }
+            b.update(done)
+        }
+    }
+    bar.withLock { $0.finish() }
+    printReport(report, json: connection.json)
 }
 
 func printReport(_ r: SyncReport, json: Bool) {

@@ -1,5 +1,6 @@
 import Foundation
 import LogbookContextCheck
+import LogbookEngine
 import LogbookGraph
 import Testing
 
@@ -41,13 +42,7 @@ import Testing
                 FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
             }
             let key = ContextModelChecker.encryptionKey(seed: seed)
-            if let failure = ContextModelChecker.run(specs, steps, encryptionKey: key) {
-                let shrunk = ContextModelChecker.shrink(
-                    specs, Array(steps.prefix(failure.at + 1)), encryptionKey: key)
-                Issue.record(
-                    Comment(
-                        rawValue: ContextModelChecker.report(
-                            seed: seed, specs: specs, steps: shrunk, encryptionKey: key)))
+            if !Self.passes(seed: seed, specs: specs, steps: steps, encryptionKey: key) {
                 // A long run goes on past a failure (up to ten), to find the next defect too.
                 failures += 1
                 if failures == 10 { return }
@@ -80,15 +75,19 @@ import Testing
     func replay(seed: UInt64, processes: Bool) throws {
         for count in [40, 60] {
             let (specs, steps) = ContextModelChecker.draw(seed: seed, steps: count, processes: processes)
-            let key = ContextModelChecker.encryptionKey(seed: seed)
-            if let failure = ContextModelChecker.run(specs, steps, encryptionKey: key) {
-                let shrunk = ContextModelChecker.shrink(
-                    specs, Array(steps.prefix(failure.at + 1)), encryptionKey: key)
-                Issue.record(
-                    Comment(
-                        rawValue: ContextModelChecker.report(
-                            seed: seed, specs: specs, steps: shrunk, encryptionKey: key)))
-            }
+            _ = Self.passes(
+                seed: seed, specs: specs, steps: steps, encryptionKey: ContextModelChecker.encryptionKey(seed: seed))
         }
+    }
+
+    /// Runs the steps; on a failure, records the seed and the shrunk steps, and returns false.
+    static func passes(seed: UInt64, specs: [CheckedContextSpec], steps: [CheckStep], encryptionKey key: EncryptionKey?)
+        -> Bool
+    {
+        guard let failure = ContextModelChecker.run(specs, steps, encryptionKey: key) else { return true }
+        let shrunk = ContextModelChecker.shrink(specs, Array(steps.prefix(failure.at + 1)), encryptionKey: key)
+        Issue.record(
+            Comment(rawValue: ContextModelChecker.report(seed: seed, specs: specs, steps: shrunk, encryptionKey: key)))
+        return false
     }
 }

@@ -25,6 +25,10 @@
 // A sync engine pushing or pulling the store (its recorded model) in batches of BATCH changes,
 // printing "batch N" after each; Tests/LogbookSyncTests kills it in the middle.
 //
+//   LogbookCrashHelper contend SEED ID PROCESSES STEPS STORE_PATH BARRIER
+//
+// One of several processes contending for one store (below).
+//
 //   LogbookCrashHelper contexts SEED STEPS STORE_PATH
 //
 // Runs the context checker's steps for SEED over a new store at STORE_PATH, printing
@@ -37,6 +41,7 @@ import LogbookContextCheck
 import LogbookEngine
 import LogbookGraph
 import LogbookSync
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -147,6 +152,9 @@ if arguments.count == 7, arguments[1] == "sync", let batch = Int(arguments[6]) {
 // writer rewrites (keyspace 2) and a set member; prints "i t" after each commit returns (t:
 // the monotonic clock in nanoseconds, to tell acknowledgements after a moment from those
 // before it). Tests/LogbookEngineTests/CrashRecoveryTests.swift kills some of them.
+// With HELPER_PAUSE=POINT (a `StorePausePoint`'s name) and HELPER_PAUSED_FILE=PATH, the
+// writer stops for good the first time its store reaches POINT (with HELPER_PAUSE_AFTER=N, the
+// N-th time), after creating PATH: the test kills it there, knowing where it is.
 if arguments.count >= 4, arguments[1] == "writer", let id = UInt16(arguments[2]) {
     do {
         var options = StoreOptions()
@@ -158,6 +166,22 @@ if arguments.count >= 4, arguments[1] == "writer", let id = UInt16(arguments[2])
         if environment["HELPER_NO_COMPACTION"] != nil { options.compaction = .manual }
         if environment["HELPER_NO_CHECKPOINT"] != nil { options.checkpointInterval = 0 }
         if arguments.count >= 5 { options.encryptionKey = try EncryptionKey(contentsOfFile: arguments[4]) }
+        if let name = environment["HELPER_PAUSE"], let point = StorePausePoint(rawValue: name),
+            let marker = environment["HELPER_PAUSED_FILE"]
+        {
+            let after = Int(environment["HELPER_PAUSE_AFTER"] ?? "") ?? 1
+            let hits = Mutex(0)
+            options.pausePoint = { reached in
+                guard reached == point,
+                    hits.withLock({
+                        $0 += 1
+                        return $0
+                    }) == after
+                else { return }
+                FileManager.default.createFile(atPath: marker, contents: Data(name.utf8))
+                while true { sleep(1000) }
+            }
+        }
         let store = try Store.open(at: arguments[3], options: options)
         var i = UInt64(store.snapshot().count(inKeyspace: 10 + id))
         var rng = SystemRandomNumberGenerator()
@@ -180,6 +204,21 @@ if arguments.count >= 4, arguments[1] == "writer", let id = UInt16(arguments[2])
     } catch {
         printError("LogbookCrashHelper writer: \(error)")
         exit(1)
+    }
+}
+// LogbookCrashHelper contend SEED ID PROCESSES STEPS STORE_PATH BARRIER: process ID of PROCESSES
+// contending for one store (Tests/LogbookContextCheck/ProcessContention.swift): its random
+// steps, each save written down; then, once BARRIER exists, what it reads of the store.
+if arguments.count == 8, arguments[1] == "contend", let seed = UInt64(arguments[2]), let id = Int(arguments[3]),
+    let processes = Int(arguments[4]), let steps = Int(arguments[5])
+{
+    do {
+        try ProcessContention.work(
+            seed: seed, id: id, processes: processes, steps: steps, path: arguments[6], barrier: arguments[7])
+        exit(0)
+    } catch {
+        printError("LogbookCrashHelper contend: \(error)")
+        exit(3)
     }
 }
 if arguments.count == 5, arguments[1] == "contexts", let seed = UInt64(arguments[2]), let count = Int(arguments[3]) {

@@ -867,7 +867,11 @@ package final class ContextModelRun {
     /// `dump()` of any container of the checker's model (the crash mode reads the store a
     /// killed run left).
     package static func dump(_ container: PersistentContainer) throws -> [String] {
-        let c = container.newContext(concurrencyType: .confinement)
+        try dump(container.newContext(concurrencyType: .confinement))
+    }
+
+    /// What context `c` reads of every object (on its queue).
+    package static func dump(_ c: ManagedObjectContext) throws -> [String] {
         var lines: [String] = []
         func id(_ o: ManagedObject?) -> String { o.map { "\($0.objectID)" } ?? "nil" }
         for entity in ["Folder", "Item", "Tag"] {

@@ -1617,4 +1617,64 @@ import Testing
         #expect(try stored.objects(forKey: "items").map(\.objectID) == [item.objectID])
         try ContextModelRun.checkStore(f.container)
     }
+
+    /// A context put an item in a folder and saved; another save moved it to a second folder;
+    /// the first context, not merged, inserts it into the first folder again — whose items
+    /// (read from the store at each access) do not hold it, while the item (read once) still
+    /// names that folder. The insertion used to record only the folder's side: the store then
+    /// had the item in both folders' sets, its to-one naming the second (found by the
+    /// contention test of real processes). Now the item is read again first, and the insertion
+    /// moves it from where it is. Under every policy, in one store and across two (processes),
+    /// for the ordered relationship and for an unordered one.
+    @Test(
+        arguments: [MergePolicy.error, .mergeByPropertyObjectTrump, .mergeByPropertyStoreTrump, .overwrite, .rollback],
+        [0, 1, 2, 3])
+    func addingAMemberWhoseStaleToOneNamesTheOwnerMovesIt(policy: MergePolicy, variant: Int) throws {
+        let ordered = variant & 1 == 0
+        let ownStores = variant & 2 != 0
+        let directory = TemporaryDirectory()
+        defer { directory.cleanUp() }
+        let path = directory.path + "/store"
+        try ProcessContention.prepare(at: path)
+        func open() throws -> PersistentContainer {
+            try PersistentContainer(
+                name: "Check", model: CheckedModel.make(), directory: path,
+                options: ContextModelRun.options(nil, ownStore: ownStores))
+        }
+        let first = try open()
+        let second = try open()
+        let a = first.newContext(concurrencyType: .confinement)
+        a.mergePolicy = policy
+        let b = second.newContext(concurrencyType: .confinement)
+        func named(_ c: ManagedObjectContext, _ entity: String, _ name: String) throws -> ManagedObject {
+            try #require(
+                try c.fetch(FetchRequest<ManagedObject>(entityName: entity)).first {
+                    (try? $0.value(forKey: "name") as? String) == name
+                })
+        }
+        let key = ordered ? "folder" : "owner"
+        let item = try named(a, "Item", "i1")
+        try item.setValue(try named(a, "Folder", "L0"), forKey: key)
+        try a.save()
+        try named(b, "Item", "i1").setValue(try named(b, "Folder", "L1"), forKey: key)
+        try b.save()
+        let l0 = try named(a, "Folder", "L0")
+        if ordered {
+            #expect(try l0.orderedObjects(forKey: "items").isEmpty)
+            try l0.insert(item, at: 0, inRelationship: "items")
+        } else {
+            #expect(try l0.objects(forKey: "owned").isEmpty)
+            try l0.add(item, toRelationship: "owned")
+        }
+        #expect((try item.value(forKey: key) as? ManagedObject)?.objectID == l0.objectID)
+        try a.save()
+        try ContextModelRun.checkStore(first)
+        let reader = first.newContext(concurrencyType: .confinement)
+        let stored = try reader.existingObject(with: item.objectID)
+        #expect((try stored.value(forKey: key) as? ManagedObject)?.objectID == l0.objectID)
+        let l1 = try named(reader, "Folder", "L1")
+        #expect(try l1.objects(forKey: ordered ? "items" : "owned").isEmpty)
+        try first.close()
+        try second.close()
+    }
 }

@@ -220,4 +220,43 @@ import Testing
         #expect(followed.count == 10_000)
         #expect(followed == (try names(written)))
     }
+
+    /// Two to four real processes contend for one store at once, each under a merge policy of
+    /// its own, through random steps (`ProcessContention`): no lost update, nothing
+    /// acknowledged lost, the store's invariants, every process converging on the same store.
+    /// Three seeds for each count in CI; `LOGBOOK_CONTENTION_SEEDS=N` runs N,
+    /// `LOGBOOK_CONTENTION_SEED=S` starts at S, `LOGBOOK_CONTENTION_STEPS=K` sets the steps.
+    @Test(arguments: [2, 3, 4]) func processesContendingForOneStoreLoseNothingAndConverge(processes: Int) throws {
+        try contend(processes: processes, killing: false)
+    }
+
+    /// The same with one of three processes killed with SIGKILL at a random moment: the others
+    /// carry on, and what the killed one acknowledged is all there (its last save in whole or
+    /// not at all).
+    @Test func aContenderKilledWithSigkillCostsNothingAcknowledged() throws {
+        try contend(processes: 3, killing: true)
+    }
+
+    func contend(processes: Int, killing: Bool) throws {
+        let environment = ProcessInfo.processInfo.environment
+        let first = UInt64(environment["LOGBOOK_CONTENTION_SEED"] ?? "") ?? 1
+        let seeds = Int(environment["LOGBOOK_CONTENTION_SEEDS"] ?? "") ?? 3
+        let steps = Int(environment["LOGBOOK_CONTENTION_STEPS"] ?? "") ?? 200
+        for seed in first..<(first + UInt64(seeds)) {
+            let directory = TemporaryDirectory()
+            defer { directory.cleanUp() }
+            let failures = try ProcessContention.run(
+                seed: seed, processes: processes, steps: steps, killing: killing, helper: crashHelperPath,
+                directory: directory.path)
+            #expect(
+                failures.isEmpty,
+                "seed \(seed), \(processes) processes (\(ProcessContention.plan(seed: seed, processes: processes))): \(failures.joined(separator: "; "))"
+            )
+            if !failures.isEmpty && environment["LOGBOOK_CONTENTION_KEEP"] != nil {
+                let kept = "/tmp/contention-\(seed)-\(processes)"
+                try? FileManager.default.removeItem(atPath: kept)
+                try? FileManager.default.copyItem(atPath: directory.path, toPath: kept)
+            }
+        }
+    }
 }

@@ -92,6 +92,7 @@ extension Store {
                 let written = try writeFrames(
                     blocks, payloads: &payloads, version: version,
                     operationCount: transaction.operationCount, to: active, state: &state)
+                options.pausePoint?(.commitWritten)
                 // A large transaction syncs on another thread while the indexes are updated; a small
                 // one syncs on this thread afterwards (a handoff would cost more than it saves).
                 let sync = durability == .full ? PendingSync(active, overlapped: blocks.count >= 4) : nil

@@ -17,6 +17,7 @@ extension Store {
         }
         try catchUp(&state)
         caughtUp = true
+        options.pausePoint?(.commitLockTaken)
         return try body(&state)
     }
 

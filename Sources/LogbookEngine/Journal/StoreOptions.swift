@@ -73,6 +73,10 @@ public struct StoreOptions: Sendable {
     /// Tests: called by a compaction once it has remapped its copy of the primary index,
     /// before its switch (commits made here are the ones the switch must carry over).
     var beforeCompactionSwitch: (@Sendable () -> Void)?
+    /// Tests: called at each `StorePausePoint` a commit, checkpoint or compaction passes, on
+    /// its thread. The crash tests stop a process there (the helper's `HELPER_PAUSE`) and kill
+    /// it: holding the commit lock, half-way through a commit, a checkpoint or a compaction.
+    package var pausePoint: (@Sendable (StorePausePoint) -> Void)?
     /// Replay the whole journal instead of starting from the checkpoint (what `verify` compares).
     var ignoresCheckpoint = false
     /// The most bytes a segment may hold (`JournalFormat.maxSegmentSize`; tests lower it to
@@ -108,4 +112,22 @@ public struct StoreOptions: Sendable {
             guard minimum >= 0 else { throw invalid("the compaction's minimumBytes \(minimum) is negative") }
         }
     }
+}
+
+/// Places in the engine's work where a test may stop a process and kill it there
+/// (`StoreOptions.pausePoint`; Tests/LogbookEngineTests/CrashRecoveryTests.swift).
+package enum StorePausePoint: String, Sendable, CaseIterable {
+    /// The commit lock is held (after the catch-up), nothing written yet.
+    case commitLockTaken = "commit-lock"
+    /// A commit's frames are written and not yet synced or acknowledged; the lock is held.
+    case commitWritten = "commit-written"
+    /// A checkpoint's temporary file is half-written.
+    case checkpointWriting = "checkpoint-writing"
+    /// A checkpoint's file is written and named; the manifest does not name it yet.
+    case checkpointWritten = "checkpoint-written"
+    /// A compaction has written its new segments and not yet switched (no lock held).
+    case compactionRewritten = "compaction-rewritten"
+    /// A compaction holds the commit lock to switch; the manifest naming its segments is not
+    /// written yet.
+    case compactionSwitching = "compaction-switching"
 }

@@ -220,6 +220,7 @@ extension Store {
         }
         remapped.replaceMany(remap)
         options.beforeCompactionSwitch?()
+        options.pausePoint?(.compactionRewritten)
         return try writer.withLock { writerState -> (Int, Int) in
             // Under the commit lock, after the commits of other writers, whose keys join those
             // the commits of this process touched.
@@ -250,6 +251,7 @@ extension Store {
                         throw error
                     }
                 }
+                options.pausePoint?(.compactionSwitching)
                 var manifest = writerState.manifest
                 let oldCheckpoint = manifest.checkpoint
                 manifest.segments = written.map(\.number) + manifest.segments.filter { !sealedNumbers.contains($0) }

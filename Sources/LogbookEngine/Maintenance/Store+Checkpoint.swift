@@ -57,8 +57,17 @@ extension Store {
             number: number, directory: directory, fileSystem: SealedFileSystem.wrapping(fileSystem, cipher),
             estimatedBytes: previousBytes > 0 ? previousBytes + (1 << 20) : 0
         ) { chunk, leaf in
-            Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
+            guard let pause = options.pausePoint else {
+                return Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf, chunk: chunk)
+            }
+            var chunks = 0
+            Checkpoint.encode(state, segment: segment, offset: offset, leaf: leaf) { bytes in
+                chunk(bytes)
+                chunks += 1
+                if chunks == 1 { pause(.checkpointWriting) }
+            }
         }
+        options.pausePoint?(.checkpointWritten)
         try writer.withLock { writerState in
             try writerState.checkWritable()
             // Under the commit lock, over the manifest as other writers left it.

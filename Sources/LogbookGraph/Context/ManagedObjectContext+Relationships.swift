@@ -221,6 +221,25 @@ extension ManagedObjectContext {
                 return
             }
             let slot = destLayout.slot(ofToOne: inv)
+            if adding && other.slots[slot] == .object(owner.engineKey) && parent == nil
+                && other.committed.map({ $0[slot] == other.slots[slot] }) ?? true
+                && !baseHasMember(other.engineKey, ofSet: setKey(owner.engineKey, owner.layout, r))
+            {
+                // `other` says it is in `owner`'s set, which the store says it is not: another
+                // save moved it since this context read it (a set is read from the store at each
+                // access, a record once). Its record is read again first, so that the change
+                // is made from where it is now — leaving the set it is in — and its save is
+                // checked against that (found by the contention test across processes: the
+                // member ended up in two sets, its to-one naming one of them).
+                try mergeStoreValues(into: other, from: readSnapshot(), pinning: false)
+                if other.flags.contains(.invalid) || other.flags.contains(.deleted) {
+                    throw LogbookError(
+                        .objectNotFound, "the object was deleted from the store", entity: destLayout.name,
+                        objectID: other.objectID)
+                }
+                // (Without changes of its own it became a fault.)
+                try fulfill(other)
+            }
             if adding {
                 // `other` pointed elsewhere before: that object loses it.
                 if case .object(let previous) = other.slots[slot], previous != owner.engineKey {

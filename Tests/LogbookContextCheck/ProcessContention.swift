@@ -88,11 +88,17 @@ package enum ProcessContention {
         var worker = try ContentionWorker(seed: seed, id: id, processes: processes, spec: spec, path: path)
         // All start together (`barrier` + ".go"), so that their steps overlap.
         emit("ready")
-        while !FileManager.default.fileExists(atPath: barrier + ".go") { usleep(2_000) }
+        while !FileManager.default.fileExists(atPath: barrier + ".go") {
+            if getppid() == 1 { exit(4) }  // the test that started it is gone
+            usleep(2_000)
+        }
         for _ in 0..<steps { try worker.step() }
         try worker.finish()
         emit("finished")
-        while !FileManager.default.fileExists(atPath: barrier) { usleep(10_000) }
+        while !FileManager.default.fileExists(atPath: barrier) {
+            if getppid() == 1 { exit(4) }
+            usleep(10_000)
+        }
         try worker.converge()
     }
 }
@@ -396,10 +402,15 @@ extension ProcessContention {
         guard failures.isEmpty else { return failures }
         let specs = plan(seed: seed, processes: processes)
         let container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: path)
-        defer { try? container.close() }
-        return try check(
-            container, logs: (0..<processes).map(lines), specs: specs, killed: victim.map { [$0] } ?? [])
-            + ((try? Store.verify(at: path).problems.map { "verify: \($0)" }) ?? ["verify failed"])
+        let killed: Set<Int> = victim.map { [$0] } ?? []
+        failures = try check(container, logs: (0..<processes).map(lines), specs: specs, killed: killed)
+        try container.close()
+        do {
+            failures += try Store.verify(at: path).problems.map { "verify: \($0)" }
+        } catch {
+            failures.append("verify: \(error)")
+        }
+        return failures
     }
 
     /// What one process's log says it acknowledged.

@@ -72,6 +72,15 @@ final class SyncFixture: @unchecked Sendable {
         let store = TemporaryStore()
         try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
         stores.append(store)
+        return try open(store, scope: scope)
+    }
+
+    /// Store `index` opened again (after its container was closed), with a new engine.
+    func reopen(_ index: Int, scope: Int = 0) throws -> (PersistentContainer, SyncEngine) {
+        try open(stores[index], scope: scope)
+    }
+
+    private func open(_ store: TemporaryStore, scope: Int) throws -> (PersistentContainer, SyncEngine) {
         var options = ContainerOptions()
         options.persistentHistoryTracking = true
         options.historyRecordsMemberChanges = true

@@ -1677,4 +1677,49 @@ import Testing
         try first.close()
         try second.close()
     }
+
+    /// An insertion at an index reads the members, changes the list and sets it; another
+    /// process's save may add a member between that read and the set (the set is read from the
+    /// store at each access). That member used to leave again — its to-one, stale in this
+    /// context, still naming the folder in the store — found by the contention test of real
+    /// processes (seed 14094). Now only the members the list was made from can leave: here the
+    /// list is made from a read that lacks the other's member, as the race leaves it.
+    ///
+    /// Setting the whole list (`changing` nil: the relationship replaced) takes that member
+    /// out, on both sides: its stale to-one is read again first, and cleared.
+    @Test(arguments: [true, false]) func anInsertionKeepsAMemberAnotherSaveAddedAfterItsRead(changing: Bool) throws {
+        let directory = TemporaryDirectory()
+        defer { directory.cleanUp() }
+        let path = directory.path + "/store"
+        try ProcessContention.prepare(at: path)
+        let container = try PersistentContainer(name: "Check", model: CheckedModel.make(), directory: path)
+        let a = container.newContext(concurrencyType: .confinement)
+        let b = container.newContext(concurrencyType: .confinement)
+        func named(_ c: ManagedObjectContext, _ entity: String, _ name: String) throws -> ManagedObject {
+            try #require(
+                try c.fetch(FetchRequest<ManagedObject>(entityName: entity)).first {
+                    (try? $0.value(forKey: "name") as? String) == name
+                })
+        }
+        let folder = try named(a, "Folder", "L0")
+        let first = try named(a, "Item", "i1")
+        try folder.insert(first, at: 0, inRelationship: "items")
+        try a.save()
+        let read = try folder.orderedObjects(forKey: "items")
+        let stale = try named(a, "Item", "i0")  // read here while in no folder
+        #expect(try stale.value(forKey: "folder") == nil)
+        try named(b, "Item", "i0").setValue(try named(b, "Folder", "L0"), forKey: "folder")
+        try b.save()
+        let added = try named(a, "Item", "i2")
+        let r = try #require(folder.layout.entity.relationships.firstIndex { $0.name == "items" })
+        try a.setOrder(folder, r, read + [added], changing: changing ? read : nil)
+        try a.save()
+        try ContextModelRun.checkStore(container)
+        let check = container.newContext(concurrencyType: .confinement)
+        let members = try named(check, "Folder", "L0").orderedObjects(forKey: "items")
+        #expect(
+            Set(try members.map { try $0.value(forKey: "name") as? String })
+                == (changing ? ["i0", "i1", "i2"] : ["i1", "i2"]))
+        try container.close()
+    }
 }

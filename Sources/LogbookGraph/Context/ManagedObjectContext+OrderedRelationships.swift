@@ -100,12 +100,23 @@ extension ManagedObjectContext {
 
     /// Makes `keys` the members of an ordered relationship, in this order: members leave and
     /// join through the usual paths (inverses follow), then the order is recorded.
-    func setOrder(_ owner: ManagedObject, _ r: Int, _ objects: [ManagedObject]) throws {
+    ///
+    /// `before`: the members the caller's list was made from (an insertion, a removal or a
+    /// replacement at an index): only those it took out leave. The set is read from the store
+    /// at each access, and another process's save may add a member between the caller's read
+    /// and this one; that member stays (its place follows its stored neighbours). Without
+    /// `before` (the whole relationship set at once), every member not in `objects` leaves.
+    /// (Found by the contention test of real processes: an insertion took out a member another
+    /// process had just added, leaving the member's to-one naming the owner.)
+    func setOrder(_ owner: ManagedObject, _ r: Int, _ objects: [ManagedObject], changing before: [ManagedObject]? = nil)
+        throws
+    {
         var seen = Set<UInt64>()
         let unique = objects.filter { seen.insert($0.engineKey).inserted }
         for o in unique { try checkRelated(owner, r, o) }
         let current = Set(try orderedKeys(owner.engineKey, owner.layout, r))
-        let gone = try current.subtracting(seen).map { try object(forKey: $0) }
+        let leaving = before.map { Set($0.map(\.engineKey)).intersection(current) } ?? current
+        let gone = try leaving.subtracting(seen).map { try object(forKey: $0) }
         if !gone.isEmpty { try removeRelated(owner, relationship: r, gone) }
         let joining = unique.filter { !current.contains($0.engineKey) }
         if !joining.isEmpty { try addRelated(owner, relationship: r, joining) }

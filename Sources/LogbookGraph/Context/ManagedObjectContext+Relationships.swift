@@ -221,24 +221,28 @@ extension ManagedObjectContext {
                 return
             }
             let slot = destLayout.slot(ofToOne: inv)
-            if adding && other.slots[slot] == .object(owner.engineKey) && parent == nil
+            // (A one-to-one relationship has no set: both of its sides are records.)
+            if parent == nil && owner.layout.entity.relationships[r].isToMany
                 && other.committed.map({ $0[slot] == other.slots[slot] }) ?? true
-                && !baseHasMember(other.engineKey, ofSet: setKey(owner.engineKey, owner.layout, r))
+                && (other.slots[slot] == .object(owner.engineKey))
+                    != baseHasMember(other.engineKey, ofSet: setKey(owner.engineKey, owner.layout, r))
             {
-                // `other` says it is in `owner`'s set, which the store says it is not: another
-                // save moved it since this context read it (a set is read from the store at each
-                // access, a record once). Its record is read again first, so that the change
-                // is made from where it is now — leaving the set it is in — and its save is
-                // checked against that (found by the contention test across processes: the
-                // member ended up in two sets, its to-one naming one of them).
-                try mergeStoreValues(into: other, from: readSnapshot(), pinning: false)
-                if other.flags.contains(.invalid) || other.flags.contains(.deleted) {
-                    throw LogbookError(
-                        .objectNotFound, "the object was deleted from the store", entity: destLayout.name,
-                        objectID: other.objectID)
+                // `other`'s to-one, which this context has not changed, disagrees with the store's
+                // set of `owner`: another save moved it since this context read it (a set is read
+                // from the store at each access, a record once). Its record is read again first,
+                // so that the change is made from where it is now — leaving the set it is in, or
+                // clearing a to-one that names `owner` — and its save is checked against that
+                // (found by the contention test across processes: a member in two sets, its
+                // to-one naming one of them; a member taken out of a set, its to-one still
+                // naming the owner).
+                // (One deleted from the store meanwhile is left as it is: the save finds the link
+                // to it, a conflict under `.error`, dropped under the other policies.)
+                let snapshot = readSnapshot()
+                if snapshot.contains(other.engineKey) {
+                    try mergeStoreValues(into: other, from: snapshot, pinning: false)
+                    // (Without changes of its own it became a fault.)
+                    try fulfill(other)
                 }
-                // (Without changes of its own it became a fault.)
-                try fulfill(other)
             }
             if adding {
                 // `other` pointed elsewhere before: that object loses it.

@@ -115,8 +115,9 @@ extension ManagedObject {
         let context = try checkUsable(key)
         let r = try orderedIndex(key)
         var members = try orderedObjects(forKey: key)
+        let before = members
         try change(&members)
-        try context.undoable { try context.setOrder(self, r, members) }
+        try context.undoable { try context.setOrder(self, r, members, changing: before) }
     }
 
     func orderedIndex(_ key: String) throws -> Int {

@@ -222,7 +222,8 @@ extension ManagedObjectContext {
             }
             let slot = destLayout.slot(ofToOne: inv)
             // (A one-to-one relationship has no set: both of its sides are records.)
-            if parent == nil && owner.layout.entity.relationships[r].isToMany
+            // (A new object is never stale: no look-up for it, the common case of a bulk insert.)
+            if parent == nil && !other.flags.contains(.inserted) && owner.layout.entity.relationships[r].isToMany
                 && other.committed.map({ $0[slot] == other.slots[slot] }) ?? true
                 && (other.slots[slot] == .object(owner.engineKey))
                     != baseHasMember(other.engineKey, ofSet: setKey(owner.engineKey, owner.layout, r))

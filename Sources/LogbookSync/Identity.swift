@@ -30,9 +30,21 @@ struct Identity: Sendable {
             throw SyncError(.store, "the store's identifier is not a UUID")
         }
         var identity = Identity(store: store)
+        try identity.catchUp(container)
+        return identity
+    }
+
+    /// Reads the mapping records written since this identity was read (by another engine on
+    /// the same store, in this process or another): those from `nextMapping` on. One look-up
+    /// when there are none.
+    mutating func catchUp(_ container: PersistentContainer) throws {
         let snapshot = container.store.snapshot()
         var failure: (any Error)?
-        snapshot.forEachKey(inKeyspace: keyspace, from: EngineKey(keyspace: keyspace, id: 1).rawValue) { key in
+        var found: [(UInt64, UInt64, UUID)] = []
+        let from = EngineKey(keyspace: Self.keyspace, id: nextMapping).rawValue
+        snapshot.forEachKey(inKeyspace: Self.keyspace, from: from) { key in
+            // The last id holds the values a resolver gave up (`TakenValues`), not a mapping.
+            if EngineKey(rawValue: key).id == EngineKey.maxID { return false }
             do {
                 guard let bytes = try snapshot.value(forKey: key), bytes.count == 24 else {
                     throw SyncError(.store, "sync mapping record \(EngineKey(rawValue: key).id) is malformed")
@@ -43,9 +55,7 @@ struct Identity: Sendable {
                         bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15],
                         bytes[16], bytes[17], bytes[18], bytes[19], bytes[20], bytes[21], bytes[22], bytes[23]
                     ))
-                identity.byUUID[uuid] = local
-                identity.byKey[local] = uuid
-                identity.nextMapping = max(identity.nextMapping, EngineKey(rawValue: key).id + 1)
+                found.append((EngineKey(rawValue: key).id, local, uuid))
                 return true
             } catch {
                 failure = error
@@ -53,7 +63,11 @@ struct Identity: Sendable {
             }
         }
         if let failure { throw failure }
-        return identity
+        for (id, local, uuid) in found {
+            byUUID[uuid] = local
+            byKey[local] = uuid
+            nextMapping = max(nextMapping, id + 1)
+        }
     }
 
     static func mix(_ x: UInt64) -> UInt64 {

@@ -22,6 +22,26 @@ public struct SyncConfiguration: Sendable {
     public var schema: String
     /// At most this many object changes in one round trip.
     public var batchSize: Int
+    /// How long a push, pull or status read waits for another engine syncing the same store
+    /// (in this process or another) to finish its turn before it fails with `.busy`.
+    public var lockTimeout: Duration = .seconds(120)
+    /// Decides each conflict a pull meets: a property (an attribute or a to-one relationship)
+    /// this store changed and has not pushed, which a pulled change of another store set too.
+    /// Nil (the default): this store's value stays, and its push, later in the server's order,
+    /// wins everywhere. See `SyncResolution` for what the answers do.
+    ///
+    /// ```swift
+    /// var configuration = try SyncConfiguration(url: url)
+    /// configuration.resolver = { conflict in
+    ///     // Counters add up; anything else takes the other store's value.
+    ///     if conflict.property == "count", let mine = conflict.localValue as? Int64,
+    ///         let theirs = conflict.remoteValue as? Int64 {
+    ///         return .value(max(mine, theirs))
+    ///     }
+    ///     return .takeRemote
+    /// }
+    /// ```
+    public var resolver: SyncResolver?
 
     let endpoint: Endpoint
 
@@ -39,6 +59,55 @@ public struct SyncConfiguration: Sendable {
 
     /// The URL with its password hidden, for messages.
     public var redactedURL: String { endpoint.redacted }
+}
+
+/// Decides a conflict: see `SyncConfiguration.resolver`. Called on the pulling engine, once
+/// for each pulled change of a property in conflict, in the server's order; it must not use
+/// the store (it runs inside the pull's transaction).
+public typealias SyncResolver = @Sendable (SyncConflict) -> SyncResolution
+
+/// A property this store changed and has not pushed, which a pulled change of another store
+/// set too.
+public struct SyncConflict: Sendable, CustomStringConvertible {
+    /// The object in this store.
+    public let objectID: ObjectID
+    /// The object's identity for sync (the same in every store and on the server).
+    public let syncID: UUID
+    /// The object's entity.
+    public let entityName: String
+    /// The attribute or to-one relationship.
+    public let property: String
+    /// This store's value, not pushed: an attribute's value as stored (`String`, `Int64` for
+    /// every integer type, `Double` (also for `Float`), `Bool`, `Date`, `Data` (also for a
+    /// transformable value: its stored bytes), `UUID`, `URL`, `Decimal`), or, for a to-one
+    /// relationship, the `ObjectID` of the object it names; nil for none.
+    public let localValue: (any Sendable)?
+    /// The other store's value, in the same form (a to-one naming an object this store does not
+    /// have is nil).
+    public let remoteValue: (any Sendable)?
+    /// The pulled change's place in the server's order (its scope's sequence number).
+    public let sequence: Int64
+
+    public var description: String {
+        "\(entityName) \(syncID).\(property): local \(localValue.map { "\($0)" } ?? "nil"), remote \(remoteValue.map { "\($0)" } ?? "nil")"
+    }
+}
+
+/// What becomes of a conflict (`SyncConfiguration.resolver`). Whatever the answer, the
+/// property stays one of this store's changes not pushed: its next push sends the value the
+/// property then has, which comes after the pulled change in the server's order and so is the
+/// value every store ends with (unless a later change of it, from any store, follows).
+public enum SyncResolution: Sendable {
+    /// This store's value stays (the default without a resolver).
+    case keepLocal
+    /// The other store's value is taken (and pushed again by this store: a change of the
+    /// property that a third store pushes in between is overwritten, as by any later write).
+    case takeRemote
+    /// This value is set instead: an attribute's value (in the forms of
+    /// `SyncConflict.localValue`; an integer attribute also takes an `Int`), or for a to-one
+    /// relationship an `ObjectID` of this store (or nil). A value of the wrong type fails the
+    /// pull with a `.store` error, changing nothing.
+    case value((any Sendable)?)
 }
 
 /// A parsed connection URL.
@@ -127,6 +196,9 @@ public struct SyncError: Error, CustomStringConvertible, Sendable {
         case server
         /// The local store failed.
         case store
+        /// Another engine (in this process or another) kept syncing this store for longer
+        /// than `SyncConfiguration.lockTimeout`: engines take turns, one push or pull at a time.
+        case busy
     }
     public var code: Code
     public var message: String

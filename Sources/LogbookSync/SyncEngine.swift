@@ -14,6 +14,8 @@ public struct SyncReport: Sendable, Codable, Equatable {
     public var pulledRows = 0
     /// Object and membership changes applied to this store.
     public var appliedChanges = 0
+    /// The conflicts the configuration's resolver decided (0 without one).
+    public var conflicts = 0
     public init() {}
 }
 
@@ -52,6 +54,9 @@ public struct SyncStatus: Sendable, Codable, Equatable {
 public actor SyncEngine {
     /// The author of the transactions a pull commits.
     public static let author = "sync"
+    /// The author of the local transactions that set what a resolver chose for a change this
+    /// store had pushed already (`SyncConfiguration.resolver`); they are pushed like any other.
+    public static let resolverAuthor = "sync-resolver"
 
     public let container: PersistentContainer
     public let configuration: SyncConfiguration
@@ -213,6 +218,10 @@ public actor SyncEngine {
     /// Where the store stands: local version, the last version pushed, the transactions not
     /// pushed, the last change pulled and the server's newest.
     public func status() async throws -> SyncStatus {
+        try await inTurn { try await statusTurn() }
+    }
+
+    private func statusTurn() async throws -> SyncStatus {
         try await withSession(doing: "reading the sync status") { c, logger in
             try await checkServer(c, logger)
             let pushed = try await lastPushed(c, logger)
@@ -230,11 +239,63 @@ public actor SyncEngine {
     /// Pushes, then pulls.
     @discardableResult
     public func sync() async throws -> SyncReport {
-        let pushed = try await push()
-        var pulled = try await pull()
-        pulled.pushedTransactions = pushed.pushedTransactions
-        pulled.pushedChanges = pushed.pushedChanges
-        return pulled
+        try await inTurn {
+            let pushed = try await pushTurn(progress: nil)
+            var pulled = try await pullTurn(progress: nil)
+            pulled.pushedTransactions = pushed.pushedTransactions
+            pulled.pushedChanges = pushed.pushedChanges
+            return pulled
+        }
+    }
+
+    // MARK: Turns
+
+    /// Whether one of this engine's operations is running (they take turns: an actor's
+    /// methods interleave at each `await`), and those waiting for it.
+    private var inOperation = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// Runs `body` as this store's only sync operation: after this engine's other operations,
+    /// holding the store's sync lock (`SYNCLOCK`, docs/journal-format.md) so that another engine
+    /// — in this process or another — waits for its turn (up to `lockTimeout`, then `.busy`),
+    /// with the store caught up with other processes' commits and the mappings another
+    /// engine's pulls wrote read.
+    private func inTurn<R: Sendable>(_ body: () async throws -> R) async throws -> R {
+        while inOperation { await withCheckedContinuation { waiting.append($0) } }
+        inOperation = true
+        defer {
+            inOperation = false
+            if !waiting.isEmpty { waiting.removeFirst().resume() }
+        }
+        let lock = try await storeLock()
+        defer { lock.unlock() }
+        do {
+            try container.store.catchUpIfOthersCommitted()
+            try identity.catchUp(container)
+        } catch let e as SyncError {
+            throw e
+        } catch {
+            throw SyncError(.store, "reading the store: \(error)")
+        }
+        return try await body()
+    }
+
+    private func storeLock() async throws -> any FileLock {
+        let deadline = ContinuousClock.now + configuration.lockTimeout
+        while true {
+            do {
+                if let held = try container.store.tryLockFile(JournalFormat.syncLockFileName) { return held }
+            } catch {
+                throw SyncError(.store, "taking the store's sync lock: \(error)")
+            }
+            guard ContinuousClock.now < deadline else {
+                throw SyncError(
+                    .busy,
+                    "another sync engine (in this process or another) has been syncing this store for \(configuration.lockTimeout); engines take turns"
+                )
+            }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
     }
 
     // MARK: Push
@@ -247,14 +308,19 @@ public actor SyncEngine {
     /// `progress` is told, after each batch, the changes sent so far and in all.
     @discardableResult
     public func push(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> SyncReport {
+        try await inTurn { try await pushTurn(progress: progress) }
+    }
+
+    private func pushTurn(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?) async throws -> SyncReport {
         try await withSession(doing: "pushing") { c, logger in
             try await checkServer(c, logger)
             var report = SyncReport()
             let pushed = try await lastPushed(c, logger)
             var rows: [PendingRow] = []
             if let pushed {
+                let taken = try TakenValues.load(container)
                 for transaction in try localTransactions(after: pushed) {
-                    let parts = try describe(transaction)
+                    let parts = try describe(transaction, taken: taken)
                     report.pushedTransactions += 1
                     for (i, body) in parts.enumerated() {
                         rows.append(
@@ -438,7 +504,7 @@ public actor SyncEngine {
     private func reader() -> ManagedObjectContext { container.newContext(concurrencyType: .confinement) }
 
     /// The bodies of one local transaction (in parts of about `batchSize` changes).
-    private func describe(_ transaction: PersistentHistoryTransaction) throws -> [BodyWriter] {
+    private func describe(_ transaction: PersistentHistoryTransaction, taken: TakenValues) throws -> [BodyWriter] {
         let context = reader()
         var parts: [BodyWriter] = [BodyWriter()]
         func room() {
@@ -453,7 +519,12 @@ public actor SyncEngine {
             case .insert, .update:
                 // Gone since: its deletion comes later.
                 guard let o = try? context.existingObject(with: change.changedObjectID) else { continue }
-                let names = change.changeType == .insert ? nil : change.updatedProperties
+                // Less the properties a resolver gave up to another store's value.
+                let version = transaction.token.version
+                let key = change.changedObjectID.key
+                let names =
+                    change.changeType == .insert
+                    ? nil : change.updatedProperties?.filter { !taken.gaveUp(key, $0, at: version) }
                 let (attributes, toOne) = try values(of: o, only: names)
                 if change.changeType == .update && attributes.isEmpty && toOne.isEmpty { continue }
                 room()
@@ -567,6 +638,10 @@ public actor SyncEngine {
     /// `progress` is told, after each batch, the change log rows read so far and in all.
     @discardableResult
     public func pull(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> SyncReport {
+        try await inTurn { try await pullTurn(progress: progress) }
+    }
+
+    private func pullTurn(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?) async throws -> SyncReport {
         // A store's first push sends its whole state: it goes before anything is pulled into it
         // (else pulled objects would go back as this store's).
         let first = try await withSession(doing: "pulling") { c, logger in
@@ -575,7 +650,7 @@ public actor SyncEngine {
         }
         var report = SyncReport()
         if first {
-            let pushed = try await push()
+            let pushed = try await pushTurn(progress: nil)
             report.pushedTransactions = pushed.pushedTransactions
             report.pushedChanges = pushed.pushedChanges
         }
@@ -587,7 +662,11 @@ public actor SyncEngine {
             let ownLater = try await ownChanges(after: start, c, logger)
             // What this store changed and has not pushed, read once (a save made while the pull
             // runs is kept by the pull's merge policy, the store's values winning).
-            let pending = try pendingLocal(after: pushed)
+            // The local changes a resolver gave up: those the server holds are forgotten.
+            var taken = try TakenValues.load(container)
+            var takenSaved = taken
+            taken.forget(through: pushed ?? 0)
+            let pending = try pendingLocal(after: pushed, taken: taken)
             var newest: Int64 = start
             for try await (n) in try await c.query(
                 PostgresQuery(
@@ -621,7 +700,14 @@ public actor SyncEngine {
                         size += row.body.utf8.count / 80 + 1
                     }
                     guard size >= configuration.batchSize || n == whole.count - 1 else { continue }
-                    report.appliedChanges += try apply(chunk, through: row.seq, pending: pending, ownLater: ownLater)
+                    var followUps = FollowUps()
+                    let (applied, conflicts) = try apply(
+                        chunk, through: row.seq, pending: pending, ownLater: ownLater, taken: &taken,
+                        takenSaved: takenSaved, followUps: &followUps)
+                    takenSaved = taken
+                    try save(followUps)
+                    report.appliedChanges += applied
+                    report.conflicts += conflicts
                     progress?(Int(row.seq - start), Int(max(newest, row.seq) - start))
                     chunk = []
                     size = 0
@@ -676,18 +762,24 @@ public actor SyncEngine {
     }
 
     /// What this store changed and has not pushed: properties by object key ("*" for an
-    /// insert), deleted keys, and memberships ("owner.relationship.member", and
+    /// insert or a deletion), each with the newest local version that changed it (less those
+    /// a resolver gave up), and memberships ("owner.relationship.member", and
     /// "owner.relationship" for an order).
-    private func pendingLocal(after pushed: UInt64?) throws -> (
-        properties: [UInt64: Set<String>], members: Set<String>
+    private func pendingLocal(after pushed: UInt64?, taken: TakenValues) throws -> (
+        properties: [UInt64: [String: UInt64]], members: Set<String>
     ) {
-        var properties: [UInt64: Set<String>] = [:]
+        var properties: [UInt64: [String: UInt64]] = [:]
         var members = Set<String>()
         for t in try localTransactions(after: pushed ?? 0) {
+            let version = t.token.version
             for c in t.changes {
+                let key = c.changedObjectID.key
                 switch c.changeType {
-                case .insert, .delete: properties[c.changedObjectID.key, default: []].insert("*")
-                case .update: properties[c.changedObjectID.key, default: []].formUnion(c.updatedProperties ?? [])
+                case .insert, .delete: properties[key, default: [:]]["*"] = version
+                case .update:
+                    for name in c.updatedProperties ?? [] where !taken.gaveUp(key, name, at: version) {
+                        properties[key, default: [:]][name] = version
+                    }
                 }
             }
             for m in t.memberChanges {
@@ -698,12 +790,39 @@ public actor SyncEngine {
         return (properties, members)
     }
 
+    /// Sets, in a local transaction of its own (author `sync-resolver`, pushed like any local
+    /// change), the values a resolver chose for changes this store had pushed already.
+    private func save(_ followUps: FollowUps) throws {
+        guard !followUps.isEmpty else { return }
+        let context = container.newContext(concurrencyType: .confinement)
+        context.transactionAuthor = Self.resolverAuthor
+        // A save made since keeps its values: it is newer than the resolution, and pushed after it.
+        context.mergePolicy = .mergeByPropertyStoreTrump
+        do {
+            for (key, values) in followUps.values {
+                guard let o = try? context.existingObject(with: container.objectID(forKey: key)) else { continue }
+                for (name, value) in values {
+                    switch value {
+                    case .attribute(let v): try o.setStoredAttribute(v, forKey: name)
+                    case .toOne(let id):
+                        try o.setValue(id.flatMap { try? context.existingObject(with: $0) }, forKey: name)
+                    }
+                }
+            }
+            try context.save()
+        } catch {
+            throw SyncError(.store, "saving the resolver's values: \(error)")
+        }
+    }
+
     /// Applies pulled bodies as one local transaction; returns the changes applied.
     private func apply(
         _ bodies: [(seq: Int64, text: String)], through seq: Int64,
-        pending: (properties: [UInt64: Set<String>], members: Set<String>),
-        ownLater: (seq: [String: Int64], orders: [String: [UUID]])
-    ) throws -> Int {
+        pending: (properties: [UInt64: [String: UInt64]], members: Set<String>),
+        ownLater: (seq: [String: Int64], orders: [String: [UUID]]),
+        taken: inout TakenValues, takenSaved: TakenValues, followUps: inout FollowUps
+    ) throws -> (applied: Int, conflicts: Int) {
+        var conflicts = 0
         let parsed = try bodies.map { (seq: $0.seq, body: try Body(json: $0.text)) }
         let context = container.newContext(concurrencyType: .confinement)
         context.transactionAuthor = Self.author
@@ -736,22 +855,94 @@ public actor SyncEngine {
                         o = made
                     }
                     guard let o else { continue }
-                    let mine = pending.properties[o.objectID.key] ?? []
-                    if mine.contains("*") && identity.isOwn(change.id) { continue }
-                    for a in o.entity.attributes
-                    where !a.isTransient && !mine.contains(a.name) && !later("\(change.id).\(a.name)") {
+                    let key = o.objectID.key
+                    let mine = pending.properties[key] ?? [:]
+                    if mine["*"] != nil && identity.isOwn(change.id) { continue }
+                    for a in o.entity.attributes where !a.isTransient {
                         guard let json = change.attributes[a.name] else { continue }
-                        try o.setStoredAttribute(Body.value(json, type: a.type), forKey: a.name)
+                        let remote = Body.value(json, type: a.type)
+                        let ownRowLater = later("\(change.id).\(a.name)")
+                        guard ownRowLater || mine[a.name] != nil else {
+                            try o.setStoredAttribute(remote, forKey: a.name)
+                            followUps.drop(key, a.name)
+                            continue
+                        }
+                        // A conflict: this store's change of the property (pushed later, or not
+                        // yet) was made without this one. Its value stays, unless a resolver
+                        // decides otherwise.
+                        guard let resolver = configuration.resolver else { continue }
+                        var local = try o.storedAttribute(a.name)
+                        if case .attribute(let chosen)? = followUps.values[key]?[a.name] { local = chosen }
+                        let conflict = SyncConflict(
+                            objectID: o.objectID, syncID: change.id, entityName: o.entity.name, property: a.name,
+                            localValue: local, remoteValue: remote, sequence: rowSeq)
+                        let resolution = resolver(conflict)
+                        let value: (any Sendable)?
+                        switch resolution {
+                        case .keepLocal: continue
+                        case .takeRemote: value = remote
+                        case .value(let chosen): value = chosen
+                        }
+                        conflicts += 1
+                        if ownRowLater {
+                            followUps.values[key, default: [:]][a.name] = .attribute(value)
+                        } else {
+                            try o.setStoredAttribute(value, forKey: a.name)
+                            if case .takeRemote = resolution, let version = mine[a.name] {
+                                taken.giveUp(key, a.name, through: version)
+                            }
+                        }
                     }
                     applied += 1
                 }
                 for change in body.objects where change.op != "d" && !change.toOne.isEmpty {
                     guard let o = object(change.id) else { continue }
-                    let mine = pending.properties[o.objectID.key] ?? []
-                    for r in o.entity.relationships
-                    where !r.isToMany && !mine.contains(r.name) && !later("\(change.id).\(r.name)") {
+                    let key = o.objectID.key
+                    let mine = pending.properties[key] ?? [:]
+                    for r in o.entity.relationships where !r.isToMany {
                         guard let target = change.toOne[r.name] else { continue }
-                        try o.setValue(target.flatMap(object), forKey: r.name)
+                        let remote = target.flatMap(object)
+                        let ownRowLater = later("\(change.id).\(r.name)")
+                        guard ownRowLater || mine[r.name] != nil else {
+                            try o.setValue(remote, forKey: r.name)
+                            followUps.drop(key, r.name)
+                            continue
+                        }
+                        guard let resolver = configuration.resolver else { continue }
+                        var local = (try o.value(forKey: r.name) as? ManagedObject)?.objectID
+                        if case .toOne(let chosen)? = followUps.values[key]?[r.name] { local = chosen }
+                        let conflict = SyncConflict(
+                            objectID: o.objectID, syncID: change.id, entityName: o.entity.name, property: r.name,
+                            localValue: local, remoteValue: remote?.objectID, sequence: rowSeq)
+                        let resolution = resolver(conflict)
+                        let chosen: ObjectID?
+                        switch resolution {
+                        case .keepLocal: continue
+                        case .takeRemote: chosen = remote?.objectID
+                        case .value(nil): chosen = nil
+                        case .value(let id as ObjectID):
+                            guard let named = try? context.existingObject(with: id), !named.isDeleted else {
+                                throw SyncError(
+                                    .store,
+                                    "the resolver chose \(id) for \(o.entity.name).\(r.name), which this store does not hold"
+                                )
+                            }
+                            chosen = named.objectID
+                        case .value(let other?):
+                            throw SyncError(
+                                .store,
+                                "the resolver chose a \(type(of: other)) for the to-one relationship \(o.entity.name).\(r.name): it takes an ObjectID or nil"
+                            )
+                        }
+                        conflicts += 1
+                        if ownRowLater {
+                            followUps.values[key, default: [:]][r.name] = .toOne(chosen)
+                        } else {
+                            try o.setValue(try chosen.map { try context.existingObject(with: $0) }, forKey: r.name)
+                            if case .takeRemote = resolution, let version = mine[r.name] {
+                                taken.giveUp(key, r.name, through: version)
+                            }
+                        }
                     }
                 }
                 for m in body.members {
@@ -811,11 +1002,12 @@ public actor SyncEngine {
             var state = (0..<8).map { UInt8(truncatingIfNeeded: seq >> (8 * $0)) }
             state += [1]  // state format
             context.attachedRecords[Identity.stateKey] = state
+            if taken != takenSaved { context.attachedRecords[TakenValues.recordKey] = taken.encoded }
             try context.save()
         } catch let e as LogbookError {
             throw SyncError(.store, "applying pulled changes: \(e)")
         }
         self.identity = identity
-        return applied
+        return (applied, conflicts)
     }
 }

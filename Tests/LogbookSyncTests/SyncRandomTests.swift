@@ -1,4 +1,5 @@
 import Foundation
+import LogbookEngine
 import LogbookGraph
 import LogbookTestSupport
 import Testing
@@ -37,9 +38,45 @@ import Testing
         }
     }
 
+    /// The same random edits with a resolver in every store, each store deciding differently
+    /// (by its number and the property: keep its value, take the other's, the larger count,
+    /// both notes joined, no folder): whatever the resolvers answer, every store and the
+    /// server end the same.
+    @Test func randomEditsWithResolversConverge() async throws {
+        let seeds = Self.environment("LOGBOOK_SYNC_SEEDS") ?? 3
+        let steps = Self.environment("LOGBOOK_SYNC_STEPS") ?? 150
+        let first = UInt64(Self.environment("LOGBOOK_SYNC_SEED") ?? 1)
+        var decided = 0
+        for seed in first..<(first + UInt64(seeds)) {
+            let log = try await run(seed: seed, steps: steps, resolvers: true)
+            decided += log.filter { $0.hasPrefix("resolved") }.count
+        }
+        #expect(decided > 0, "no resolver was asked: the test would prove nothing")
+        print("sync with resolvers: \(seeds) seeds of \(steps) steps, \(decided) conflicts decided")
+    }
+
+    /// A resolver for store `n`: stores answer differently, and by property.
+    static func resolver(_ n: Int, _ log: Locked<[String]>) -> SyncResolver {
+        { conflict in
+            log.withLock { $0.append("resolved \(conflict)") }
+            switch (conflict.property, n % 3) {
+            case ("count", _):
+                let values = [conflict.localValue, conflict.remoteValue].compactMap { $0 as? Int64 }
+                return .value(values.max())
+            case ("note", 0):
+                let notes = [conflict.localValue, conflict.remoteValue].map { ($0 as? String) ?? "-" }
+                return .value(notes.joined(separator: "+").suffix(12).description)
+            case ("folder", 1): return .value(nil)
+            case (_, 1): return .takeRemote
+            default: return .keepLocal
+            }
+        }
+    }
+
     /// Four stores under faults: besides the steps above, a store's process killed with
-    /// SIGKILL at a random moment of a push or pull (the store closed here and synced by the
-    /// crash helper's `sync` mode, then opened again), and the server gone at once for a few steps (its
+    /// SIGKILL at a random moment of a push or pull (the crash helper's `sync` mode: the store
+    /// closed here and opened again after it, or left open and synced at the same time by its
+    /// own engine, the two taking turns), and the server gone at once for a few steps (its
     /// pushes and pulls fail with `.unreachable`, local work goes on) and back. Afterwards every
     /// store and the server's tables hold the same, and no object a store saved is missing
     /// unless a step deleted it. `LOGBOOK_SYNC_FAULT_SEEDS=N` runs N seeds (3 by default);
@@ -68,6 +105,14 @@ import Testing
         print("sync under faults: \(seeds) seeds of \(steps) steps, \(faults)")
     }
 
+    /// Runs a shell command on a thread of its own (system(3): see SyncCrashTests), without
+    /// holding one of the concurrency pool's threads while it runs.
+    static func shell(_ command: String) async -> Int32 {
+        await withCheckedContinuation { done in
+            Thread.detachNewThread { done.resume(returning: system(command)) }
+        }
+    }
+
     /// Runs `.ci/postgres COMMAND` on the tests' server (system(3): see SyncCrashTests).
     static func server(_ command: String) -> Bool {
         let dir = ProcessInfo.processInfo.environment["LOGBOOK_POSTGRES_DIR"] ?? ""
@@ -87,9 +132,11 @@ import Testing
     }
 
     @discardableResult
-    func run(seed: UInt64, steps: Int, stores count: Int = 3, faults: Bool = false, outages: Bool = false) async throws
-        -> [String]
-    {
+    func run(
+        seed: UInt64, steps: Int, stores count: Int = 3, faults: Bool = false, outages: Bool = false,
+        resolvers: Bool = false
+    ) async throws -> [String] {
+        let decisions = Locked<[String]>([])
         let f = try await SyncFixture()
         var serverDown = false
         do {
@@ -98,8 +145,8 @@ import Testing
             var saved = Set<String>()
             var deleted = Set<String>()
             var downUntil: Int?
-            for _ in 0..<count {
-                let (c, s) = try f.store()
+            for n in 0..<count {
+                let (c, s) = try f.store { if resolvers { $0.resolver = Self.resolver(n, decisions) } }
                 stores.append((c, s, c.newContext(concurrencyType: .confinement)))
             }
             var next = 0
@@ -126,12 +173,24 @@ import Testing
                         // is closed here, synced by the crash helper (one engine a store at a
                         // time, docs/sync.md), and opened again with a new engine.
                         do { try c.save() } catch { c.rollback() }
-                        try stores[i].container.close()
                         let mode = Bool.random(using: &random) ? "push" : "pull"
                         let seconds = Double(Int.random(in: 20...400, using: &random)) / 1000
-                        _ = system(
+                        let command =
                             "timeout -s KILL \(seconds) '\(crashHelperPath)' sync \(mode) '\(f.stores[i].path)' '\(try f.url())' \(f.schema) 5 >/dev/null 2>&1"
-                        )
+                        if Bool.random(using: &random) {
+                            // Beside this process's own engine, which syncs the open store at the
+                            // same time: the two take turns (the store's sync lock).
+                            async let helper = Self.shell(command)
+                            do {
+                                try await stores[i].sync.sync()
+                            } catch let e as SyncError where serverDown && e.code == .unreachable {}
+                            _ = await helper
+                            log.append(
+                                "S\(i) \(mode) by another process beside its own sync, killed after \(seconds) s")
+                            continue
+                        }
+                        try stores[i].container.close()
+                        _ = system(command)
                         let (container, engine) = try f.reopen(i)
                         stores[i] = (container, engine, container.newContext(concurrencyType: .confinement))
                         log.append("S\(i) \(mode) by a process killed after \(seconds) s")
@@ -222,9 +281,18 @@ import Testing
             for s in stores {
                 do { try s.context.save() } catch { s.context.rollback() }
             }
-            for _ in 0..<2 {
-                for s in stores { try await s.sync.sync() }
+            // A resolver's answer to a change pushed already is a new local change, which the
+            // next round pushes: the rounds go on until one pushes nothing and decides nothing.
+            var quiet = false
+            for _ in 0..<12 where !quiet {
+                quiet = true
+                for s in stores {
+                    let report = try await s.sync.sync()
+                    if report.pushedTransactions > 0 || report.conflicts > 0 { quiet = false }
+                }
             }
+            #expect(quiet, "seed \(seed): the stores still pushed or resolved after 12 rounds")
+            log += decisions.withLock { $0 }
             let expected = try dump(stores[0].container)
             for (n, s) in stores.enumerated().dropFirst() {
                 let got = try dump(s.container)

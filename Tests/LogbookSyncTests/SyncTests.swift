@@ -68,11 +68,24 @@ final class SyncFixture: @unchecked Sendable {
     }
 
     /// A new store with a sync engine for scope `scope`.
-    func store(scope: Int = 0) throws -> (PersistentContainer, SyncEngine) {
+    func store(scope: Int = 0, configure: (inout SyncConfiguration) -> Void = { _ in }) throws -> (
+        PersistentContainer, SyncEngine
+    ) {
         let store = TemporaryStore()
         try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
         stores.append(store)
-        return try open(store, scope: scope)
+        return try open(store, scope: scope, configure: configure)
+    }
+
+    /// Another engine for `container` (a store of this fixture), as a second process's would be.
+    func engine(
+        for container: PersistentContainer, scope: Int = 0, configure: (inout SyncConfiguration) -> Void = { _ in }
+    )
+        throws -> SyncEngine
+    {
+        var configuration = try SyncConfiguration(url: url(scope: scope), schema: schema)
+        configure(&configuration)
+        return try SyncEngine(container: container, configuration: configuration)
     }
 
     /// Store `index` opened again (after its container was closed), with a new engine.
@@ -80,17 +93,15 @@ final class SyncFixture: @unchecked Sendable {
         try open(stores[index], scope: scope)
     }
 
-    private func open(_ store: TemporaryStore, scope: Int) throws -> (PersistentContainer, SyncEngine) {
+    private func open(
+        _ store: TemporaryStore, scope: Int, configure: (inout SyncConfiguration) -> Void = { _ in }
+    ) throws -> (PersistentContainer, SyncEngine) {
         var options = ContainerOptions()
         options.persistentHistoryTracking = true
         options.historyRecordsMemberChanges = true
         let container = try PersistentContainer(name: "Sync", model: model, directory: store.path, options: options)
         containers.append(container)
-        return (
-            container,
-            try SyncEngine(
-                container: container, configuration: SyncConfiguration(url: url(scope: scope), schema: schema))
-        )
+        return (container, try engine(for: container, scope: scope, configure: configure))
     }
 
     /// Runs SQL as the superuser.
@@ -113,6 +124,18 @@ final class SyncFixture: @unchecked Sendable {
             }
             return out
         }
+    }
+
+    /// Runs `body` with a new fixture, torn down after it whether it throws or not.
+    static func with(scopes: Int = 1, _ body: (SyncFixture) async throws -> Void) async throws {
+        let f = try await SyncFixture(scopes: scopes)
+        do {
+            try await body(f)
+        } catch {
+            await f.tearDown()
+            throw error
+        }
+        await f.tearDown()
     }
 
     func tearDown() async {

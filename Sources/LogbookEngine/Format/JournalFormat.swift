@@ -28,6 +28,10 @@ public enum JournalFormat {
     /// How far the writer's last sync reached (`SyncedHint`): what a reader in another
     /// process may read of the active segment.
     public static let syncedFileName = "SYNCED"
+    /// The sync lock (empty): a LogbookSync engine holds `flock(LOCK_EX)` on it for each push,
+    /// pull or status read, so that two engines (in one process or several) never sync one
+    /// store at once. The engine creates it; the store's own opens never take it.
+    public static let syncLockFileName = "SYNCLOCK"
     /// The current manifest: which segments make up the store and which checkpoint is current.
     public static let manifestFileName = "MANIFEST"
     /// Suffix of files being written before an atomic rename; removed by recovery.

@@ -263,7 +263,7 @@ struct Recovery {
         var leftovers: [String] = []
         for name in names
         where name != JournalFormat.lockFileName && name != JournalFormat.syncedFileName
-            && name != JournalFormat.tailFileName
+            && name != JournalFormat.tailFileName && name != JournalFormat.syncLockFileName
         {
             if name.hasSuffix(JournalFormat.temporarySuffix) {
                 leftovers.append(name)

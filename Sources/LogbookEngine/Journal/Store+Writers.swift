@@ -226,6 +226,19 @@ extension Store {
         return try body()
     }
 
+    /// Takes the advisory lock file `name` of the store's directory (created when missing)
+    /// exclusively, when no one holds it — another instance in this process, or another
+    /// process: nil when one does. The lock goes with the returned lock's `unlock()`, or the
+    /// process.
+    ///
+    /// ```swift
+    /// guard let held = try store.tryLockFile(JournalFormat.syncLockFileName) else { return }
+    /// defer { held.unlock() }
+    /// ```
+    package func tryLockFile(_ name: String) throws -> (any FileLock)? {
+        try fileSystem.lockFileIfAlone(joinPath(directory, name))
+    }
+
     /// Whether a writer (in any process) has the store in `directory` open now. A moment's
     /// answer: one may open right after.
     package static func hasWriters(at directory: String) -> Bool {

@@ -125,13 +125,26 @@ struct BodyWriter: Sendable {
     }
 }
 
+/// A JSON value of a body's attribute, as read (no `Any`, no `NSNumber`).
+enum JSONValue: Equatable {
+    case null
+    case bool(Bool)
+    /// A number's text (an integer keeps every digit; a double parses from it).
+    case number(Substring)
+    case string(String)
+}
+
 /// A body read back, with its values still as JSON gives them.
+///
+/// Read by a parser of its own over the UTF-8 bytes (the server's `jsonb` text: any key
+/// order, any whitespace): JSONSerialization's objects, `NSNumber`s and casts took a quarter
+/// of a pull's time.
 struct Body {
     struct Object {
         var entity: String
         var id: UUID
         var op: String
-        var attributes: [String: Any]
+        var attributes: [String: JSONValue]
         var toOne: [String: UUID?]
     }
     struct Members {
@@ -145,55 +158,295 @@ struct Body {
     var objects: [Object] = []
     var members: [Members] = []
 
+    init() {}
+
     init(json: String) throws {
-        guard let root = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else {
-            throw SyncError(.server, "a change log body is not a JSON object")
-        }
-        func ids(_ value: Any?) -> [UUID] { (value as? [String])?.compactMap(UUID.init(uuidString:)) ?? [] }
-        for o in root["o"] as? [[String: Any]] ?? [] {
-            guard let e = o["e"] as? String, let id = (o["id"] as? String).flatMap(UUID.init(uuidString:)),
-                let op = o["op"] as? String
-            else { throw SyncError(.server, "a change log body names an object without entity, id or op") }
-            var toOne: [String: UUID?] = [:]
-            for (k, v) in o["r"] as? [String: Any] ?? [:] { toOne[k] = (v as? String).flatMap(UUID.init(uuidString:)) }
-            objects.append(Object(entity: e, id: id, op: op, attributes: o["a"] as? [String: Any] ?? [:], toOne: toOne))
-        }
-        for m in root["m"] as? [[String: Any]] ?? [] {
-            guard let e = m["e"] as? String, let id = (m["id"] as? String).flatMap(UUID.init(uuidString:)),
-                let rel = m["rel"] as? String
-            else { throw SyncError(.server, "a change log body names a membership without entity, id or relationship") }
-            members.append(
-                Members(
-                    entity: e, owner: id, relationship: rel, added: ids(m["add"]), removed: ids(m["rem"]),
-                    order: m["ord"] == nil ? nil : ids(m["ord"])))
+        var text = json
+        self = try text.withUTF8 { bytes in
+            var reader = JSONReader(bytes)
+            let body = try reader.body()
+            reader.skipSpace()
+            guard reader.atEnd else { throw JSONReader.malformed("text after the body") }
+            return body
         }
     }
 
     /// A JSON value as the attribute's type holds it (nil for null or a value that does not
     /// fit, which the receiving store then leaves as nil).
-    static func value(_ json: Any, type: AttributeType) -> (any Sendable)? {
-        if json is NSNull { return nil }
+    static func value(_ json: JSONValue, type: AttributeType) -> (any Sendable)? {
         func double() -> Double? {
-            if let s = json as? String {
-                switch s {
-                case "NaN": return .nan
-                case "Infinity": return .infinity
-                case "-Infinity": return -.infinity
-                default: return Double(s)
-                }
+            switch json {
+            case .number(let n): return Double(n)
+            case .string("NaN"): return .nan
+            case .string("Infinity"): return .infinity
+            case .string("-Infinity"): return -.infinity
+            case .string(let s): return Double(s)
+            default: return nil
             }
-            return (json as? NSNumber)?.doubleValue
+        }
+        func string() -> String? {
+            if case .string(let s) = json { return s }
+            return nil
         }
         switch type {
-        case .string: return json as? String
-        case .url: return (json as? String).flatMap { URL(string: $0) }
-        case .decimal: return (json as? String).flatMap { Decimal(string: $0) }
-        case .int16, .int32, .int64: return (json as? NSNumber)?.int64Value
+        case .string: return string()
+        case .url: return string().flatMap { URL(string: $0) }
+        case .decimal: return string().flatMap { Decimal(string: $0) }
+        case .int16, .int32, .int64:
+            guard case .number(let n) = json else { return nil }
+            return Int64(n) ?? Double(n).flatMap { Int64(exactly: $0) }
         case .double, .float: return double()
-        case .bool: return (json as? NSNumber)?.boolValue ?? (json as? Bool)
+        case .bool:
+            if case .bool(let b) = json { return b }
+            return nil
         case .date: return double().map { Date(timeIntervalSinceReferenceDate: $0) }
-        case .data, .transformable: return (json as? String).flatMap { Data(base64Encoded: $0) }
-        case .uuid: return (json as? String).flatMap(UUID.init(uuidString:))
+        case .data, .transformable: return string().flatMap { Data(base64Encoded: $0) }
+        case .uuid: return string().flatMap(UUID.init(uuidString:))
         }
+    }
+}
+
+/// Reads a change body's JSON from its UTF-8 bytes.
+struct JSONReader {
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var at = 0
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    static func malformed(_ what: String) -> SyncError {
+        SyncError(.server, "a change log body is not the JSON sync writes: \(what)")
+    }
+
+    var atEnd: Bool { at >= bytes.count }
+
+    mutating func skipSpace() {
+        while at < bytes.count, bytes[at] == 0x20 || bytes[at] == 0x0A || bytes[at] == 0x0D || bytes[at] == 0x09 {
+            at += 1
+        }
+    }
+
+    private mutating func expect(_ byte: UInt8) throws {
+        skipSpace()
+        guard at < bytes.count, bytes[at] == byte else {
+            throw Self.malformed("expected '\(Character(Unicode.Scalar(byte)))' at byte \(at)")
+        }
+        at += 1
+    }
+
+    /// Consumes `byte` if it comes next.
+    private mutating func take(_ byte: UInt8) -> Bool {
+        skipSpace()
+        guard at < bytes.count, bytes[at] == byte else { return false }
+        at += 1
+        return true
+    }
+
+    /// The members of an object, each handed to `member` with the reader at its value.
+    private mutating func object(_ member: (inout JSONReader, String) throws -> Void) throws {
+        try expect(UInt8(ascii: "{"))
+        if take(UInt8(ascii: "}")) { return }
+        repeat {
+            let key = try string()
+            try expect(UInt8(ascii: ":"))
+            try member(&self, key)
+        } while take(UInt8(ascii: ","))
+        try expect(UInt8(ascii: "}"))
+    }
+
+    private mutating func array(_ element: (inout JSONReader) throws -> Void) throws {
+        try expect(UInt8(ascii: "["))
+        if take(UInt8(ascii: "]")) { return }
+        repeat { try element(&self) } while take(UInt8(ascii: ","))
+        try expect(UInt8(ascii: "]"))
+    }
+
+    mutating func string() throws -> String {
+        try expect(UInt8(ascii: "\""))
+        let start = at
+        // The common case: no escapes.
+        while at < bytes.count, bytes[at] != UInt8(ascii: "\""), bytes[at] != UInt8(ascii: "\\") { at += 1 }
+        guard at < bytes.count else { throw Self.malformed("an unterminated string") }
+        if bytes[at] == UInt8(ascii: "\"") {
+            defer { at += 1 }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+        }
+        var out = Array(bytes[start..<at])
+        while true {
+            guard at < bytes.count else { throw Self.malformed("an unterminated string") }
+            let b = bytes[at]
+            at += 1
+            if b == UInt8(ascii: "\"") { break }
+            guard b == UInt8(ascii: "\\") else {
+                out.append(b)
+                continue
+            }
+            guard at < bytes.count else { throw Self.malformed("an unterminated escape") }
+            let e = bytes[at]
+            at += 1
+            switch e {
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "u"):
+                var scalar = try hex4()
+                if (0xD800..<0xDC00).contains(scalar), at + 1 < bytes.count, bytes[at] == UInt8(ascii: "\\"),
+                    bytes[at + 1] == UInt8(ascii: "u")
+                {
+                    at += 2
+                    let low = try hex4()
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                }
+                out += Array(String(Unicode.Scalar(scalar).map(Character.init) ?? "\u{FFFD}").utf8)
+            default: out.append(e)  // \" \\ \/
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private mutating func hex4() throws -> UInt32 {
+        guard at + 4 <= bytes.count else { throw Self.malformed("a short \\u escape") }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            guard let d = Self.hexDigit(bytes[at]) else { throw Self.malformed("a bad \\u escape") }
+            v = v << 4 | UInt32(d)
+            at += 1
+        }
+        return v
+    }
+
+    static func hexDigit(_ b: UInt8) -> UInt8? {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// A UUID string (36 characters, any case) without Foundation's scanner.
+    mutating func uuid() throws -> UUID {
+        try expect(UInt8(ascii: "\""))
+        var raw = [UInt8](repeating: 0, count: 16)
+        var n = 0
+        while n < 32 {
+            guard at < bytes.count else { throw Self.malformed("a short UUID") }
+            let b = bytes[at]
+            at += 1
+            if b == UInt8(ascii: "-") { continue }
+            guard let d = Self.hexDigit(b) else {
+                throw Self.malformed("a UUID with '\(Character(Unicode.Scalar(b)))'")
+            }
+            raw[n / 2] = raw[n / 2] << 4 | d
+            n += 1
+        }
+        guard at < bytes.count, bytes[at] == UInt8(ascii: "\"") else { throw Self.malformed("a long UUID") }
+        at += 1
+        return UUID(
+            uuid: (
+                raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10], raw[11],
+                raw[12], raw[13], raw[14], raw[15]
+            ))
+    }
+
+    private mutating func optionalUUID() throws -> UUID? {
+        if literal("null") { return nil }
+        return try uuid()
+    }
+
+    private mutating func literal(_ word: StaticString) -> Bool {
+        skipSpace()
+        let n = word.utf8CodeUnitCount
+        guard at + n <= bytes.count else { return false }
+        for i in 0..<n where bytes[at + i] != word.utf8Start[i] { return false }
+        at += n
+        return true
+    }
+
+    mutating func value() throws -> JSONValue {
+        skipSpace()
+        guard at < bytes.count else { throw Self.malformed("a missing value") }
+        switch bytes[at] {
+        case UInt8(ascii: "\""): return .string(try string())
+        case UInt8(ascii: "n") where literal("null"): return .null
+        case UInt8(ascii: "t") where literal("true"): return .bool(true)
+        case UInt8(ascii: "f") where literal("false"): return .bool(false)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            let start = at
+            while at < bytes.count {
+                let b = bytes[at]
+                guard
+                    (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b) || b == UInt8(ascii: "-")
+                        || b == UInt8(ascii: "+") || b == UInt8(ascii: ".") || b == UInt8(ascii: "e")
+                        || b == UInt8(ascii: "E")
+                else { break }
+                at += 1
+            }
+            return .number(Substring(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)))
+        default:
+            // An object or array where a value of an attribute goes: not what sync writes.
+            throw Self.malformed("an unexpected value at byte \(at)")
+        }
+    }
+
+    private mutating func uuids() throws -> [UUID] {
+        var out: [UUID] = []
+        try array { out.append(try $0.uuid()) }
+        return out
+    }
+
+    mutating func body() throws -> Body {
+        var body = Body()
+        try object { reader, key in
+            switch key {
+            case "o":
+                try reader.array { reader in
+                    var (entity, id, op): (String?, UUID?, String?) = (nil, nil, nil)
+                    var attributes: [String: JSONValue] = [:]
+                    var toOne: [String: UUID?] = [:]
+                    try reader.object { reader, key in
+                        switch key {
+                        case "e": entity = try reader.string()
+                        case "id": id = try reader.uuid()
+                        case "op": op = try reader.string()
+                        case "a": try reader.object { reader, name in attributes[name] = try reader.value() }
+                        case "r": try reader.object { reader, name in toOne[name] = try reader.optionalUUID() }
+                        default: _ = try reader.value()
+                        }
+                    }
+                    guard let entity, let id, let op else {
+                        throw SyncError(.server, "a change log body names an object without entity, id or op")
+                    }
+                    body.objects.append(
+                        Body.Object(entity: entity, id: id, op: op, attributes: attributes, toOne: toOne))
+                }
+            case "m":
+                try reader.array { reader in
+                    var (entity, id, rel): (String?, UUID?, String?) = (nil, nil, nil)
+                    var (added, removed, order): ([UUID], [UUID], [UUID]?) = ([], [], nil)
+                    try reader.object { reader, key in
+                        switch key {
+                        case "e": entity = try reader.string()
+                        case "id": id = try reader.uuid()
+                        case "rel": rel = try reader.string()
+                        case "add": added = try reader.uuids()
+                        case "rem": removed = try reader.uuids()
+                        case "ord": order = try reader.uuids()
+                        default: _ = try reader.value()
+                        }
+                    }
+                    guard let entity, let id, let rel else {
+                        throw SyncError(
+                            .server, "a change log body names a membership without entity, id or relationship")
+                    }
+                    body.members.append(
+                        Body.Members(
+                            entity: entity, owner: id, relationship: rel, added: added, removed: removed, order: order))
+                }
+            default: _ = try reader.value()
+            }
+        }
+        return body
     }
 }

@@ -114,6 +114,14 @@ struct Identity: Sendable {
         return (EngineKey(keyspace: Self.keyspace, id: id).rawValue, value)
     }
 
+    /// Takes back mappings `map` made (of a batch that failed), and the ids they took.
+    mutating func forget(_ uuids: [UUID], restoring next: UInt64) {
+        for uuid in uuids {
+            if let key = byUUID.removeValue(forKey: uuid) { byKey[key] = nil }
+        }
+        nextMapping = next
+    }
+
     static func halves(_ uuid: UUID) -> (UInt64, UInt64) {
         let b = uuid.uuid
         let h = [b.0, b.1, b.2, b.3, b.4, b.5, b.6, b.7].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }

@@ -1722,4 +1722,46 @@ import Testing
                 == (changing ? ["i0", "i1", "i2"] : ["i1", "i2"]))
         try container.close()
     }
+
+    /// Checker seed 12026780: a context saves an item in a folder, then renames it; another
+    /// context takes the item out of the folder and saves; the first saves its rename under
+    /// `.overwrite`, whose to-one value (the folder, unchanged here) wins: the folder must hold
+    /// the item again, in the store as in the context. With and without a pinned query
+    /// generation (the seed had one), for the ordered and the unordered relationship.
+    @Test(arguments: [false, true], [true, false])
+    func anOverwriteThatPutsBackAToOneAlsoPutsBackTheMember(pinned: Bool, ordered: Bool) throws {
+        let directory = TemporaryDirectory()
+        defer { directory.cleanUp() }
+        let container = try PersistentContainer(
+            name: "Check", model: CheckedModel.make(), directory: directory.path + "/store",
+            options: ContextModelRun.options(nil, ownStore: false))
+        let (key, inverse) = ordered ? ("folder", "items") : ("owner", "owned")
+        let a = container.newContext(concurrencyType: .confinement)
+        a.mergePolicy = .overwrite
+        if pinned { try a.setQueryGeneration(.current) }
+        let item = try a.insertNewObject(forEntityName: "Item")
+        try item.setValue("a", forKey: "name")
+        let folder = try a.insertNewObject(forEntityName: "Folder")
+        try folder.setValue("a", forKey: "name")
+        if ordered {
+            try folder.insert(item, at: 0, inRelationship: "items")
+        } else {
+            try folder.add(item, toRelationship: "owned")
+        }
+        try a.save()
+        try item.setValue("b", forKey: "name")
+        let b = container.newContext(concurrencyType: .confinement)
+        try b.existingObject(with: item.objectID).setValue(nil, forKey: key)
+        try b.save()
+        try a.save()
+        try ContextModelRun.checkStore(container)
+        let reader = container.newContext(concurrencyType: .confinement)
+        let stored = try reader.existingObject(with: item.objectID)
+        #expect(try stored.value(forKey: "name") as? String == "b")
+        #expect((try stored.value(forKey: key) as? ManagedObject)?.objectID == folder.objectID)
+        #expect(
+            try reader.existingObject(with: folder.objectID).objects(forKey: inverse).map(\.objectID) == [item.objectID]
+        )
+        try container.close()
+    }
 }

@@ -137,7 +137,9 @@ extension ManagedObjectContext {
             if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
             return
         }
-        if !memberIsNew && !(owner?.flags.contains(.inserted) ?? false) && baseHasMember(member, ofSet: k) { return }
+        if !memberIsNew && !(owner?.flags.contains(.inserted) ?? false) && baseSurelyHasMember(member, ofSet: k) {
+            return
+        }
         setAdds[k, default: []].insert(member)
         if !orderOverrides.isEmpty { orderMemberAdded(member, setKey: k) }
     }
@@ -155,6 +157,15 @@ extension ManagedObjectContext {
     func baseMayHaveMember(_ member: UInt64, ofSet k: UInt64) -> Bool {
         if baseHasMember(member, ofSet: k) { return true }
         return parent == nil && container.store.snapshot().isMember(member, ofSet: k)
+    }
+
+    /// `baseHasMember` for an addition: a root context also asks the store's latest state (a
+    /// context pinned to an older generation, or resolving a conflict at a save, adds what the
+    /// store lacks now: checker seed 12026780, where an `.overwrite` put back a to-one that
+    /// another save had cleared, and its pinned view still held the member).
+    func baseSurelyHasMember(_ member: UInt64, ofSet k: UInt64) -> Bool {
+        guard baseHasMember(member, ofSet: k) else { return false }
+        return parent != nil || pinnedSnapshot == nil || container.store.snapshot().isMember(member, ofSet: k)
     }
 
     /// Whether the set `k` holds `member` in this context's view (with its changes).

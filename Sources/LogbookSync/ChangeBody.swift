@@ -32,7 +32,9 @@ struct BodyWriter: Sendable {
         objects += 1
         text += "{\"e\":"
         Self.string(entity, &text)
-        text += ",\"id\":\"\(id.uuidString.lowercased())\",\"op\":\"\(op)\""
+        text += ",\"id\":"
+        Self.uuid(id, &text)
+        text += ",\"op\":\"\(op)\""
         if !attributes.isEmpty {
             text += ",\"a\":{"
             for (i, (name, value)) in attributes.enumerated() {
@@ -48,7 +50,8 @@ struct BodyWriter: Sendable {
             for (i, (name, target)) in toOne.enumerated() {
                 if i > 0 { text += "," }
                 Self.string(name, &text)
-                text += target.map { ":\"\($0.uuidString.lowercased())\"" } ?? ":null"
+                text += ":"
+                if let target { Self.uuid(target, &text) } else { text += "null" }
             }
             text += "}"
         }
@@ -67,11 +70,16 @@ struct BodyWriter: Sendable {
         members += 1
         text += "{\"e\":"
         Self.string(entity, &text)
-        text += ",\"id\":\"\(owner.uuidString.lowercased())\",\"rel\":"
+        text += ",\"id\":"
+        Self.uuid(owner, &text)
+        text += ",\"rel\":"
         Self.string(relationship, &text)
         func list(_ name: String, _ ids: [UUID]) {
             text += ",\"\(name)\":["
-            text += ids.map { "\"\($0.uuidString.lowercased())\"" }.joined(separator: ",")
+            for (i, id) in ids.enumerated() {
+                if i > 0 { text += "," }
+                Self.uuid(id, &text)
+            }
             text += "]"
         }
         list("add", added)
@@ -84,6 +92,12 @@ struct BodyWriter: Sendable {
 
     static func string(_ s: String, _ out: inout String) {
         out += "\""
+        // Most strings need no escape: appended whole.
+        if !s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out += s
+            out += "\""
+            return
+        }
         for scalar in s.unicodeScalars {
             switch scalar {
             case "\"": out += "\\\""
@@ -98,6 +112,24 @@ struct BodyWriter: Sendable {
         out += "\""
     }
 
+    /// A UUID as a JSON string, lower-case (without `uuidString`'s formatting and copy).
+    static func uuid(_ u: UUID, _ out: inout String) {
+        let digits = Array("0123456789abcdef".utf8)
+        var text = [UInt8](repeating: UInt8(ascii: "-"), count: 38)
+        text[0] = UInt8(ascii: "\"")
+        text[37] = UInt8(ascii: "\"")
+        withUnsafeBytes(of: u.uuid) { raw in
+            var at = 1
+            for (i, b) in raw.enumerated() {
+                if i == 4 || i == 6 || i == 8 || i == 10 { at += 1 }
+                text[at] = digits[Int(b >> 4)]
+                text[at + 1] = digits[Int(b & 15)]
+                at += 2
+            }
+        }
+        out += String(decoding: text, as: UTF8.self)
+    }
+
     static func value(_ value: (any Sendable)?, _ out: inout String) {
         switch value {
         case nil: out += "null"
@@ -107,7 +139,7 @@ struct BodyWriter: Sendable {
         case let b as Bool: out += b ? "true" : "false"
         case let d as Date: number(d.timeIntervalSinceReferenceDate, &out)
         case let d as Data: string(d.base64EncodedString(), &out)
-        case let u as UUID: string(u.uuidString.lowercased(), &out)
+        case let u as UUID: uuid(u, &out)
         case let u as URL: string(u.absoluteString, &out)
         case let d as Decimal: string("\(d)", &out)
         default: out += "null"

@@ -144,6 +144,9 @@ struct ServerSchema: Sendable {
                 UNIQUE (scope, scope_seq)
             )
             """,
+            // Bodies are stored out of line without compression: a part of thousands of changes
+            // compressed and decompressed at every push and pull cost more than its bytes.
+            "ALTER TABLE \(changes) ALTER COLUMN body SET STORAGE EXTERNAL",
             """
             CREATE TABLE IF NOT EXISTS \(tombstones) (
                 id uuid PRIMARY KEY, scope text NOT NULL DEFAULT current_user, entity text NOT NULL,

@@ -49,6 +49,15 @@ import Testing
         }
     }
 
+    @Test func aUUIDIsWrittenAsFoundationWritesIt() {
+        for _ in 0..<100 {
+            let u = UUID()
+            var text = ""
+            BodyWriter.uuid(u, &text)
+            #expect(text == "\"\(u.uuidString.lowercased())\"")
+        }
+    }
+
     /// The text `jsonb` gives back: keys sorted its way, a space after each colon and comma,
     /// escapes PostgreSQL writes (`\u0001`), and upper-case UUIDs.
     @Test func theServersFormReadsBack() throws {

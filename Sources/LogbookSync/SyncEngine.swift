@@ -182,28 +182,59 @@ public actor SyncEngine {
     /// Runs `body` on the kept connection (made when there is none or it closed); an error
     /// drops the connection, so that the next round starts on a new one.
     private func withSession<R: Sendable>(
-        doing what: String, _ body: (PostgresConnection, Logger) async throws -> R
+        doing what: String, _ body: @escaping (PostgresConnection, Logger) async throws -> R
     ) async throws -> R {
-        guard background != nil else { return try await SyncServer.withConnection(configuration, doing: what, body) }
+        let keep = background != nil
         let connection: PostgresConnection
-        if let session, !session.isClosed {
+        if keep, let session, !session.isClosed {
             connection = session
         } else {
             do {
                 connection = try await PostgresConnection.connect(
-                    configuration: try configuration.endpoint.configuration(), id: 2, logger: logger)
+                    configuration: try configuration.endpoint.configuration(), id: keep ? 2 : 1, logger: logger)
             } catch {
                 throw SyncError.wrap(error, configuration.endpoint, doing: what)
             }
-            session = connection
+            if keep { session = connection }
         }
         do {
-            return try await body(connection, logger)
+            let result = try await watching(connection, body)
+            if !keep { try? await connection.close() }
+            return result
         } catch {
-            session = nil
+            if session === connection { session = nil }
             try? await connection.close()
             throw SyncError.wrap(error, configuration.endpoint, doing: what)
         }
+    }
+
+    /// Runs `body` on `connection`, and gives up (`.unreachable`) once the connection is closed
+    /// while `body` still waits: postgres-nio can leave a query waiting forever on a connection
+    /// the server closed (seen when the server restarted under load: the push never returned,
+    /// the store's sync lock stayed held, and `stop()` waited for it for good). The abandoned
+    /// wait, on a closed connection, can only end in an error.
+    private func watching<R: Sendable>(
+        _ connection: PostgresConnection, _ body: @escaping (PostgresConnection, Logger) async throws -> R
+    ) async throws -> R {
+        let outcome = Outcome<R>()
+        let logger = self.logger
+        Task {
+            _ = self
+            do { outcome.settle(.success(try await body(connection, logger))) } catch {
+                outcome.settle(.failure(error))
+            }
+        }
+        let watch = Task.detached {
+            while !outcome.isSettled {
+                try? await Task.sleep(for: .milliseconds(200))
+                if connection.isClosed {
+                    outcome.settle(.failure(SyncError(.unreachable, "the connection to the server was lost")))
+                    return
+                }
+            }
+        }
+        defer { watch.cancel() }
+        return try await outcome.value()
     }
 
     /// Closes the kept connection (the engine makes a new one when it needs it).
@@ -222,7 +253,7 @@ public actor SyncEngine {
     }
 
     private func statusTurn() async throws -> SyncStatus {
-        try await withSession(doing: "reading the sync status") { c, logger in
+        try await withSession(doing: "reading the sync status") { [self] c, logger in
             try await checkServer(c, logger)
             let pushed = try await lastPushed(c, logger)
             let pending = try pushed.map { try localTransactions(after: $0).count } ?? 1
@@ -312,7 +343,7 @@ public actor SyncEngine {
     }
 
     private func pushTurn(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?) async throws -> SyncReport {
-        try await withSession(doing: "pushing") { c, logger in
+        try await withSession(doing: "pushing") { [self] c, logger in
             try await checkServer(c, logger)
             var report = SyncReport()
             let pushed = try await lastPushed(c, logger)
@@ -385,6 +416,9 @@ public actor SyncEngine {
                     }
                     held = body
                 }
+                // A stream cut short by cancellation (`stop()`) ends without an error: the part
+                // held must not go as the last one, which would mark the whole state pushed.
+                try Task.checkCancellation()
                 let last = held ?? BodyWriter()
                 report.pushedChanges += try await send([row(last, last: true)], c, logger)
                 progress?(done + last.count, max(total, done + last.count))
@@ -644,7 +678,7 @@ public actor SyncEngine {
     private func pullTurn(progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?) async throws -> SyncReport {
         // A store's first push sends its whole state: it goes before anything is pulled into it
         // (else pulled objects would go back as this store's).
-        let first = try await withSession(doing: "pulling") { c, logger in
+        let first = try await withSession(doing: "pulling") { [self] c, logger in
             try await checkServer(c, logger)
             return try await lastPushed(c, logger) == nil
         }
@@ -654,7 +688,7 @@ public actor SyncEngine {
             report.pushedTransactions = pushed.pushedTransactions
             report.pushedChanges = pushed.pushedChanges
         }
-        return try await withSession(doing: "pulling") { c, logger in
+        return try await withSession(doing: "pulling") { [self] c, logger in
             let pushed = try await lastPushed(c, logger)
             // What this store pushed after the last change it pulled: a change of another store
             // that comes before it in the server's order does not undo it here.
@@ -1015,5 +1049,37 @@ public actor SyncEngine {
             throw error
         }
         return (applied, conflicts)
+    }
+}
+
+/// The first result of a race (the work, or the watch of its connection), awaited once.
+final class Outcome<R: Sendable>: @unchecked Sendable {
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var result: Result<R, any Error>?
+    private var waiter: CheckedContinuation<R, any Error>?
+
+    var isSettled: Bool { lock.withLock { result != nil } }
+
+    /// The first settlement wins; later ones are dropped.
+    func settle(_ r: Result<R, any Error>) {
+        let waiting: CheckedContinuation<R, any Error>? = lock.withLock {
+            guard result == nil else { return nil }
+            result = r
+            defer { waiter = nil }
+            return waiter
+        }
+        waiting?.resume(with: r)
+    }
+
+    func value() async throws -> R {
+        try await withCheckedThrowingContinuation { k in
+            let ready: Result<R, any Error>? = lock.withLock {
+                if let result { return result }
+                waiter = k
+                return nil
+            }
+            if let ready { k.resume(with: ready) }
+        }
     }
 }

@@ -17,10 +17,23 @@ struct BodyWriter: Sendable {
     /// What the body holds (for the statements the server runs).
     private(set) var summary = BodySummary()
 
+    /// Inserted objects, by entity, as columns (`"i"`), in the order their entities came.
+    private(set) var inserts: [InsertColumns] = []
+    private var insertBlock: [String: Int] = [:]
+    private var inserted = Set<UUID>()
+    /// The objects of `objects` that went into `inserts` (not into the text).
+    private var columnObjects = 0
+
     mutating func object(
         entity: String, id: UUID, op: String, attributes: [(String, (any Sendable)?)], toOne: [(String, UUID?)]
     ) {
         precondition(!inMembers)
+        if op == "i" && inColumns(entity: entity, id: id, attributes: attributes, toOne: toOne) {
+            summary.insertedColumns.insert(entity)
+            objects += 1
+            columnObjects += 1
+            return
+        }
         switch op {
         case "i": summary.inserted.insert(entity)
         case "u": summary.updated.insert(entity)
@@ -28,7 +41,7 @@ struct BodyWriter: Sendable {
         }
         for (name, _) in attributes where op == "u" { summary.properties.insert("\(entity).\(name)") }
         for (name, _) in toOne { summary.properties.insert("\(entity).\(name)") }
-        if objects > 0 { text += "," }
+        if objects > columnObjects { text += "," }
         objects += 1
         text += "{\"e\":"
         Self.string(entity, &text)
@@ -88,7 +101,46 @@ struct BodyWriter: Sendable {
         text += "}"
     }
 
-    func finished() -> String { text + (inMembers ? "]}" : "],\"m\":[]}") }
+    /// Adds an inserted object to its entity's columns; false when it does not fit them (an
+    /// object already in the body, or other properties than the entity's first insert named),
+    /// which then goes as an object of its own.
+    private mutating func inColumns(
+        entity: String, id: UUID, attributes: [(String, (any Sendable)?)], toOne: [(String, UUID?)]
+    ) -> Bool {
+        let n: Int
+        if let found = insertBlock[entity] {
+            n = found
+            let block = inserts[n]
+            guard block.attributeNames.count == attributes.count, block.toOneNames.count == toOne.count,
+                zip(block.attributeNames, attributes).allSatisfy({ $0 == $1.0 }),
+                zip(block.toOneNames, toOne).allSatisfy({ $0 == $1.0 })
+            else { return false }
+        } else {
+            n = inserts.count
+            inserts.append(
+                InsertColumns(entity: entity, attributeNames: attributes.map(\.0), toOneNames: toOne.map(\.0)))
+            insertBlock[entity] = n
+        }
+        guard inserted.insert(id).inserted else { return false }
+        inserts[n].ids.append(id)
+        for (i, (_, value)) in attributes.enumerated() { inserts[n].attributes[i].append(value) }
+        for (i, (_, target)) in toOne.enumerated() { inserts[n].toOne[i].append(target) }
+        return true
+    }
+
+    func finished() -> String {
+        var out = text + (inMembers ? "]" : "],\"m\":[")
+        if !inMembers { out += "]" }
+        if !inserts.isEmpty {
+            out += ",\"i\":["
+            for (i, block) in inserts.enumerated() {
+                if i > 0 { out += "," }
+                block.write(&out)
+            }
+            out += "]"
+        }
+        return out + "}"
+    }
 
     static func string(_ s: String, _ out: inout String) {
         out += "\""
@@ -382,7 +434,7 @@ struct JSONReader {
             ))
     }
 
-    private mutating func optionalUUID() throws -> UUID? {
+    fileprivate mutating func optionalUUID() throws -> UUID? {
         if literal("null") { return nil }
         return try uuid()
     }
@@ -422,7 +474,7 @@ struct JSONReader {
         }
     }
 
-    private mutating func uuids() throws -> [UUID] {
+    fileprivate mutating func uuids() throws -> [UUID] {
         var out: [UUID] = []
         try array { out.append(try $0.uuid()) }
         return out
@@ -476,9 +528,52 @@ struct JSONReader {
                         Body.Members(
                             entity: entity, owner: id, relationship: rel, added: added, removed: removed, order: order))
                 }
+            case "i":
+                try reader.array { reader in try reader.insertColumns(into: &body) }
             default: _ = try reader.value()
             }
         }
         return body
+    }
+
+    /// A block of inserted objects as columns (`{"e", "id": [...], "a": {name: [...]}, "r":
+    /// {name: [...]}}`), read into objects with op "i", as if written one by one.
+    private mutating func insertColumns(into body: inout Body) throws {
+        var entity: String?
+        var ids: [UUID] = []
+        var attributes: [(String, [JSONValue])] = []
+        var toOne: [(String, [UUID?])] = []
+        try object { reader, key in
+            switch key {
+            case "e": entity = try reader.string()
+            case "id": ids = try reader.uuids()
+            case "a":
+                try reader.object { reader, name in
+                    var values: [JSONValue] = []
+                    try reader.array { values.append(try $0.value()) }
+                    attributes.append((name, values))
+                }
+            case "r":
+                try reader.object { reader, name in
+                    var targets: [UUID?] = []
+                    try reader.array { targets.append(try $0.optionalUUID()) }
+                    toOne.append((name, targets))
+                }
+            default: _ = try reader.value()
+            }
+        }
+        guard let entity else { throw SyncError(.server, "a change log body has inserted columns without an entity") }
+        guard attributes.allSatisfy({ $0.1.count == ids.count }), toOne.allSatisfy({ $0.1.count == ids.count }) else {
+            throw Self.malformed("inserted columns of \(entity) whose lengths differ from their ids'")
+        }
+        body.objects.reserveCapacity(body.objects.count + ids.count)
+        for (i, id) in ids.enumerated() {
+            var a: [String: JSONValue] = [:]
+            a.reserveCapacity(attributes.count)
+            for (name, values) in attributes { a[name] = values[i] }
+            var r: [String: UUID?] = [:]
+            for (name, targets) in toOne { r[name] = targets[i] }
+            body.objects.append(Body.Object(entity: entity, id: id, op: "i", attributes: a, toOne: r))
+        }
     }
 }

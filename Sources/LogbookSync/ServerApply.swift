@@ -183,6 +183,8 @@ extension ServerSchema {
 /// orders ("Entity.relationship").
 struct BodySummary: Sendable, Hashable {
     var inserted = Set<String>()
+    /// Entities with inserts as columns (`"i"`: statements with bound arrays, not these).
+    var insertedColumns = Set<String>()
     var updated = Set<String>()
     var deleted = Set<String>()
     var properties = Set<String>()

@@ -315,9 +315,16 @@ extension ManagedObjectContext {
             throw LogbookError.wrap(error)
         }
         var found = ScanMatches(bytes: bytes)
-        for i in keys.indices where spans[i].offset != .max {
-            found.keys.append(keys[i])
-            found.spans.append(spans[i])
+        if spans.allSatisfy({ $0.offset != .max }) {
+            // Every record found (the common case): the arrays themselves, not copies of them
+            // (16 bytes an object less at the fetch's peak).
+            found.keys = keys
+            found.spans = spans
+        } else {
+            for i in keys.indices where spans[i].offset != .max {
+                found.keys.append(keys[i])
+                found.spans.append(spans[i])
+            }
         }
         return faults(found, layout: layout, snapshot: snapshot)
     }

@@ -345,59 +345,11 @@ struct JSONReader {
     }
 
     mutating func string() throws -> String {
-        try expect(UInt8(ascii: "\""))
-        let start = at
-        // The common case: no escapes.
-        while at < bytes.count, bytes[at] != UInt8(ascii: "\""), bytes[at] != UInt8(ascii: "\\") { at += 1 }
-        guard at < bytes.count else { throw Self.malformed("an unterminated string") }
-        if bytes[at] == UInt8(ascii: "\"") {
-            defer { at += 1 }
-            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+        skipSpace()
+        guard let s = JSONStrings.read(bytes, &at) else {
+            throw Self.malformed("a malformed string before byte \(at)")
         }
-        var out = Array(bytes[start..<at])
-        while true {
-            guard at < bytes.count else { throw Self.malformed("an unterminated string") }
-            let b = bytes[at]
-            at += 1
-            if b == UInt8(ascii: "\"") { break }
-            guard b == UInt8(ascii: "\\") else {
-                out.append(b)
-                continue
-            }
-            guard at < bytes.count else { throw Self.malformed("an unterminated escape") }
-            let e = bytes[at]
-            at += 1
-            switch e {
-            case UInt8(ascii: "n"): out.append(0x0A)
-            case UInt8(ascii: "r"): out.append(0x0D)
-            case UInt8(ascii: "t"): out.append(0x09)
-            case UInt8(ascii: "b"): out.append(0x08)
-            case UInt8(ascii: "f"): out.append(0x0C)
-            case UInt8(ascii: "u"):
-                var scalar = try hex4()
-                if (0xD800..<0xDC00).contains(scalar), at + 1 < bytes.count, bytes[at] == UInt8(ascii: "\\"),
-                    bytes[at + 1] == UInt8(ascii: "u")
-                {
-                    at += 2
-                    let low = try hex4()
-                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                }
-                out += Array(String(Unicode.Scalar(scalar).map(Character.init) ?? "\u{FFFD}").utf8)
-            default: out.append(e)  // \" \\ \/
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    private mutating func hex4() throws -> UInt32 {
-        guard at + 4 <= bytes.count else { throw Self.malformed("a short \\u escape") }
-        var v: UInt32 = 0
-        for _ in 0..<4 {
-            guard let d = Self.hexDigit(bytes[at]) else { throw Self.malformed("a bad \\u escape") }
-            v = v << 4 | UInt32(d)
-            at += 1
-        }
-        return v
+        return s
     }
 
     static func hexDigit(_ b: UInt8) -> UInt8? {

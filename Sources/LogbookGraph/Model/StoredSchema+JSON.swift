@@ -233,33 +233,61 @@ struct JSONScanner {
 
     /// A string at `i` (its opening quote), escapes resolved; nil if malformed.
     private mutating func string() -> String? {
-        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        var at = i
+        defer { i = at }
+        return bytes.withUnsafeBufferPointer { JSONStrings.read($0, &at) }
+    }
+}
+
+/// JSON strings, read the one way for the model's JSON (`JSONScanner`) and for sync's change
+/// bodies (LogbookSync's `JSONReader`).
+package enum JSONStrings {
+    /// Reads the JSON string whose opening quote is at `i` and leaves `i` after its closing
+    /// quote: escapes resolved (a surrogate pair as one scalar). Nil when it is malformed: no
+    /// closing quote, a raw control character, an unknown escape, a lone surrogate, bytes that
+    /// are not UTF-8.
+    ///
+    /// ```swift
+    /// var i = 0
+    /// let s = Array(#""a\n\u00e9""#.utf8).withUnsafeBufferPointer { JSONStrings.read($0, &i) }  // "a\né"
+    /// ```
+    package static func read(_ bytes: UnsafeBufferPointer<UInt8>, _ i: inout Int) -> String? {
+        let (quote, backslash) = (UInt8(ascii: "\""), UInt8(ascii: "\\"))
+        guard i < bytes.count, bytes[i] == quote else { return nil }
         i += 1
-        var out: [UInt8] = []
+        // The common case: no escape, read in place.
+        let start = i
+        while i < bytes.count, bytes[i] != quote, bytes[i] != backslash, bytes[i] >= 0x20 { i += 1 }
+        guard i < bytes.count else { return nil }
+        if bytes[i] == quote {
+            defer { i += 1 }
+            return String(validating: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
+        }
+        var out = Array(bytes[start..<i])
         while i < bytes.count {
             let c = bytes[i]
             i += 1
             switch c {
-            case UInt8(ascii: "\""): return String(validating: out, as: UTF8.self)
-            case UInt8(ascii: "\\"):
+            case quote: return String(validating: out, as: UTF8.self)
+            case backslash:
                 guard i < bytes.count else { return nil }
                 let e = bytes[i]
                 i += 1
                 switch e {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(e)
+                case quote, backslash, UInt8(ascii: "/"): out.append(e)
                 case UInt8(ascii: "b"): out.append(0x08)
                 case UInt8(ascii: "f"): out.append(0x0C)
                 case UInt8(ascii: "n"): out.append(0x0A)
                 case UInt8(ascii: "r"): out.append(0x0D)
                 case UInt8(ascii: "t"): out.append(0x09)
                 case UInt8(ascii: "u"):
-                    guard var scalar = hex4() else { return nil }
+                    guard var scalar = hex4(bytes, &i) else { return nil }
                     if (0xD800..<0xDC00).contains(scalar) {
                         // A surrogate pair: the low half must follow as \uXXXX.
-                        guard i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u")
+                        guard i + 1 < bytes.count, bytes[i] == backslash, bytes[i + 1] == UInt8(ascii: "u")
                         else { return nil }
                         i += 2
-                        guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
+                        guard let low = hex4(bytes, &i), (0xDC00..<0xE000).contains(low) else { return nil }
                         scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
                     }
                     guard let u = Unicode.Scalar(scalar) else { return nil }
@@ -273,7 +301,8 @@ struct JSONScanner {
         return nil
     }
 
-    private mutating func hex4() -> UInt32? {
+    /// Four hexadecimal digits at `i`.
+    private static func hex4(_ bytes: UnsafeBufferPointer<UInt8>, _ i: inout Int) -> UInt32? {
         guard i + 4 <= bytes.count else { return nil }
         var v: UInt32 = 0
         for _ in 0..<4 {

@@ -95,6 +95,14 @@ struct FollowUps {
     enum Value {
         case attribute((any Sendable)?)
         case toOne(ObjectID?)
+
+        /// The value as a resolver sees it.
+        var value: (any Sendable)? {
+            switch self {
+            case .attribute(let v): v
+            case .toOne(let id): id
+            }
+        }
     }
     var values: [UInt64: [String: Value]] = [:]
     var isEmpty: Bool { values.isEmpty }

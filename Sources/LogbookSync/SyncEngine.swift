@@ -512,11 +512,11 @@ public actor SyncEngine {
         for v in values {
             switch v {
             case nil: b.appendNull()
-            case let x as UUID: try b.append(x)
-            case let x as Int64: try b.append(x)
-            case let x as Int32: try b.append(x)
-            case let x as String: try b.append(x)
-            case let x as Bool: try b.append(x)
+            case let x as UUID: b.append(x)
+            case let x as Int64: b.append(x)
+            case let x as Int32: b.append(x)
+            case let x as String: b.append(x)
+            case let x as Bool: b.append(x)
             default: b.appendNull()
             }
         }
@@ -895,6 +895,45 @@ public actor SyncEngine {
             guard let o = try? context.existingObject(with: id), !o.isDeleted else { return nil }
             return o
         }
+        // One pulled property of `o`: set, when this store has not changed it since it last
+        // pulled; else a conflict. Without a resolver this store's value stays (its push comes
+        // later in the server's order). A resolver's answer is set now, or — when this store's
+        // own change of the property is later in the server's order already — saved after the
+        // pull as a change of its own (a follow-up), so that the server's order keeps it.
+        func settle(
+            _ o: ManagedObject, _ change: Body.Object, _ name: String, rowSeq: Int64, ownRowLater: Bool,
+            remote: FollowUps.Value, local: () throws -> FollowUps.Value,
+            chosen: ((any Sendable)?) throws -> FollowUps.Value, set: (FollowUps.Value) throws -> Void
+        ) throws {
+            let key = o.objectID.key
+            let mine = pending.properties[key] ?? [:]
+            guard ownRowLater || mine[name] != nil else {
+                try set(remote)
+                followUps.drop(key, name)
+                return
+            }
+            guard let resolver = configuration.resolver else { return }
+            let current = try followUps.values[key]?[name] ?? local()
+            let resolution = resolver(
+                SyncConflict(
+                    objectID: o.objectID, syncID: change.id, entityName: o.entity.name, property: name,
+                    localValue: current.value, remoteValue: remote.value, sequence: rowSeq))
+            let value: FollowUps.Value
+            switch resolution {
+            case .keepLocal: return
+            case .takeRemote: value = remote
+            case .value(let v): value = try chosen(v)
+            }
+            conflicts += 1
+            if ownRowLater {
+                followUps.values[key, default: [:]][name] = value
+            } else {
+                try set(value)
+                if case .takeRemote = resolution, let version = mine[name] {
+                    taken.giveUp(key, name, through: version)
+                }
+            }
+        }
         do {
             for (rowSeq, body) in parsed {
                 // Set by a later row of this store's: not undone by this earlier one.
@@ -920,89 +959,44 @@ public actor SyncEngine {
                     if mine["*"] != nil && identity.isOwn(change.id) { continue }
                     for a in o.entity.attributes where !a.isTransient {
                         guard let json = change.attributes[a.name] else { continue }
-                        let remote = Body.value(json, type: a.type)
-                        let ownRowLater = later("\(change.id).\(a.name)")
-                        guard ownRowLater || mine[a.name] != nil else {
-                            try o.setStoredAttribute(remote, forKey: a.name)
-                            followUps.drop(key, a.name)
-                            continue
-                        }
-                        // A conflict: this store's change of the property (pushed later, or not
-                        // yet) was made without this one. Its value stays, unless a resolver
-                        // decides otherwise.
-                        guard let resolver = configuration.resolver else { continue }
-                        var local = try o.storedAttribute(a.name)
-                        if case .attribute(let chosen)? = followUps.values[key]?[a.name] { local = chosen }
-                        let conflict = SyncConflict(
-                            objectID: o.objectID, syncID: change.id, entityName: o.entity.name, property: a.name,
-                            localValue: local, remoteValue: remote, sequence: rowSeq)
-                        let resolution = resolver(conflict)
-                        let value: (any Sendable)?
-                        switch resolution {
-                        case .keepLocal: continue
-                        case .takeRemote: value = remote
-                        case .value(let chosen): value = chosen
-                        }
-                        conflicts += 1
-                        if ownRowLater {
-                            followUps.values[key, default: [:]][a.name] = .attribute(value)
-                        } else {
-                            try o.setStoredAttribute(value, forKey: a.name)
-                            if case .takeRemote = resolution, let version = mine[a.name] {
-                                taken.giveUp(key, a.name, through: version)
-                            }
-                        }
+                        try settle(
+                            o, change, a.name, rowSeq: rowSeq, ownRowLater: later("\(change.id).\(a.name)"),
+                            remote: .attribute(Body.value(json, type: a.type)),
+                            local: { .attribute(try o.storedAttribute(a.name)) }, chosen: { .attribute($0) },
+                            set: { if case .attribute(let v) = $0 { try o.setStoredAttribute(v, forKey: a.name) } })
                     }
                     applied += 1
                 }
                 for change in body.objects where change.op != "d" && !change.toOne.isEmpty {
                     guard let o = object(change.id) else { continue }
-                    let key = o.objectID.key
-                    let mine = pending.properties[key] ?? [:]
                     for r in o.entity.relationships where !r.isToMany {
                         guard let target = change.toOne[r.name] else { continue }
-                        let remote = target.flatMap(object)
-                        let ownRowLater = later("\(change.id).\(r.name)")
-                        guard ownRowLater || mine[r.name] != nil else {
-                            try o.setValue(remote, forKey: r.name)
-                            followUps.drop(key, r.name)
-                            continue
-                        }
-                        guard let resolver = configuration.resolver else { continue }
-                        var local = (try o.value(forKey: r.name) as? ManagedObject)?.objectID
-                        if case .toOne(let chosen)? = followUps.values[key]?[r.name] { local = chosen }
-                        let conflict = SyncConflict(
-                            objectID: o.objectID, syncID: change.id, entityName: o.entity.name, property: r.name,
-                            localValue: local, remoteValue: remote?.objectID, sequence: rowSeq)
-                        let resolution = resolver(conflict)
-                        let chosen: ObjectID?
-                        switch resolution {
-                        case .keepLocal: continue
-                        case .takeRemote: chosen = remote?.objectID
-                        case .value(nil): chosen = nil
-                        case .value(let id as ObjectID):
-                            guard let named = try? context.existingObject(with: id), !named.isDeleted else {
-                                throw SyncError(
-                                    .store,
-                                    "the resolver chose \(id) for \(o.entity.name).\(r.name), which this store does not hold"
-                                )
-                            }
-                            chosen = named.objectID
-                        case .value(let other?):
-                            throw SyncError(
-                                .store,
-                                "the resolver chose a \(type(of: other)) for the to-one relationship \(o.entity.name).\(r.name): it takes an ObjectID or nil"
-                            )
-                        }
-                        conflicts += 1
-                        if ownRowLater {
-                            followUps.values[key, default: [:]][r.name] = .toOne(chosen)
-                        } else {
-                            try o.setValue(try chosen.map { try context.existingObject(with: $0) }, forKey: r.name)
-                            if case .takeRemote = resolution, let version = mine[r.name] {
-                                taken.giveUp(key, r.name, through: version)
-                            }
-                        }
+                        try settle(
+                            o, change, r.name, rowSeq: rowSeq, ownRowLater: later("\(change.id).\(r.name)"),
+                            remote: .toOne(target.flatMap(object)?.objectID),
+                            local: { .toOne((try o.value(forKey: r.name) as? ManagedObject)?.objectID) },
+                            chosen: { value in
+                                switch value {
+                                case nil: return .toOne(nil)
+                                case let id as ObjectID:
+                                    guard let named = try? context.existingObject(with: id), !named.isDeleted else {
+                                        throw SyncError(
+                                            .store,
+                                            "the resolver chose \(id) for \(o.entity.name).\(r.name), which this store does not hold"
+                                        )
+                                    }
+                                    return .toOne(named.objectID)
+                                case let other?:
+                                    throw SyncError(
+                                        .store,
+                                        "the resolver chose a \(type(of: other)) for the to-one relationship \(o.entity.name).\(r.name): it takes an ObjectID or nil"
+                                    )
+                                }
+                            },
+                            set: { value in
+                                guard case .toOne(let id) = value else { return }
+                                try o.setValue(try id.map { try context.existingObject(with: $0) }, forKey: r.name)
+                            })
                     }
                 }
                 for m in body.members {

@@ -147,11 +147,18 @@ extension ManagedObject {
 /// ```
 @propertyWrapper
 public struct OrderedToMany<Destination: ManagedObject> {
-    /// The relationship's name in the model.
-    public let key: String
+    @usableFromInline let name: PropertyName
 
-    /// A property for the ordered relationship named `key`.
-    public init(_ key: String) { self.key = key }
+    /// The relationship's name in the model.
+    public var key: String { name.string }
+
+    /// A property for the ordered relationship named `key` (held as one word, as `@Managed`
+    /// holds its name).
+    public init(_ key: StaticString) { name = PropertyName(key) }
+
+    /// A property for the ordered relationship named `key`, given as a `String`.
+    @_disfavoredOverload
+    public init(_ key: String) { name = PropertyName(key) }
 
     /// Not for use: the property is read and written through the enclosing object.
     @available(*, unavailable, message: "@OrderedToMany is for ManagedObject subclasses")
@@ -170,12 +177,6 @@ public struct OrderedToMany<Destination: ManagedObject> {
             guard let all = try? object.orderedObjects(forKey: object[keyPath: storageKeyPath].key) else { return [] }
             return all.compactMap { $0 as? Destination }
         }
-        set {
-            do {
-                try object.setValue(newValue as [ManagedObject], forKey: object[keyPath: storageKeyPath].key)
-            } catch let e as LogbookError {
-                object.contextRef?.recordError(e)
-            } catch {}
-        }
+        set { object.setValueRecordingErrors(newValue as [ManagedObject], forKey: object[keyPath: storageKeyPath].key) }
     }
 }

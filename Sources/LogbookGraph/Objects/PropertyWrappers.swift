@@ -324,11 +324,17 @@ public struct Managed<Value: AttributeValue> {
 /// ```
 @propertyWrapper
 public struct Transformable<Value> {
-    /// The attribute's name in the model.
-    public let key: String
+    @usableFromInline let name: PropertyName
 
-    /// A property for the transformable attribute named `key`.
-    public init(_ key: String) { self.key = key }
+    /// The attribute's name in the model.
+    public var key: String { name.string }
+
+    /// A property for the transformable attribute named `key` (held as one word, as `@Managed` holds its name).
+    public init(_ key: StaticString) { name = PropertyName(key) }
+
+    /// A property for the transformable attribute named `key`, given as a `String`.
+    @_disfavoredOverload
+    public init(_ key: String) { name = PropertyName(key) }
 
     /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@Transformable is for ManagedObject subclasses")
@@ -343,21 +349,8 @@ public struct Transformable<Value> {
         wrapped wrappedKeyPath: ReferenceWritableKeyPath<Object, Value?>,
         storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
     ) -> Value? {
-        get {
-            do { return try object.value(forKey: object[keyPath: storageKeyPath].key) as? Value } catch let e
-                as LogbookError
-            {
-                object.contextRef?.recordError(e)
-                return nil
-            } catch { return nil }
-        }
-        set {
-            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e
-                as LogbookError
-            {
-                object.contextRef?.recordError(e)
-            } catch {}
-        }
+        get { object.valueRecordingErrors(forKey: object[keyPath: storageKeyPath].key) as? Value }
+        set { object.setValueRecordingErrors(newValue, forKey: object[keyPath: storageKeyPath].key) }
     }
 }
 
@@ -368,11 +361,17 @@ public struct Transformable<Value> {
 /// ```
 @propertyWrapper
 public struct ToOne<Destination: ManagedObject> {
-    /// The relationship's name in the model.
-    public let key: String
+    @usableFromInline let name: PropertyName
 
-    /// A property for the to-one relationship named `key`.
-    public init(_ key: String) { self.key = key }
+    /// The relationship's name in the model.
+    public var key: String { name.string }
+
+    /// A property for the to-one relationship named `key` (held as one word, as `@Managed` holds its name).
+    public init(_ key: StaticString) { name = PropertyName(key) }
+
+    /// A property for the to-one relationship named `key`, given as a `String`.
+    @_disfavoredOverload
+    public init(_ key: String) { name = PropertyName(key) }
 
     /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@ToOne is for ManagedObject subclasses")
@@ -388,13 +387,7 @@ public struct ToOne<Destination: ManagedObject> {
         storage storageKeyPath: ReferenceWritableKeyPath<Object, Self>
     ) -> Destination? {
         get { (try? object.value(forKey: object[keyPath: storageKeyPath].key)) as? Destination }
-        set {
-            do { try object.setValue(newValue, forKey: object[keyPath: storageKeyPath].key) } catch let e
-                as LogbookError
-            {
-                object.contextRef?.recordError(e)
-            } catch {}
-        }
+        set { object.setValueRecordingErrors(newValue, forKey: object[keyPath: storageKeyPath].key) }
     }
 }
 
@@ -406,11 +399,17 @@ public struct ToOne<Destination: ManagedObject> {
 /// ```
 @propertyWrapper
 public struct ToMany<Destination: ManagedObject> {
-    /// The relationship's name in the model.
-    public let key: String
+    @usableFromInline let name: PropertyName
 
-    /// A property for the to-many relationship named `key`.
-    public init(_ key: String) { self.key = key }
+    /// The relationship's name in the model.
+    public var key: String { name.string }
+
+    /// A property for the to-many relationship named `key` (held as one word, as `@Managed` holds its name).
+    public init(_ key: StaticString) { name = PropertyName(key) }
+
+    /// A property for the to-many relationship named `key`, given as a `String`.
+    @_disfavoredOverload
+    public init(_ key: String) { name = PropertyName(key) }
 
     /// Not for use: the property is read and written through the enclosing object (see the static subscript).
     @available(*, unavailable, message: "@ToMany is for ManagedObject subclasses")
@@ -430,11 +429,31 @@ public struct ToMany<Destination: ManagedObject> {
             return Set(all.compactMap { $0 as? Destination })
         }
         set {
-            do {
-                try object.setValue(Array(newValue) as [ManagedObject], forKey: object[keyPath: storageKeyPath].key)
-            } catch let e as LogbookError {
-                object.contextRef?.recordError(e)
-            } catch {}
+            object.setValueRecordingErrors(
+                Array(newValue) as [ManagedObject], forKey: object[keyPath: storageKeyPath].key)
         }
+    }
+}
+
+extension ManagedObject {
+    /// A value by key for a property wrapper, whose getter cannot throw: an error is recorded
+    /// for the next save, and the value is nil.
+    func valueRecordingErrors(forKey key: String) -> Any? {
+        do {
+            return try value(forKey: key)
+        } catch let e as LogbookError {
+            contextRef?.recordError(e)
+        } catch {}
+        return nil
+    }
+
+    /// Sets a value by key for a property wrapper, whose setter cannot throw: an error is
+    /// recorded for the next save.
+    func setValueRecordingErrors(_ value: Any?, forKey key: String) {
+        do {
+            try setValue(value, forKey: key)
+        } catch let e as LogbookError {
+            contextRef?.recordError(e)
+        } catch {}
     }
 }

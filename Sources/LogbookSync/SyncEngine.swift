@@ -176,7 +176,7 @@ public actor SyncEngine {
     /// The connection the background task's rounds use, kept between them (a new login costs
     /// more than a round: a scram exchange) and closed by `stop()`. A push or pull called
     /// without the background task uses a connection of its own.
-    private var session: PostgresConnection?
+    private var session: (connection: PostgresConnection, watch: ConnectionWatch)?
     private let logger = Logger(label: "logbook.sync")
 
     /// Runs `body` on the kept connection (made when there is none or it closed); an error
@@ -186,8 +186,9 @@ public actor SyncEngine {
     ) async throws -> R {
         let keep = background != nil
         let connection: PostgresConnection
-        if keep, let session, !session.isClosed {
-            connection = session
+        let watch: ConnectionWatch
+        if keep, let session, !session.connection.isClosed {
+            (connection, watch) = session
         } else {
             do {
                 connection = try await PostgresConnection.connect(
@@ -195,14 +196,15 @@ public actor SyncEngine {
             } catch {
                 throw SyncError.wrap(error, configuration.endpoint, doing: what)
             }
-            if keep { session = connection }
+            watch = ConnectionWatch(connection)
+            if keep { session = (connection, watch) }
         }
         do {
-            let result = try await watching(connection, body)
+            let result = try await watching(connection, watch, body)
             if !keep { try? await connection.close() }
             return result
         } catch {
-            if session === connection { session = nil }
+            if session?.connection === connection { session = nil }
             try? await connection.close()
             throw SyncError.wrap(error, configuration.endpoint, doing: what)
         }
@@ -214,7 +216,8 @@ public actor SyncEngine {
     /// the store's sync lock stayed held, and `stop()` waited for it for good). The abandoned
     /// wait, on a closed connection, can only end in an error.
     private func watching<R: Sendable>(
-        _ connection: PostgresConnection, _ body: @escaping (PostgresConnection, Logger) async throws -> R
+        _ connection: PostgresConnection, _ watch: ConnectionWatch,
+        _ body: @escaping (PostgresConnection, Logger) async throws -> R
     ) async throws -> R {
         let outcome = Outcome<R>()
         let logger = self.logger
@@ -224,22 +227,14 @@ public actor SyncEngine {
                 outcome.settle(.failure(error))
             }
         }
-        let watch = Task.detached {
-            while !outcome.isSettled {
-                try? await Task.sleep(for: .milliseconds(200))
-                if connection.isClosed {
-                    outcome.settle(.failure(SyncError(.unreachable, "the connection to the server was lost")))
-                    return
-                }
-            }
-        }
-        defer { watch.cancel() }
+        watch.watch { outcome.settle(.failure(SyncError(.unreachable, "the connection to the server was lost"))) }
+        defer { watch.unwatch() }
         return try await outcome.value()
     }
 
     /// Closes the kept connection (the engine makes a new one when it needs it).
     public func disconnect() async {
-        let connection = session
+        let connection = session?.connection
         session = nil
         try? await connection?.close()
     }
@@ -1068,13 +1063,46 @@ public actor SyncEngine {
 }
 
 /// The first result of a race (the work, or the watch of its connection), awaited once.
+/// Tells the operation running on a connection that the connection closed: one callback on
+/// the connection's close (NIO's close future), however many operations a kept connection
+/// serves, and no thread polling it.
+final class ConnectionWatch: @unchecked Sendable {
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var closed = false
+    private var current: (@Sendable () -> Void)?
+
+    init(_ connection: PostgresConnection) {
+        connection.closeFuture.whenComplete { _ in self.close() }
+    }
+
+    private func close() {
+        let giveUp: (@Sendable () -> Void)? = lock.withLock {
+            closed = true
+            defer { current = nil }
+            return current
+        }
+        giveUp?()
+    }
+
+    /// `giveUp` runs when the connection closes before `unwatch()` (at once if it has).
+    func watch(_ giveUp: @escaping @Sendable () -> Void) {
+        let now: Bool = lock.withLock {
+            if closed { return true }
+            current = giveUp
+            return false
+        }
+        if now { giveUp() }
+    }
+
+    func unwatch() { lock.withLock { current = nil } }
+}
+
 final class Outcome<R: Sendable>: @unchecked Sendable {
     // Guarded by `lock`.
     private let lock = NSLock()
     private var result: Result<R, any Error>?
     private var waiter: CheckedContinuation<R, any Error>?
-
-    var isSettled: Bool { lock.withLock { result != nil } }
 
     /// The first settlement wins; later ones are dropped.
     func settle(_ r: Result<R, any Error>) {

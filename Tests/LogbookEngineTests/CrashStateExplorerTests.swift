@@ -203,15 +203,25 @@ import Testing
             compaction.start()
             let paused = r.fs.waitUntilPaused() && !finishedFirst.withLock { $0 }
             r.history.raced = paused
-            // Larger than a page: a page a failed sync dropped is not written again by the
-            // commits after it (which would put it back on disk).
-            try r.commit { t, m in puts(&t, &m, first: 20, count: 10, round: 8, length: 600) }
-            try r.commit { t, m in puts(&t, &m, first: 0, count: 2, round: 9) }
             // Resumed whether or not the pause was seen in time: on a loaded machine the wait
             // may end before the compaction reaches its write, which then pauses (or its pause
-            // is cancelled here first); either way nothing is left waiting for the other.
-            if !paused { r.fs.cancelPause() }
-            r.fs.resume()
+            // is cancelled here first); either way nothing is left waiting for the other. Also
+            // when a commit below fails (an injected failed sync): the compaction thread must
+            // not stay paused for the rest of the process.
+            func resumeCompaction() {
+                if !paused { r.fs.cancelPause() }
+                r.fs.resume()
+            }
+            do {
+                // Larger than a page: a page a failed sync dropped is not written again by the
+                // commits after it (which would put it back on disk).
+                try r.commit { t, m in puts(&t, &m, first: 20, count: 10, round: 8, length: 600) }
+                try r.commit { t, m in puts(&t, &m, first: 0, count: 2, round: 9) }
+            } catch {
+                resumeCompaction()
+                throw error
+            }
+            resumeCompaction()
             done.wait()
             try r.commit { t, m in puts(&t, &m, first: 30, count: 4, round: 10) }
         }

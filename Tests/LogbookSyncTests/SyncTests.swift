@@ -19,8 +19,10 @@ final class SyncFixture: @unchecked Sendable {
 
     static let adminURL: String? = ProcessInfo.processInfo.environment["LOGBOOK_POSTGRES_URL"]
 
-    init(scopes: Int = 1) async throws {
-        guard let url = Self.adminURL else {
+    /// A fixture on the server of LOGBOOK_POSTGRES_URL, or on the one `url` names (its
+    /// superuser's URL).
+    init(scopes: Int = 1, url: String? = nil) async throws {
+        guard let url = url ?? Self.adminURL else {
             throw SyncError(
                 .notConfigured, "LOGBOOK_POSTGRES_URL is not set: run the tests with .ci/test, which starts a server")
         }

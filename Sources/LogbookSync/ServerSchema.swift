@@ -281,15 +281,25 @@ public enum SyncServer {
         }
     }
 
-    /// Refuses servers older than PostgreSQL 12.
-    static func checkVersion(_ connection: PostgresConnection, _ logger: Logger, _ endpoint: Endpoint) async throws {
+    /// Refuses servers older than PostgreSQL 12 (`minimum`, as `server_version_num` gives it).
+    static func checkVersion(
+        _ connection: PostgresConnection, _ logger: Logger, _ endpoint: Endpoint, minimum: Int = 120_000
+    ) async throws {
         let rows = try await connection.query("SHOW server_version_num", logger: logger)
         for try await (text) in rows.decode(String.self) {
-            guard let n = Int(text), n >= 120_000 else {
+            guard let n = Int(text), n >= minimum else {
                 throw SyncError(
-                    .incompatibleServer, "\(endpoint.redacted) runs PostgreSQL \(text); Logbook Sync needs 12 or later")
+                    .incompatibleServer,
+                    "\(endpoint.redacted) runs PostgreSQL \(Self.versionName(text)); Logbook Sync needs \(minimum / 10_000) or later"
+                )
             }
         }
+    }
+
+    /// "150004" as "15.4" (a `server_version_num`; as given when it is not one).
+    static func versionName(_ number: String) -> String {
+        guard let n = Int(number), n >= 100_000 else { return number }
+        return "\(n / 10_000).\(n % 10_000)"
     }
 
     /// Compares the server's columns with the model's: a column of another type is an error;

@@ -121,3 +121,25 @@ import Testing
         }
     }
 }
+
+/// The server's version: PostgreSQL 12 or later (CI runs the sync tests on 15 and 16).
+@Suite struct ServerVersionTests {
+    /// A server of a major version older than the one needed is refused with a clear error
+    /// (the running server, checked against a minimum above its own version).
+    @Test func aServerOlderThanNeededIsRefusedClearly() async throws {
+        try await SyncFixture.with { f in
+            let own = try #require(Int(try await f.rows("SHOW server_version_num").first ?? ""))
+            #expect(SyncServer.versionName(String(own)).hasPrefix("\(own / 10_000)."))
+            try await SyncServer.withConnection(f.admin, doing: "test") { c, logger in
+                try await SyncServer.checkVersion(c, logger, f.admin.endpoint)
+                do {
+                    try await SyncServer.checkVersion(c, logger, f.admin.endpoint, minimum: own + 10_000)
+                    Issue.record("a server older than the minimum was accepted")
+                } catch let e as SyncError {
+                    #expect(e.code == .incompatibleServer)
+                    #expect(e.description.contains("needs \(own / 10_000 + 1) or later"), "\(e)")
+                }
+            }
+        }
+    }
+}

@@ -138,7 +138,7 @@ extension ManagedObjectContext {
             // The record was read by the fetch that made the object: decode it.
             let layout = object.layout
             do {
-                object.slots = try arena.slots(offset: object.rawOffset, count: object.rawCount, layout: layout) {
+                object.slots = try arena.slots(index: object.rawIndex, layout: layout) {
                     slot in
                     self.storeLayout.keyspace[
                         layout.relationshipDestination[layout.toOne[slot - layout.attributeCount]]]

@@ -73,7 +73,19 @@ public final class ManagedObjectContext: @unchecked Sendable {
         /// The store objects of the context belong to (their IDs name it).
         let identity: StoreIdentity
 
+        /// The version tag the context's objects were last given (`ManagedObject.baseVersion`):
+        /// objects read at one version share it. Used on the context's queue only.
+        private var lastVersionTag: VersionTag?
+
         init(identity: StoreIdentity) { self.identity = identity }
+
+        /// A tag for `version`: the last one made when it is for the same version.
+        func versionTag(_ version: UInt64) -> VersionTag {
+            if let last = lastVersionTag, last.version == version { return last }
+            let tag = VersionTag(version)
+            lastVersionTag = tag
+            return tag
+        }
 
         @inline(__always)
         var context: ManagedObjectContext? { alive ? owner?.takeUnretainedValue() : nil }

@@ -152,8 +152,8 @@ public struct OrderedToMany<Destination: ManagedObject> {
     /// The relationship's name in the model.
     public var key: String { name.string }
 
-    /// A property for the ordered relationship named `key` (held as one word, as `@Managed`
-    /// holds its name).
+    /// A property for the ordered relationship named `key` (held in two bytes, as
+    /// `@Managed` holds its name).
     public init(_ key: StaticString) { name = PropertyName(key) }
 
     /// A property for the ordered relationship named `key`, given as a `String`.

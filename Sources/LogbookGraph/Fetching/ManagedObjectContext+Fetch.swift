@@ -331,25 +331,19 @@ extension ManagedObjectContext {
 
     /// Registered faults for a scan's matches, each keeping its record's bytes (in one arena).
     func faults(_ matches: ScanMatches, layout: EntityLayout, snapshot: Snapshot) -> [ManagedObject] {
-        let arena = RecordArena(matches.bytes)
-        let created = matches.keys.indices.map {
-            recordFault(matches.keys[$0], matches.spans[$0], arena: arena, layout: layout, version: snapshot.version)
-        }
+        let arena = RecordArena(matches.bytes, spans: matches.spans, version: snapshot.version)
+        let created = matches.keys.indices.map { recordFault(matches.keys[$0], $0, arena: arena, layout: layout) }
         register(all: created)
         return created
     }
 
-    /// An unregistered fault for `key` that keeps its record's bytes (`span` of `arena`).
+    /// An unregistered fault for `key` that keeps its record's bytes (record `index` of
+    /// `arena`, read at the arena's version).
     @inline(__always)
-    func recordFault(
-        _ key: UInt64, _ span: (offset: UInt32, count: UInt32), arena: RecordArena, layout: EntityLayout,
-        version: UInt64
-    ) -> ManagedObject {
+    func recordFault(_ key: UInt64, _ index: Int, arena: RecordArena, layout: EntityLayout) -> ManagedObject {
         let o = layout.managedClass.init(
-            ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: [], fault: true, version: version))
-        o.rawArena = arena
-        o.rawOffset = span.offset
-        o.rawCount = span.count
+            ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: [], fault: true))
+        o.attachRecord(arena, index: index)
         return o
     }
 
@@ -477,7 +471,7 @@ extension ManagedObjectContext {
         var objects: [ManagedObject] = []
         objects.reserveCapacity(keys.count)
         let known = registered(keys: keys)
-        let arena = RecordArena(matches.bytes)
+        let arena = RecordArena(matches.bytes, spans: matches.spans, version: snapshot.version)
         let managedClass = layout.managedClass
         var fresh: [ManagedObject] = []
         for i in keys.indices {
@@ -502,7 +496,7 @@ extension ManagedObjectContext {
                 }
                 objects.append(o)
             } else {
-                let o = recordFault(keys[i], matches.spans[i], arena: arena, layout: layout, version: snapshot.version)
+                let o = recordFault(keys[i], i, arena: arena, layout: layout)
                 fresh.append(o)
                 objects.append(o)
             }

@@ -36,23 +36,17 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     // hot fields are turned off.
     /// Attribute slots, then to-one relationship slots. Empty while the object is a fault.
     @exclusivity(unchecked) var slots: [FieldValue]
-    /// The values as last saved (or fetched), kept once the object changes.
-    @exclusivity(unchecked) var committed: [FieldValue]?
-    /// For a fault from a batched fetch: the objects that load with it (its place there is
-    /// `batchSlot`).
-    var batch: FaultBatch?
-    /// The store version the values in `committed` (or `slots`, while unchanged) were read at:
-    /// a save checks for a conflict when another save wrote the record after it.
-    @exclusivity(unchecked) var baseVersion: UInt64 = 0
-    /// For a fault from a direct fetch: its record's bytes, read already (typed reads decode
-    /// single values from them; anything else decodes the whole record).
-    @exclusivity(unchecked) var rawArena: RecordArena?
-    @exclusivity(unchecked) var rawOffset: UInt32 = 0
-    @exclusivity(unchecked) var rawCount: UInt32 = 0
-    // The small fields last, together: no padding between them (the instance is 93 bytes, and
-    // a subclass's three `@Managed` properties end it at 120: a 128-byte malloc chunk).
-    var batchSlot: Int32 = -1
+    /// The object's less-used state, in one reference (see `Side`): most objects need only
+    /// its kind, so it costs them one word, not the five it took as fields of their own.
+    @exclusivity(unchecked) var side: AnyObject?
+    /// The object's place in `side` when that is a fetch's arena (its record's span) or a
+    /// fault batch (its slot there).
+    @exclusivity(unchecked) var sideIndex: UInt32 = 0
+    // The small fields last, together: no padding between them (the instance is 62 bytes, and
+    // a subclass's three `@Managed` properties, two bytes each, end it at 68: an 80-byte malloc
+    // chunk).
     @exclusivity(unchecked) var flags: Flags
+    @exclusivity(unchecked) var sideKind: Side = .none
 
     /// Sets the state flags, keeping `.registered` as it is: only registering and deinit
     /// change it, and an object still in its context's registry must leave it when it goes
@@ -83,7 +77,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
         token = bootstrap.token
         slots = bootstrap.slots
         flags = bootstrap.fault ? [.fault] : []
-        baseVersion = bootstrap.version
+        if bootstrap.version != 0 { baseVersion = bootstrap.version }
     }
 
     /// What a context hands a new object (opaque to subclasses).
@@ -169,9 +163,9 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The value of an attribute or relationship: the attribute's Swift value, the related
     /// object of a to-one relationship, a `Set<ManagedObject>` for a to-many relationship.
     public func value(forKey key: String) throws -> Any? {
-        if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive,
+        if sideKind == .arena, flags == [.fault, .registered] || flags == .fault, token.alive,
             let slot = layout.slot(named: key), slot < layout.attributeCount,
-            let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout)
+            let value = recordArena.slot(slot, index: sideIndex, layout: layout)
         {
             // An attribute straight from the record the fetch read: the object stays a fault.
             let type = layout.entity.attributes[slot].type
@@ -417,8 +411,8 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             if flags.contains(.fault) || flags.contains(.invalid) { _ = try? checkUsable(key()) }
             return nil
         }
-        if let arena = rawArena, flags == [.fault, .registered] || flags == .fault, token.alive,
-            let value = arena.slot(slot, offset: rawOffset, count: rawCount, layout: layout)
+        if sideKind == .arena, flags == [.fault, .registered] || flags == .fault, token.alive,
+            let value = recordArena.slot(slot, index: sideIndex, layout: layout)
         {
             // A value straight from the record's bytes: the object stays a fault. (When the
             // bytes cannot give it, the object is fulfilled below, as `value(forKey:)` does.)

@@ -237,42 +237,6 @@ extension Optional: AttributeValue where Wrapped: AttributeValue {
 /// Reading a non-optional property that has no value gives `absentValue` ("" or 0); the
 /// save reports the missing required value. A setter cannot throw: an error (an object used
 /// after its context was reset…) is reported by the next `save()`.
-/// The name of the attribute a `@Managed` property stands for, held in one word: a pointer to
-/// its NUL-terminated UTF-8 bytes, which live as long as the process (a string literal's own
-/// bytes, or a copy made once for each distinct name given as a `String`). A `String` would
-/// take two words in every object for every such property: 32 MB in a million objects of
-/// three properties, past a malloc size class.
-@usableFromInline
-struct PropertyName {
-    @usableFromInline let utf8: UnsafePointer<CChar>
-
-    init(_ literal: StaticString) {
-        if literal.hasPointerRepresentation && literal.utf8Start[literal.utf8CodeUnitCount] == 0 {
-            utf8 = UnsafeRawPointer(literal.utf8Start).assumingMemoryBound(to: CChar.self)
-        } else {
-            utf8 = Self.intern(literal.description)
-        }
-    }
-
-    init(_ string: String) { utf8 = Self.intern(string) }
-
-    /// The name as a `String`.
-    var string: String { String(cString: utf8) }
-
-    /// The copies of the names given as `String`s, by name; never freed (names are few, and
-    /// every object of a class points at its class's).
-    private static let interned = Locked<[String: UnsafePointer<CChar>]>([:])
-
-    private static func intern(_ name: String) -> UnsafePointer<CChar> {
-        interned.withLock { table in
-            if let p = table[name] { return p }
-            let p = UnsafePointer(strdup(name)!)
-            table[name] = p
-            return p
-        }
-    }
-}
-
 @propertyWrapper
 public struct Managed<Value: AttributeValue> {
     @usableFromInline let name: PropertyName
@@ -280,12 +244,12 @@ public struct Managed<Value: AttributeValue> {
     /// The attribute's name in the model.
     public var key: String { name.string }
 
-    /// A property for the attribute named `key`. A literal name is held as a pointer to the
-    /// literal's bytes: the property takes one word in each object.
+    /// A property for the attribute named `key`, held as the name's two-byte id
+    /// (`PropertyName`): the property takes two bytes in each object.
     public init(_ key: StaticString) { name = PropertyName(key) }
 
-    /// A property for the attribute named `key`, given as a `String` (held as a pointer to a
-    /// copy made once per distinct name).
+    /// A property for the attribute named `key`, given as a `String` (held as its id, as a
+    /// literal is).
     @_disfavoredOverload
     public init(_ key: String) { name = PropertyName(key) }
 
@@ -329,7 +293,7 @@ public struct Transformable<Value> {
     /// The attribute's name in the model.
     public var key: String { name.string }
 
-    /// A property for the transformable attribute named `key` (held as one word, as `@Managed` holds its name).
+    /// A property for the transformable attribute named `key` (held in two bytes, as `@Managed` holds its name).
     public init(_ key: StaticString) { name = PropertyName(key) }
 
     /// A property for the transformable attribute named `key`, given as a `String`.
@@ -366,7 +330,7 @@ public struct ToOne<Destination: ManagedObject> {
     /// The relationship's name in the model.
     public var key: String { name.string }
 
-    /// A property for the to-one relationship named `key` (held as one word, as `@Managed` holds its name).
+    /// A property for the to-one relationship named `key` (held in two bytes, as `@Managed` holds its name).
     public init(_ key: StaticString) { name = PropertyName(key) }
 
     /// A property for the to-one relationship named `key`, given as a `String`.
@@ -404,7 +368,7 @@ public struct ToMany<Destination: ManagedObject> {
     /// The relationship's name in the model.
     public var key: String { name.string }
 
-    /// A property for the to-many relationship named `key` (held as one word, as `@Managed` holds its name).
+    /// A property for the to-many relationship named `key` (held in two bytes, as `@Managed` holds its name).
     public init(_ key: StaticString) { name = PropertyName(key) }
 
     /// A property for the to-many relationship named `key`, given as a `String`.

@@ -21,10 +21,11 @@ final class EntityLayout: Sendable {
     let defaultSlots: [FieldValue]
     /// Names by slot.
     let slotNames: [String]
-    /// The slot names as NUL-terminated UTF-8, one after another, and where each starts: a
-    /// `@Managed` property's name is compared with them as C strings.
-    let slotNameBytes: [CChar]
-    let slotNameStarts: [Int]
+    /// The ids of the slot names (`PropertyName`): a `@Managed` property's name is compared
+    /// with them as numbers.
+    let slotNameIDs: [UInt16]
+    /// Slots by name id, for entities of more than 16 slots.
+    let slotByNameID: [UInt16: Int]
     /// Storage kinds by slot.
     let slotKinds: [SlotKind]
     /// What save checks, precomputed: slots that must have a value, attributes with rules,
@@ -75,14 +76,9 @@ final class EntityLayout: Sendable {
         }
         self.defaultSlots = defaults
         self.slotNames = entity.attributes.map(\.name) + toOne.map { entity.relationships[$0].name }
-        var nameBytes: [CChar] = []
-        var nameStarts: [Int] = []
-        for name in slotNames {
-            nameStarts.append(nameBytes.count)
-            nameBytes.append(contentsOf: name.utf8CString)
-        }
-        self.slotNameBytes = nameBytes
-        self.slotNameStarts = nameStarts
+        let nameIDs = slotNames.map(PropertyNames.id)
+        self.slotNameIDs = nameIDs
+        self.slotByNameID = nameIDs.count > 16 ? Dictionary(zip(nameIDs, nameIDs.indices)) { a, _ in a } : [:]
         // A to-one relationship to an entity with sub-entities records the keyspace too.
         self.slotKinds = Self.kinds(
             entity,
@@ -261,16 +257,13 @@ final class EntityLayout: Sendable {
     }
 
     /// The slot of the attribute or to-one relationship a `@Managed` property names.
+    @inline(__always)
     func slot(named name: PropertyName) -> Int? {
-        if slotNameStarts.count <= 16 {
-            return slotNameBytes.withUnsafeBufferPointer { bytes in
-                for i in slotNameStarts.indices where strcmp(bytes.baseAddress! + slotNameStarts[i], name.utf8) == 0 {
-                    return i
-                }
-                return nil
-            }
+        if slotNameIDs.count <= 16 {
+            for i in slotNameIDs.indices where slotNameIDs[i] == name.id { return i }
+            return nil
         }
-        return slotByName[name.string]
+        return slotByNameID[name.id]
     }
 
     /// The relationship named `key` (its index in the entity's relationships), found the way

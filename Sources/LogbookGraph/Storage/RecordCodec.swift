@@ -7,25 +7,35 @@ import LogbookEngine
 final class RecordArena: @unchecked Sendable {
     // @unchecked: never mutated after init.
     let bytes: [UInt8]
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    /// Each record's place in `bytes`; an object made from record `i` knows only `i`.
+    let spans: [(offset: UInt32, count: UInt32)]
+    /// The store version the records were read at.
+    let version: UInt64
 
-    /// One attribute of the record at `offset` (nil when the record is malformed).
-    func slot(_ index: Int, offset: UInt32, count: UInt32, layout: EntityLayout) -> FieldValue? {
-        bytes.withUnsafeBytes { all in
+    init(_ bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)], version: UInt64) {
+        self.bytes = bytes
+        self.spans = spans
+        self.version = version
+    }
+
+    /// One attribute of record `index` (nil when the record is malformed).
+    func slot(_ slot: Int, index: UInt32, layout: EntityLayout) -> FieldValue? {
+        let span = spans[Int(index)]
+        return bytes.withUnsafeBytes { all in
             layout.slotKinds.withUnsafeBufferPointer { kinds in
                 try? RecordCodec.decodeSlot(
-                    UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), index, kinds: kinds)
+                    UnsafeRawBufferPointer(rebasing: all[Int(span.offset)..<Int(span.offset + span.count)]), slot,
+                    kinds: kinds)
             }
         }
     }
 
-    /// The whole record at `offset`.
-    func slots(offset: UInt32, count: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws
-        -> [FieldValue]
-    {
-        try bytes.withUnsafeBytes { all in
+    /// The whole of record `index`.
+    func slots(index: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws -> [FieldValue] {
+        let span = spans[Int(index)]
+        return try bytes.withUnsafeBytes { all in
             try RecordCodec.decode(
-                UnsafeRawBufferPointer(rebasing: all[Int(offset)..<Int(offset + count)]), layout: layout,
+                UnsafeRawBufferPointer(rebasing: all[Int(span.offset)..<Int(span.offset + span.count)]), layout: layout,
                 destinationKeyspace: destinationKeyspace)
         }
     }

@@ -23,8 +23,15 @@ final class MisnamedPerson: ManagedObject {
     @Managed("naïveName") var naive: String
 }
 
-/// `@Managed` holds its attribute's name in one word (a literal's own bytes, or a copy of a
-/// `String` made once); properties named either way read and write their attributes.
+/// An entity of more than 16 attributes (its slots are found by id in a table, not by a scan).
+final class WideRecord: ManagedObject {
+    @Managed("field0") var first: String
+    @Managed("field19") var last: Int64
+}
+
+/// `@Managed` holds its attribute's name as a two-byte id (`PropertyName`: one id for a name
+/// given as a literal or as a `String`); properties named either way read and write their
+/// attributes.
 @Suite struct ManagedPropertyNameTests {
     private func model(_ type: ManagedObject.Type) throws -> ManagedObjectModel {
         try ManagedObjectModel {
@@ -37,7 +44,7 @@ final class MisnamedPerson: ManagedObject {
     }
 
     @Test func literalAndStringNamesReadAndWriteTheirAttributes() throws {
-        #expect(MemoryLayout<Managed<String>>.size == MemoryLayout<UnsafeRawPointer>.size)
+        #expect(MemoryLayout<Managed<String>>.size == MemoryLayout<UInt16>.size)
         let store = TemporaryStore()
         do {
             let container = try makeContainer(store, model: model(NamedPerson.self))
@@ -86,5 +93,26 @@ final class MisnamedPerson: ManagedObject {
             return e?.code == .unknownKey && e?.message.contains("naïveName") == true
         }
         #expect(try container.newContext(concurrencyType: .confinement).count(for: FetchRequest<MisnamedPerson>()) == 0)
+    }
+
+    @Test func anEntityOfManyAttributesFindsItsPropertiesByID() throws {
+        let model = try ManagedObjectModel {
+            EntityDescription("WideRecord", class: WideRecord.self) {
+                for i in 0..<19 { AttributeDescription("field\(i)", .string, optional: true) }
+                AttributeDescription("field19", .int64)
+            }
+        }
+        let store = TemporaryStore()
+        let container = try makeContainer(store, model: model)
+        let context = container.newContext(concurrencyType: .confinement)
+        let r = try context.insert(WideRecord.self)
+        r.first = "a"
+        r.last = 42
+        try context.save()
+        let other = container.newContext(concurrencyType: .confinement)
+        let read = try #require(try other.fetch(FetchRequest<WideRecord>()).first)
+        #expect(read.first == "a" && read.last == 42)
+        #expect(try read.value(forKey: "field19") as? Int64 == 42)
+        try container.close()
     }
 }

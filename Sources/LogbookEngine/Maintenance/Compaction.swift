@@ -17,11 +17,10 @@ extension Store {
         guard let sealed = try sealForCompaction(floor: floor) else { return .nothing }
         var output = CompactionWriter(store: self, version: sealed.state.version)
         try rewriteLive(of: sealed, into: &output)
-        let switchStarted = ContinuousClock.now
-        let (bytesAfter, removedCount) = try switchToCompacted(sealed, output: &output)
+        var switchDuration = Duration.zero
+        let (bytesAfter, removedCount) = try switchToCompacted(sealed, output: &output, held: &switchDuration)
         // 4. A fresh checkpoint, so that the next open need not replay the compacted segments.
         let checkpointStarted = ContinuousClock.now
-        let switchDuration = checkpointStarted - switchStarted
         try writeCheckpoint()
         let finished = ContinuousClock.now
         func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
@@ -198,8 +197,11 @@ extension Store {
     }
 
     /// Phase 3: the new segments switched in with one manifest; returns the bytes they hold
-    /// and how many sealed segments went.
-    private func switchToCompacted(_ sealed: SealedSegments, output: inout CompactionWriter) throws -> (Int, Int) {
+    /// and how many sealed segments went, and sets `held` to how long the writer's lock was
+    /// held for it (the remap before it runs outside the lock and is not counted).
+    private func switchToCompacted(
+        _ sealed: SealedSegments, output: inout CompactionWriter, held: inout Duration
+    ) throws -> (Int, Int) {
         // 3. Switch: remap the locations that still point into sealed segments, then one manifest.
         let written = output.files
         let sealedState = sealed.state
@@ -222,9 +224,11 @@ extension Store {
         options.beforeCompactionSwitch?()
         options.pausePoint?(.compactionRewritten)
         return try writer.withLock { writerState -> (Int, Int) in
+            let locked = ContinuousClock.now
+            defer { held = ContinuousClock.now - locked }
             // Under the commit lock, after the commits of other writers, whose keys join those
             // the commits of this process touched.
-            try withCommitLock(&writerState) { writerState -> (Int, Int) in
+            return try withCommitLock(&writerState) { writerState -> (Int, Int) in
                 let touched = writerState.compactionTouched ?? []
                 writerState.compactionTouched = nil
                 do { try writerState.checkWritable() } catch {

@@ -146,6 +146,17 @@ extension ManagedObject {
     @inline(__always)
     var recordArena: RecordArena { unsafeDowncast(side.unsafelyUnwrapped, to: RecordArena.self) }
 
+    /// One attribute from the object's record in the fetch's arena (`sideKind` is `.arena`),
+    /// without a retain and release of the arena: the object holds it through `side`, which
+    /// the read does not change (a typed read of a million fetched objects pays a pair less
+    /// each).
+    @inline(__always)
+    func arenaSlot(_ slot: Int) -> FieldValue? {
+        let arena = Unmanaged<RecordArena>.fromOpaque(
+            UnsafeRawPointer(Unmanaged.passUnretained(side.unsafelyUnwrapped).toOpaque()))
+        return arena._withUnsafeGuaranteedRef { $0.slot(slot, index: sideIndex, layout: layout) }
+    }
+
     @inline(__always)
     private var extras: ObjectExtras { unsafeDowncast(side.unsafelyUnwrapped, to: ObjectExtras.self) }
 

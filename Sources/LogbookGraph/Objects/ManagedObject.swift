@@ -82,9 +82,12 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     /// What a context hands a new object (opaque to subclasses).
     public struct Bootstrap {
-        let layout: EntityLayout
+        // Unretained: a context makes a bootstrap and the object at once, holding the layout
+        // and its token meanwhile, so the bootstrap need not retain them (the object does).
+        // A fetch of millions of objects saves a retain and a release of each per object.
+        unowned(unsafe) let layout: EntityLayout
         let key: UInt64
-        let token: ManagedObjectContext.Token
+        unowned(unsafe) let token: ManagedObjectContext.Token
         let slots: [FieldValue]
         let fault: Bool
         /// The store version the slots were read at (0: not read from the store).
@@ -165,7 +168,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public func value(forKey key: String) throws -> Any? {
         if sideKind == .arena, flags == [.fault, .registered] || flags == .fault, token.alive,
             let slot = layout.slot(named: key), slot < layout.attributeCount,
-            let value = recordArena.slot(slot, index: sideIndex, layout: layout)
+            let value = arenaSlot(slot)
         {
             // An attribute straight from the record the fetch read: the object stays a fault.
             let type = layout.entity.attributes[slot].type
@@ -412,7 +415,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
             return nil
         }
         if sideKind == .arena, flags == [.fault, .registered] || flags == .fault, token.alive,
-            let value = recordArena.slot(slot, index: sideIndex, layout: layout)
+            let value = arenaSlot(slot)
         {
             // A value straight from the record's bytes: the object stays a fault. (When the
             // bytes cannot give it, the object is fulfilled below, as `value(forKey:)` does.)

@@ -75,7 +75,10 @@ enum KeyProbe {
     /// The key that `keyPath` reads on objects of `type`, or nil when it reads none.
     static func key<T: ManagedObject>(of keyPath: PartialKeyPath<T>, in type: T.Type) -> String? {
         let token = ManagedObjectContext.Token(identity: identity)
-        let probe = type.init(ManagedObject.Bootstrap(layout: layout, key: 0, token: token, slots: [], fault: false))
+        // The bootstrap holds the token unretained: kept alive until the object holds it.
+        let probe = withExtendedLifetime(token) {
+            type.init(ManagedObject.Bootstrap(layout: layout, key: 0, token: token, slots: [], fault: false))
+        }
         probe.flags = [.invalid, .probe]
         _ = probe[keyPath: keyPath]
         return recorded.withLock { $0.removeValue(forKey: ObjectIdentifier(probe)) }

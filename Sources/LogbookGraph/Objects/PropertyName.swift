@@ -58,13 +58,19 @@ enum PropertyNames {
 
     private static let table = Table()
 
+    /// The place in the table where the probes for a literal at `address` begin.
+    @inline(__always)
+    private static func home(of address: UInt) -> Int {
+        Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> UInt(UInt.bitWidth - tableBits))
+    }
+
     /// The id of the name a literal holds: found by its address, without a lock, once seen.
     @inline(__always)
     static func id(literal: StaticString) -> UInt16 {
         let address = UInt(bitPattern: literal.utf8Start)
         let count = literal.utf8CodeUnitCount
         let mask = (1 << tableBits) - 1
-        var h = Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> UInt(UInt.bitWidth - tableBits))
+        var h = home(of: address)
         for _ in 0..<probes {
             let seen = table.addresses[h].load(ordering: .acquiring)
             if seen == address && table.counts[h] == count { return table.ids[h] }
@@ -82,7 +88,7 @@ enum PropertyNames {
         return table.byName.withLock { byName in
             let id = intern(name, &byName)
             let mask = (1 << tableBits) - 1
-            var h = Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> UInt(UInt.bitWidth - tableBits))
+            var h = home(of: address)
             for _ in 0..<probes {
                 let seen = table.addresses[h].load(ordering: .acquiring)
                 if seen == address && table.counts[h] == literal.utf8CodeUnitCount { break }

@@ -3,11 +3,17 @@ import LogbookEngine
 
 /// The bytes of the records one fetch read, which its objects decode from on first use
 /// (Core Data's row cache, per fetch): immutable once made.
+///
+/// Two forms: the records with a span for each (a scan's matches, `spans` not empty; an
+/// object's index is its record's number), or the records each after its length as a varint
+/// (`spans` empty; an object's index is the offset of its record's length). The second costs
+/// a record one byte where a span costs eight: a direct fetch of many objects makes its
+/// arenas so, a chunk of records each (see `ManagedObjectContext.streamedFaults`).
 // @unchecked: immutable once made; shared by the fetch's objects, only read.
 final class RecordArena: @unchecked Sendable {
     // @unchecked: never mutated after init.
     let bytes: [UInt8]
-    /// Each record's place in `bytes`; an object made from record `i` knows only `i`.
+    /// Each record's place in `bytes`, or empty when each record follows its length.
     let spans: [(offset: UInt32, count: UInt32)]
     /// The store version the records were read at.
     let version: UInt64
@@ -18,25 +24,45 @@ final class RecordArena: @unchecked Sendable {
         self.version = version
     }
 
+    /// Records each after its length as a varint.
+    init(lengthPrefixed bytes: [UInt8], version: UInt64) {
+        self.bytes = bytes
+        self.spans = []
+        self.version = version
+    }
+
     /// One attribute of record `index` (nil when the record is malformed).
     func slot(_ slot: Int, index: UInt32, layout: EntityLayout) -> FieldValue? {
-        let span = spans[Int(index)]
-        return bytes.withUnsafeBytes { all in
+        withRecord(index) { record in
             layout.slotKinds.withUnsafeBufferPointer { kinds in
-                try? RecordCodec.decodeSlot(
-                    UnsafeRawBufferPointer(rebasing: all[Int(span.offset)..<Int(span.offset + span.count)]), slot,
-                    kinds: kinds)
+                try? RecordCodec.decodeSlot(record, slot, kinds: kinds)
             }
         }
     }
 
     /// The whole of record `index`.
     func slots(index: UInt32, layout: EntityLayout, destinationKeyspace: (Int) -> UInt16) throws -> [FieldValue] {
-        let span = spans[Int(index)]
-        return try bytes.withUnsafeBytes { all in
-            try RecordCodec.decode(
-                UnsafeRawBufferPointer(rebasing: all[Int(span.offset)..<Int(span.offset + span.count)]), layout: layout,
-                destinationKeyspace: destinationKeyspace)
+        try withRecord(index) { record in
+            try RecordCodec.decode(record, layout: layout, destinationKeyspace: destinationKeyspace)
+        }
+    }
+
+    /// Calls `body` with the bytes of record `index` (empty when its length is damaged).
+    @inline(__always)
+    private func withRecord<R>(_ index: UInt32, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try bytes.withUnsafeBytes { all in
+            var start: Int
+            let count: Int
+            if spans.isEmpty {
+                start = Int(index)
+                count = (try? RecordCodec.length(all, &start)) ?? 0
+            } else {
+                let span = spans[Int(index)]
+                start = Int(span.offset)
+                count = Int(span.count)
+            }
+            let end = count <= all.count - start ? start + count : all.count
+            return try body(UnsafeRawBufferPointer(rebasing: all[start..<end]))
         }
     }
 }

@@ -22,13 +22,7 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The entity name a subclass stands for (its type name unless overridden).
     open class var entityName: String { String(describing: self) }
 
-    /// The object's entity and context, in one reference shared by the context's objects of
-    /// the entity (`ObjectBinding`): a word and a retain per object where the two took two.
-    let binding: ObjectBinding
-    /// The entity's layout.
-    var layout: EntityLayout {
-        @inline(__always) get { binding.layout }
-    }
+    let layout: EntityLayout
     /// The engine key (keyspace and serial): the object's identity within its store.
     @exclusivity(unchecked) package var engineKey: UInt64
     /// The object's identity (its store comes from the context's token: objects need not
@@ -36,19 +30,18 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public var objectID: ObjectID { ObjectID(store: token.identity, key: engineKey) }
     /// The context, through a token that knows whether the context still exists (cheaper on
     /// every access than a weak reference).
-    var token: ManagedObjectContext.Token {
-        @inline(__always) get { binding.token }
-    }
+    let token: ManagedObjectContext.Token
     var contextRef: ManagedObjectContext? { token.context }
     // Objects are confined to their context's queue: the runtime exclusivity checks on these
     // hot fields are turned off.
-    /// The values (`slots`), or, while the object is a fault that has none, its place in
-    /// `side` (`sideIndex`): one word for the two, as a fault needs no values and an object
-    /// with values no place (see `ManagedObject+Side.swift`).
-    @exclusivity(unchecked) var payload: Payload
+    /// Attribute slots, then to-one relationship slots. Empty while the object is a fault.
+    @exclusivity(unchecked) var slots: [FieldValue]
     /// The object's less-used state, in one reference (see `Side`): most objects need only
     /// its kind, so it costs them one word, not the five it took as fields of their own.
     @exclusivity(unchecked) var side: AnyObject?
+    /// The object's place in `side` when that is a fetch's arena (its record's span) or a
+    /// fault batch (its slot there).
+    @exclusivity(unchecked) var sideIndex: UInt32 = 0
     // The small fields last, together: no padding between them (the instance is 62 bytes, and
     // a subclass's three `@Managed` properties, two bytes each, end it at 68: an 80-byte malloc
     // chunk).
@@ -79,20 +72,22 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     /// Made by contexts only.
     public required init(_ bootstrap: Bootstrap) {
-        binding = bootstrap.binding
+        layout = bootstrap.layout
         engineKey = bootstrap.key
-        payload = .values(bootstrap.slots)
+        token = bootstrap.token
+        slots = bootstrap.slots
         flags = bootstrap.fault ? [.fault] : []
         if bootstrap.version != 0 { baseVersion = bootstrap.version }
     }
 
     /// What a context hands a new object (opaque to subclasses).
     public struct Bootstrap {
-        // Unretained: a context makes a bootstrap and the object at once, holding the binding
-        // meanwhile, so the bootstrap need not retain it (the object does). A fetch of
-        // millions of objects saves a retain and a release per object.
-        unowned(unsafe) let binding: ObjectBinding
+        // Unretained: a context makes a bootstrap and the object at once, holding the layout
+        // and its token meanwhile, so the bootstrap need not retain them (the object does).
+        // A fetch of millions of objects saves a retain and a release of each per object.
+        unowned(unsafe) let layout: EntityLayout
         let key: UInt64
+        unowned(unsafe) let token: ManagedObjectContext.Token
         let slots: [FieldValue]
         let fault: Bool
         /// The store version the slots were read at (0: not read from the store).

@@ -289,11 +289,11 @@ extension ManagedObjectContext {
     func streamedFaults(
         index: IndexID, plan: ExecutionPlan, window: ResultWindow, layout: EntityLayout, snapshot: Snapshot
     ) throws -> StreamedFaults {
+        let expected = window.count(
+            of: try snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound))
         var stream = FaultStream(
-            context: self, layout: layout, snapshot: snapshot, window: window,
+            context: self, layout: layout, snapshot: snapshot, window: window, expected: expected,
             checkHeld: registry.withLock { !$0.isEmpty })
-        stream.objects.reserveCapacity(
-            window.count(of: try snapshot.indexCount(index: index, from: plan.lowerBound, to: plan.upperBound)))
         do {
             try snapshot.forEachIndexEntry(
                 index: index, from: plan.lowerBound, to: plan.upperBound, reverse: plan.reverse
@@ -666,15 +666,21 @@ struct FaultStream {
     /// An object of the context is among the keys.
     var held = false
 
-    init(context: ManagedObjectContext, layout: EntityLayout, snapshot: Snapshot, window: ResultWindow, checkHeld: Bool)
-    {
+    /// `expected`: how many objects the walk should make (the chunk's arrays are no larger:
+    /// a fetch of ten objects does not set aside room for 8,192).
+    init(
+        context: ManagedObjectContext, layout: EntityLayout, snapshot: Snapshot, window: ResultWindow,
+        expected: Int, checkHeld: Bool
+    ) {
         self.context = context
         self.layout = layout
         self.token = context.token
         self.snapshot = snapshot
         self.checkHeld = checkHeld
-        keys.reserveCapacity(ManagedObjectContext.streamChunk)
-        offsets = [UInt32](repeating: .max, count: ManagedObjectContext.streamChunk)
+        objects.reserveCapacity(expected)
+        let room = min(ManagedObjectContext.streamChunk, max(expected, 1))
+        keys.reserveCapacity(room)
+        offsets = [UInt32](repeating: .max, count: room)
         skip = window.offset
         remaining = window.limit > 0 ? window.limit : .max
     }
@@ -698,6 +704,10 @@ struct FaultStream {
         if checkHeld && context.registry.withLock({ [keys] table in keys.contains { table[$0] != nil } }) {
             held = true
             return
+        }
+        if offsets.count < keys.count {
+            // More keys than the index counted (it cannot: the snapshot does not change).
+            offsets += repeatElement(.max, count: keys.count - offsets.count)
         }
         scratch.removeAll(keepingCapacity: true)
         try snapshot.forEachValue(forKeys: keys) { i, _, raw in

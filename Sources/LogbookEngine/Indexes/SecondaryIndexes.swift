@@ -52,6 +52,9 @@ struct SecondaryIndexes: Sendable {
     /// Whether the indexes are built (false while they are only in the checkpoint).
     var isBuilt: Bool { deferred?.isBuilt ?? true }
 
+    /// Whether reads in place have decoded enough entries to start the build (tests).
+    var readsStartedBuild: Bool { deferred?.readsStartedBuild ?? false }
+
     /// Waits for the check of deferred indexes, and throws when they could not be had: their
     /// section failed its check and the journal could not give them either
     /// (`DeferredIndexes`). What reads or changes `all` calls this first.
@@ -297,6 +300,9 @@ final class DeferredIndexes: Sendable {
         }
         return .encoded(EncodedIndex(bytes: bytes, section: section, owner: self))
     }
+
+    /// Whether the reads in place have started the build (`noteDecoded`).
+    var readsStartedBuild: Bool { reads.withLock { $0.started } }
 
     /// Counts the entries a read in place decoded, and starts the build once they are many
     /// (an eighth of all the entries).

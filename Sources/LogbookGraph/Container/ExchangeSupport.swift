@@ -47,7 +47,7 @@ extension ManagedObjectContext {
         }
         try container.noteSerial(serial, entity: layout.index)
         let object = layout.managedClass.init(
-            ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
+            ManagedObject.Bootstrap(binding: binding(layout), key: key, slots: layout.defaultSlots, fault: false))
         willChange(object)
         object.flags.insert(.inserted)
         inserted.append(object)

@@ -176,7 +176,7 @@ extension ManagedObjectContext {
                 continue
             }
             let o = layout.managedClass.init(
-                ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: slots, fault: false))
+                ManagedObject.Bootstrap(binding: binding(layout), key: key, slots: slots, fault: false))
             willChange(o)
             o.flags.insert(.inserted)
             inserted.append(o)

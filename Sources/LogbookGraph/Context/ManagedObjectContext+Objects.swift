@@ -54,7 +54,7 @@ extension ManagedObjectContext {
         }
         let object = layout.managedClass.init(
             ManagedObject.Bootstrap(
-                layout: layout, key: key, token: token, slots: layout.defaultSlots, fault: false))
+                binding: binding(layout), key: key, slots: layout.defaultSlots, fault: false))
         willChange(object)
         object.flags.insert(.inserted)
         // Inserted objects are found through `inserted` until the save registers the ones that
@@ -109,7 +109,7 @@ extension ManagedObjectContext {
         if let o = registered(key) { return o }
         let object = layout.managedClass.init(
             ManagedObject.Bootstrap(
-                layout: layout, key: key, token: token, slots: slots, fault: false, version: version))
+                binding: binding(layout), key: key, slots: slots, fault: false, version: version))
         register(object)
         return object
     }
@@ -137,9 +137,9 @@ extension ManagedObjectContext {
         if let arena = object.rawArena {
             // The record was read by the fetch that made the object: decode it.
             let layout = object.layout
+            let slots: [FieldValue]
             do {
-                object.slots = try arena.slots(index: object.rawIndex, layout: layout) {
-                    slot in
+                slots = try arena.slots(index: object.rawIndex, layout: layout) { slot in
                     self.storeLayout.keyspace[
                         layout.relationshipDestination[layout.toOne[slot - layout.attributeCount]]]
                 }
@@ -148,7 +148,9 @@ extension ManagedObjectContext {
                     .store, "the record of \(layout.name) \(EngineKey(rawValue: object.engineKey).id) is malformed",
                     entity: layout.name)
             }
+            // The arena left first: its place in `payload` is not needed once the values are there.
             object.rawArena = nil
+            object.slots = slots
             object.flags.remove(.fault)
             return
         }

@@ -104,7 +104,7 @@ extension ManagedObjectContext {
             let destination = declared.inTree ? (layout(forKey: key) ?? declared) : declared
             let o = destination.managedClass.init(
                 ManagedObject.Bootstrap(
-                    layout: destination, key: key, token: token, slots: [], fault: true))
+                    binding: binding(destination), key: key, slots: [], fault: true))
             batch!.append(o)
             register(o)
             result.append(o)

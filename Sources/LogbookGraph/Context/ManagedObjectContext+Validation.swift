@@ -33,12 +33,13 @@ extension ManagedObjectContext {
         for object in inserted.values { check(object) }
         for object in updated.values where !object.flags.contains(.fault) { check(object) }
         func check(_ object: ManagedObject) {
-            let layout = object.layout
-            for i in layout.requiredSlots where object.slots[i].isNull {
-                fail(object, layout.slotNames[i], "a value is required")
+            object.withLayout { layout in
+                for i in layout.requiredSlots where object.slots[i].isNull {
+                    fail(object, layout.slotNames[i], "a value is required")
+                }
+                if !layout.ruleSlots.isEmpty { layout.checkRules(object.slots) { fail(object, $0, $1) } }
+                if layout.hasRelationshipRules { checkRelationships(object) }
             }
-            if !layout.ruleSlots.isEmpty { layout.checkRules(object.slots) { fail(object, $0, $1) } }
-            if layout.hasRelationshipRules { checkRelationships(object) }
         }
         func checkRelationships(_ object: ManagedObject) {
             for (r, rel) in object.layout.entity.relationships.enumerated() {

@@ -105,6 +105,13 @@ public final class ManagedObjectContext: @unchecked Sendable {
 
     let registry = Registry()
 
+    /// The binding of each entity (by its layout's index) that the context's objects hold.
+    let bindings: [ObjectBinding]
+
+    /// The binding objects of `layout` hold in this context.
+    @inline(__always)
+    func binding(_ layout: EntityLayout) -> ObjectBinding { bindings[layout.index] }
+
     // Unchecked exclusivity: touched only on the context's queue, never reentrantly (hot paths).
     @exclusivity(unchecked) var inserted = InsertedObjects()
     @exclusivity(unchecked) var updated: [UInt64: ManagedObject] = [:]
@@ -185,6 +192,7 @@ public final class ManagedObjectContext: @unchecked Sendable {
         self.concurrencyType = concurrencyType
         self.parent = parent
         self.token = Token(identity: container.storeLayout.identity)
+        bindings = container.model.layouts.map { [token] in ObjectBinding(layout: $0, token: token) }
         switch concurrencyType {
         case .mainQueue:
             queue = .main

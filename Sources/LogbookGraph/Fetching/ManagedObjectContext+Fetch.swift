@@ -182,7 +182,7 @@ extension ManagedObjectContext {
             }
             let o = layout.managedClass.init(
                 ManagedObject.Bootstrap(
-                    layout: layout, key: key, token: token, slots: [], fault: true))
+                    binding: binding(layout), key: key, slots: [], fault: true))
             batch!.append(o)
             register(o)
             result.append(o)
@@ -322,7 +322,7 @@ extension ManagedObjectContext {
         // Everything the loop needs, taken out of `self` once.
         let destinations = layout.toOne.map { storeLayout.keyspace[layout.relationshipDestination[$0]] }
         let attributeCount = layout.attributeCount
-        let token = self.token
+        let binding = binding(layout)
         let managedClass = layout.managedClass
         let version = snapshot.version
         try RecordCodec.readingRecords(of: layout) {
@@ -331,7 +331,7 @@ extension ManagedObjectContext {
                     let slots = try RecordCodec.decode(raw, kinds: kinds) { destinations[$0 - attributeCount] }
                     let o = managedClass.init(
                         ManagedObject.Bootstrap(
-                            layout: layout, key: key, token: token, slots: slots, fault: false, version: version))
+                            binding: binding, key: key, slots: slots, fault: false, version: version))
                     if inOrder && i == created.count {
                         created.append(o)
                     } else {
@@ -392,17 +392,14 @@ extension ManagedObjectContext {
     /// `arena`, read at the arena's version).
     @inline(__always)
     func recordFault(_ key: UInt64, _ index: Int, arena: RecordArena, layout: EntityLayout) -> ManagedObject {
-        Self.recordFault(key, index, arena: arena, layout: layout, token: token)
+        Self.recordFault(key, index, arena: arena, binding: binding(layout))
     }
 
-    /// `recordFault` for a caller that holds the layout and the context's token (without a
-    /// call on the context).
+    /// `recordFault` for a caller that holds the binding (without a call on the context).
     @inline(__always)
-    static func recordFault(
-        _ key: UInt64, _ index: Int, arena: RecordArena, layout: EntityLayout, token: Token
-    ) -> ManagedObject {
-        let o = layout.managedClass.init(
-            ManagedObject.Bootstrap(layout: layout, key: key, token: token, slots: [], fault: true))
+    static func recordFault(_ key: UInt64, _ index: Int, arena: RecordArena, binding: ObjectBinding) -> ManagedObject {
+        let o = binding.layout.managedClass.init(
+            ManagedObject.Bootstrap(binding: binding, key: key, slots: [], fault: true))
         o.attachRecord(arena, index: index)
         return o
     }
@@ -543,7 +540,7 @@ extension ManagedObjectContext {
                     if let residual {
                         let stored = managedClass.init(
                             ManagedObject.Bootstrap(
-                                layout: layout, key: o.engineKey, token: token, slots: o.committed ?? o.slots,
+                                binding: binding(layout), key: o.engineKey, slots: o.committed ?? o.slots,
                                 fault: false))
                         if try !evaluator.test(residual, object: stored) { continue }
                     }
@@ -607,7 +604,7 @@ extension ManagedObjectContext {
             // The predicate's keys are the fetched entity's: tried once on an empty object of it,
             // so that a key only some sub-entities have is an error naming the fetched entity.
             let probe = layout.managedClass.init(
-                ManagedObject.Bootstrap(layout: layout, key: 0, token: token, slots: layout.defaultSlots, fault: false))
+                ManagedObject.Bootstrap(binding: binding(layout), key: 0, slots: layout.defaultSlots, fault: false))
             var evaluator = PredicateEvaluator(format: p.format)
             do { _ = try evaluator.test(p.node, object: probe) } catch let e as LogbookError
                 where e.code == .invalidPredicate
@@ -647,12 +644,11 @@ struct FaultStream {
     struct TooLarge: Error {}
 
     let context: ManagedObjectContext
-    // Unretained, as in `ManagedObject.Bootstrap` (the context holds both while the stream
-    // lives): an object made is given them without a retain and release of each. (Calls on the
-    // context itself are made once a chunk: it is weakly referenced, so its count is in a side
-    // table, slower to change.)
-    unowned(unsafe) let layout: EntityLayout
-    unowned(unsafe) let token: ManagedObjectContext.Token
+    // Unretained, as in `ManagedObject.Bootstrap` (the context holds it while the stream
+    // lives): an object made is given it without a retain and release. (Calls on the context
+    // itself are made once a chunk: it is weakly referenced, so its count is in a side table,
+    // slower to change.)
+    unowned(unsafe) let binding: ObjectBinding
     let snapshot: Snapshot
     let checkHeld: Bool
     var objects: [ManagedObject] = []
@@ -673,8 +669,7 @@ struct FaultStream {
         expected: Int, checkHeld: Bool
     ) {
         self.context = context
-        self.layout = layout
-        self.token = context.token
+        self.binding = context.binding(layout)
         self.snapshot = snapshot
         self.checkHeld = checkHeld
         objects.reserveCapacity(expected)
@@ -724,7 +719,7 @@ struct FaultStream {
         for i in keys.indices where offsets[i] != .max {
             objects.append(
                 ManagedObjectContext.recordFault(
-                    keys[i], Int(offsets[i]), arena: arena, layout: layout, token: token))
+                    keys[i], Int(offsets[i]), arena: arena, binding: binding))
             offsets[i] = .max
         }
         keys.removeAll(keepingCapacity: true)

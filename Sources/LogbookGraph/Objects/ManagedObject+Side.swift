@@ -23,6 +23,70 @@ extension ManagedObject {
         case none, version, arena, batch, extras
     }
 
+    /// An object's values, or its place in its side while it has none (8 bytes: the index
+    /// takes the array's spare bits).
+    enum Payload {
+        case values([FieldValue])
+        case index(UInt32)
+    }
+
+    /// Attribute slots, then to-one relationship slots. Empty while the object is a fault.
+    ///
+    /// Giving an object values while its side is an arena or a batch, whose place in it
+    /// `payload` held, moves that place to the object's own box first (`ownExtras()`): the
+    /// loads of faults leave their arena or batch before, so that this is rare.
+    var slots: [FieldValue] {
+        // Lent, not returned (a getter's result is owned: a retain and a release of the
+        // array on every read of a value).
+        @inline(__always) _read {
+            switch payload {
+            case .values(let values): yield values
+            case .index: yield[]
+            }
+        }
+        set {
+            keepPlace()
+            payload = .values(newValue)
+        }
+        _modify {
+            keepPlace()
+            // The array moved out (no retain), changed as its only reference (no copy), and
+            // moved back.
+            var held = Payload.index(0)
+            swap(&held, &payload)
+            var values: [FieldValue]
+            switch consume held {
+            case .values(let moved): values = moved
+            case .index: values = []
+            }
+            defer { payload = .values(values) }
+            yield &values
+        }
+    }
+
+    /// The object's place in `side` when that is a fetch's arena (its record's offset or
+    /// number) or a fault batch (its slot there); held in `payload`, which a fault does not
+    /// need for values.
+    var sideIndex: UInt32 {
+        @inline(__always) get {
+            if case .index(let index) = payload { return index }
+            return 0
+        }
+        set { payload = .index(newValue) }
+    }
+
+    /// Whether `payload` holds values (then a place in an arena or batch goes to the box).
+    private var holdsValues: Bool {
+        if case .values(let values) = payload { return !values.isEmpty }
+        return false
+    }
+
+    /// Before `payload` takes values: a place it holds moves to the object's box.
+    @inline(__always)
+    private func keepPlace() {
+        if sideKind == .arena || sideKind == .batch, case .index = payload { _ = ownExtras() }
+    }
+
     /// The values as last saved (or fetched), kept once the object changes.
     var committed: [FieldValue]? {
         @inline(__always) get { sideKind == .extras ? extras.committed : nil }
@@ -47,7 +111,7 @@ extension ManagedObject {
             case (.batch, nil):
                 side = nil
                 sideKind = .none
-            case (.none, let batch?):
+            case (.none, let batch?) where !holdsValues:
                 side = batch
                 sideKind = .batch
                 sideIndex = UInt32(bitPattern: -1)
@@ -130,7 +194,7 @@ extension ManagedObject {
     /// version, which becomes the object's base version).
     @inline(__always)
     func attachRecord(_ arena: RecordArena, index: Int) {
-        if sideKind == .none {
+        if sideKind == .none && !holdsValues {
             side = arena
             sideKind = .arena
             sideIndex = UInt32(index)
@@ -210,4 +274,18 @@ final class ObjectExtras {
 final class VersionTag {
     let version: UInt64
     init(_ version: UInt64) { self.version = version }
+}
+
+/// An entity of a context: what each of the context's objects of the entity holds, in one
+/// reference, for its layout and its context's token. The context makes one per entity when
+/// it is made and holds them; each object holds its own, which keeps the token (and so the
+/// object's identity) and the layout alive after the context goes.
+final class ObjectBinding {
+    let layout: EntityLayout
+    let token: ManagedObjectContext.Token
+
+    init(layout: EntityLayout, token: ManagedObjectContext.Token) {
+        self.layout = layout
+        self.token = token
+    }
 }

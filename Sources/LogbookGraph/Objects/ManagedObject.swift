@@ -22,7 +22,13 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     /// The entity name a subclass stands for (its type name unless overridden).
     open class var entityName: String { String(describing: self) }
 
-    let layout: EntityLayout
+    /// The object's entity and context, in one reference shared by the context's objects of
+    /// the entity (`ObjectBinding`): a word and a retain per object where the two took two.
+    let binding: ObjectBinding
+    /// The entity's layout (on hot paths, `withLayout`).
+    final var layout: EntityLayout {
+        @inline(__always) get { binding.layout }
+    }
     /// The engine key (keyspace and serial): the object's identity within its store.
     @exclusivity(unchecked) package var engineKey: UInt64
     /// The object's identity (its store comes from the context's token: objects need not
@@ -30,20 +36,37 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     public var objectID: ObjectID { ObjectID(store: token.identity, key: engineKey) }
     /// The context, through a token that knows whether the context still exists (cheaper on
     /// every access than a weak reference).
-    let token: ManagedObjectContext.Token
+    final var token: ManagedObjectContext.Token {
+        @inline(__always) get { binding.token }
+    }
     var contextRef: ManagedObjectContext? { token.context }
+
+    /// Runs `body` with the object's layout, lent without a retain: the object holds its
+    /// binding, which holds the layout, but the compiler does not see through the two and
+    /// retained the layout (or the token) around each use: a retain and a release more per
+    /// typed write and two per object in `validate`, counted with uprobes on the runtime
+    /// (docs/benchmarks.md, "Where a fetched object's bytes go").
+    @inline(__always)
+    final func withLayout<R>(_ body: (EntityLayout) throws -> R) rethrows -> R {
+        try Unmanaged.passUnretained(binding.layout)._withUnsafeGuaranteedRef(body)
+    }
+
+    /// Runs `body` with the object's token, lent without a retain (as `withLayout`).
+    @inline(__always)
+    final func withToken<R>(_ body: (ManagedObjectContext.Token) throws -> R) rethrows -> R {
+        try Unmanaged.passUnretained(binding.token)._withUnsafeGuaranteedRef(body)
+    }
     // Objects are confined to their context's queue: the runtime exclusivity checks on these
     // hot fields are turned off.
-    /// Attribute slots, then to-one relationship slots. Empty while the object is a fault.
-    @exclusivity(unchecked) var slots: [FieldValue]
+    /// The values (`slots`), or, while the object is a fault that has none, its place in
+    /// `side` (`sideIndex`): one word for the two, as a fault needs no values and an object
+    /// with values no place (see `ManagedObject+Side.swift`).
+    @exclusivity(unchecked) var payload: Payload
     /// The object's less-used state, in one reference (see `Side`): most objects need only
     /// its kind, so it costs them one word, not the five it took as fields of their own.
     @exclusivity(unchecked) var side: AnyObject?
-    /// The object's place in `side` when that is a fetch's arena (its record's span) or a
-    /// fault batch (its slot there).
-    @exclusivity(unchecked) var sideIndex: UInt32 = 0
-    // The small fields last, together: no padding between them (the instance is 62 bytes, and
-    // a subclass's three `@Managed` properties, two bytes each, end it at 68: an 80-byte malloc
+    // The small fields last, together: no padding between them (the instance is 50 bytes, and
+    // a subclass's three `@Managed` properties, two bytes each, end it at 56: a 64-byte malloc
     // chunk).
     @exclusivity(unchecked) var flags: Flags
     @exclusivity(unchecked) var sideKind: Side = .none
@@ -72,22 +95,20 @@ open class ManagedObject: Hashable, CustomStringConvertible {
 
     /// Made by contexts only.
     public required init(_ bootstrap: Bootstrap) {
-        layout = bootstrap.layout
+        binding = bootstrap.binding
         engineKey = bootstrap.key
-        token = bootstrap.token
-        slots = bootstrap.slots
+        payload = .values(bootstrap.slots)
         flags = bootstrap.fault ? [.fault] : []
         if bootstrap.version != 0 { baseVersion = bootstrap.version }
     }
 
     /// What a context hands a new object (opaque to subclasses).
     public struct Bootstrap {
-        // Unretained: a context makes a bootstrap and the object at once, holding the layout
-        // and its token meanwhile, so the bootstrap need not retain them (the object does).
-        // A fetch of millions of objects saves a retain and a release of each per object.
-        unowned(unsafe) let layout: EntityLayout
+        // Unretained: a context makes a bootstrap and the object at once, holding the binding
+        // meanwhile, so the bootstrap need not retain it (the object does). A fetch of
+        // millions of objects saves a retain and a release per object.
+        unowned(unsafe) let binding: ObjectBinding
         let key: UInt64
-        unowned(unsafe) let token: ManagedObjectContext.Token
         let slots: [FieldValue]
         let fault: Bool
         /// The store version the slots were read at (0: not read from the store).
@@ -431,14 +452,22 @@ open class ManagedObject: Hashable, CustomStringConvertible {
     @usableFromInline
     package func typedWrite(_ key: String, _ convert: (AttributeType) -> FieldValue?) {
         guard !flags.contains(.invalid) else { return }
-        _ = token.withContext { context in typedWrite(layout.slot(named: key), { key }, convert, context) }
+        withToken { token in
+            _ = token.withContext { context in
+                withLayout { layout in typedWrite(layout.slot(named: key), { key }, convert, context) }
+            }
+        }
     }
 
     /// Sets the attribute a `@Managed` property names; errors wait for the next save.
     @usableFromInline
     func typedWrite(_ name: PropertyName, _ convert: (AttributeType) -> FieldValue?) {
         guard !flags.contains(.invalid) else { return }
-        _ = token.withContext { context in typedWrite(layout.slot(named: name), { name.string }, convert, context) }
+        withToken { token in
+            _ = token.withContext { context in
+                withLayout { layout in typedWrite(layout.slot(named: name), { name.string }, convert, context) }
+            }
+        }
     }
 
     @inline(__always)

@@ -74,10 +74,10 @@ enum KeyProbe {
 
     /// The key that `keyPath` reads on objects of `type`, or nil when it reads none.
     static func key<T: ManagedObject>(of keyPath: PartialKeyPath<T>, in type: T.Type) -> String? {
-        let token = ManagedObjectContext.Token(identity: identity)
-        // The bootstrap holds the token unretained: kept alive until the object holds it.
-        let probe = withExtendedLifetime(token) {
-            type.init(ManagedObject.Bootstrap(layout: layout, key: 0, token: token, slots: [], fault: false))
+        let binding = ObjectBinding(layout: layout, token: ManagedObjectContext.Token(identity: identity))
+        // The bootstrap holds the binding unretained: kept alive until the object holds it.
+        let probe = withExtendedLifetime(binding) {
+            type.init(ManagedObject.Bootstrap(binding: binding, key: 0, slots: [], fault: false))
         }
         probe.flags = [.invalid, .probe]
         _ = probe[keyPath: keyPath]

@@ -189,7 +189,7 @@ extension ManagedObjectContext {
                     plan.residual != nil || !computed.isEmpty
                     ? layout.managedClass.init(
                         ManagedObject.Bootstrap(
-                            layout: layout, key: key, token: token, slots: slots, fault: false))
+                            binding: binding(layout), key: key, slots: slots, fault: false))
                     : nil
                 if let residual = plan.residual, let o = detached {
                     let passes = try evaluator.test(residual, object: o)

@@ -143,26 +143,45 @@ import Testing
 
     /// Runs `body` with a throwaway server of its own (`.ci/postgres start`, on a port of its
     /// own), stopped and removed after it: the server's URL and directory.
+    ///
+    /// The port is drawn below the kernel's ephemeral range (`ip_local_port_range`): a port in it
+    /// may be the local end of one of the other tests' connections at that moment, and the server
+    /// then cannot bind it (CI saw a start fail so on port 57,874). A start that fails anyway is
+    /// tried again on another port, up to four times.
     static func withServerOfItsOwn(_ body: (_ url: String, _ dir: String) async throws -> Void) async throws {
-        let dir = NSTemporaryDirectory() + "logbook-pg-own-\(UUID().uuidString.prefix(8).lowercased())"
-        let port = 56_000 + Int.random(in: 0..<2_000)
-        // The script prints the URL once the server runs (system(3)'s status is not read:
-        // another test's process handling may reap the shell first).
-        let status = system("'\(postgresScript)' start '\(dir)' \(port) >'\(dir).url' 2>'\(dir).log'")
-        defer {
-            _ = system("'\(postgresScript)' stop '\(dir)' >/dev/null 2>&1")
-            for path in [dir, dir + ".url", dir + ".log"] { try? FileManager.default.removeItem(atPath: path) }
-        }
-        guard let text = try? String(contentsOfFile: dir + ".url", encoding: .utf8),
-            let url = text.split(separator: "\n").last.map(String.init), url.hasPrefix("postgres://")
-        else {
-            let log = (try? String(contentsOfFile: dir + ".log", encoding: .utf8)) ?? ""
-            Issue.record(
-                "a server of the test's own did not start on port \(port) (.ci/postgres start, status \(status)): \(log)"
-            )
+        var failures: [String] = []
+        for _ in 0..<4 {
+            let dir = NSTemporaryDirectory() + "logbook-pg-own-\(UUID().uuidString.prefix(8).lowercased())"
+            let port = Self.portBelowTheEphemeralRange()
+            // The script prints the URL once the server runs (system(3)'s status is not read:
+            // another test's process handling may reap the shell first).
+            let status = system("'\(postgresScript)' start '\(dir)' \(port) >'\(dir).url' 2>'\(dir).log'")
+            defer {
+                _ = system("'\(postgresScript)' stop '\(dir)' >/dev/null 2>&1")
+                for path in [dir, dir + ".url", dir + ".log"] { try? FileManager.default.removeItem(atPath: path) }
+            }
+            guard let text = try? String(contentsOfFile: dir + ".url", encoding: .utf8),
+                let url = text.split(separator: "\n").last.map(String.init), url.hasPrefix("postgres://")
+            else {
+                let log = (try? String(contentsOfFile: dir + ".log", encoding: .utf8)) ?? ""
+                let server = (try? String(contentsOfFile: dir + "/server.log", encoding: .utf8)) ?? ""
+                failures.append("port \(port) (status \(status)): \(log) \(server.suffix(600))")
+                continue
+            }
+            try await body(url, dir)
             return
         }
-        try await body(url, dir)
+        Issue.record(
+            "a server of the test's own did not start (.ci/postgres start): \(failures.joined(separator: "; "))")
+    }
+
+    /// A port from 20,000 up to the start of the kernel's ephemeral range (32,768 unless
+    /// `/proc/sys/net/ipv4/ip_local_port_range` says otherwise), never the shared server's.
+    static func portBelowTheEphemeralRange() -> Int {
+        let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        let low = range.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32_768
+        let top = low > 21_000 ? low : 32_768
+        return Int.random(in: 20_000..<top)
     }
 
     /// `.ci/postgres`, found from this source file's place in the repository.

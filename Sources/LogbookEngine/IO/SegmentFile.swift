@@ -125,6 +125,9 @@ final class FrameCache: Sendable {
 
     init(capacityBytes: Int) { self.capacityBytes = capacityBytes }
 
+    /// Bytes of the blocks held now.
+    var bytes: Int { state.withLock { $0.bytes } }
+
     func get(_ key: UInt64) -> [UInt8]? {
         state.withLock { $0.blocks[key] }
     }

@@ -518,12 +518,24 @@ public final class Store: Sendable {
         for ks in current.state.primary.keyspaces { perKeyspace[ks] = current.state.primary.count(inKeyspace: ks) }
         let (pinned, oldest) = registry.summary(excluding: ownPin)
         // Indexes that could not be had (`DeferredIndexes`) count as none here; every read or
-        // change of them throws why.
-        let indexes = (try? current.state.secondary.check()) != nil ? current.state.indexes : [:]
+        // change of them throws why. Indexes still in the checkpoint are counted there, not
+        // built to be counted: they take the memory of their encoded section once a read has
+        // read it, and none before.
+        var indexEntries: [IndexID: Int] = [:]
+        var indexBytes = 0
+        if (try? current.state.secondary.check()) != nil {
+            if let unbuilt = current.state.secondary.unbuiltSummary() {
+                for (id, count) in unbuilt.entries { indexEntries[IndexID(rawValue: id)] = count }
+                indexBytes = unbuilt.bytes
+            } else {
+                for (id, index) in current.state.indexes {
+                    indexEntries[IndexID(rawValue: id)] = index.count
+                    indexBytes += index.estimatedBytes()
+                }
+            }
+        }
         let memory =
-            current.state.primary.estimatedBytes()
-            + indexes.values.reduce(0) { $0 + $1.estimatedBytes() }
-            + current.state.sets.estimatedBytes(valueSize: 8)
+            current.state.primary.estimatedBytes() + indexBytes + current.state.sets.estimatedBytes(valueSize: 8)
         let schedule = maintenanceSchedule.withLock { $0 }
         var statistics = StoreStatistics(
             version: current.state.version,
@@ -533,14 +545,14 @@ public final class Store: Sendable {
             totalBytes: current.state.totalBytes,
             keyCount: current.state.primary.count,
             keysPerKeyspace: perKeyspace,
-            indexEntries: Dictionary(
-                uniqueKeysWithValues: indexes.map { (IndexID(rawValue: $0.key), $0.value.count) }),
+            indexEntries: indexEntries,
             setCount: current.state.sets.count,
             indexMemoryBytes: memory,
             pinnedSnapshots: pinned,
             oldestSnapshotAge: oldest,
             checkpoint: manifest.checkpoint == 0 ? nil : manifest.checkpoint,
             checkpointVersion: manifest.checkpoint == 0 ? nil : checkpointVersion)
+        statistics.blockCacheBytes = cache.bytes
         statistics.maintenanceFailures = schedule.consecutiveFailures
         statistics.lastMaintenanceFailure = schedule.lastFailure
         return statistics

@@ -54,7 +54,11 @@ public struct StoreOptions: Sendable {
     /// options.encryptionKey = try EncryptionKey(contentsOfFile: "/run/secrets/items.key")
     /// ```
     public var encryptionKey: (any EncryptionKeyProvider)?
-    /// Bytes of decoded blocks kept in memory for reads.
+    /// Bytes of decoded blocks kept in memory for reads (shared by every snapshot of the
+    /// store; first in, first out). Reads of many keys at once, scans, compactions, batch
+    /// updates and verification read around it, so that they do not push out the blocks of
+    /// the reads that come back to them (`Snapshot.forEachValue(forKeys:caching:_:)`);
+    /// `StoreStatistics.blockCacheBytes` says what it holds.
     public var cacheSize: Int = 32 << 20
     /// Where the store reports what it cannot report by throwing: a background checkpoint
     /// or compaction that failed (with when it will try again). Standard error by default;

@@ -27,8 +27,14 @@ public struct StoreStatistics: Sendable {
     public var indexEntries: [IndexID: Int]
     /// The number of non-empty membership sets.
     public var setCount: Int
-    /// Estimated bytes of memory the indexes take.
+    /// Estimated bytes of memory the indexes take: the primary index, the membership sets,
+    /// and the secondary indexes — built ones by their trees, ones still in the checkpoint by
+    /// what is held for them (their seek points, and the encoded section once a read in place
+    /// has read it). Asking does not build them.
     public var indexMemoryBytes: Int
+    /// Bytes of decoded blocks held in the store's shared block cache now (at most about
+    /// `StoreOptions.cacheSize`).
+    public var blockCacheBytes = 0
     /// Snapshots alive now (each keeps the segments it reads).
     public var pinnedSnapshots: Int
     /// Seconds since the oldest pinned snapshot was taken.

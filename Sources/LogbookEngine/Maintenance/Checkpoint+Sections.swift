@@ -153,6 +153,8 @@ extension Checkpoint {
             private(set) var keys: [UInt8] = []
 
             var count: Int { points.count }
+            /// The memory the points and their keys take.
+            var estimatedBytes: Int { points.capacity * MemoryLayout<Point>.stride + keys.capacity }
             subscript(i: Int) -> Point { points[i] }
 
             /// Room for `n` points, with keys of 8 bytes (a date, a number) or less.

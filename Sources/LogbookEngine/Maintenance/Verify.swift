@@ -152,8 +152,8 @@ extension Store {
                 let keys = Array(aKeys[chunk..<min(chunk + 4096, aKeys.count)])
                 var fromA = [[UInt8]](repeating: [], count: keys.count)
                 do {
-                    try a.forEachValue(forKeys: keys) { i, _, raw in fromA[i] = Array(raw) }
-                    try b.forEachValue(forKeys: keys) { i, key, raw in
+                    try a.forEachValue(forKeys: keys, caching: false) { i, _, raw in fromA[i] = Array(raw) }
+                    try b.forEachValue(forKeys: keys, caching: false) { i, key, raw in
                         if !fromA[i].elementsEqual(raw) {
                             note(
                                 "record \(String(key, radix: 16)): the checkpoint and the journal hold different values"

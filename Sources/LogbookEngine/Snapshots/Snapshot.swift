@@ -78,10 +78,23 @@ public final class Snapshot: Sendable {
     /// has one. Values are visited in the order they are stored, so that each block is read
     /// once: that is the order of `keys` when they were written in that order (as keys written
     /// together are), else the storage order. This is the fast way to read many values.
-    public func forEachValue(forKeys keys: [UInt64], _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void)
-        throws
-    {
-        try forEachPut(forKeys: keys, keys.indices) { i, key, raw, location in
+    ///
+    /// `caching`: whether the blocks read are kept in the store's shared block cache (see
+    /// `StoreOptions.cacheSize`). By default (nil) a read of at most `cachedReadLimit` keys
+    /// keeps them and a larger one does not: a read of a whole entity would otherwise push out
+    /// every block that other reads use, for blocks it reads once. A caller that reads a large
+    /// result in parts says so itself (a streamed fetch caches its first part only).
+    ///
+    /// ```swift
+    /// try snapshot.forEachValue(forKeys: keys, caching: false) { i, key, value in
+    ///     total += value.count
+    /// }
+    /// ```
+    public func forEachValue(
+        forKeys keys: [UInt64], caching: Bool? = nil, _ body: (Int, UInt64, UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        try forEachPut(forKeys: keys, keys.indices, caching: caching ?? (keys.count <= Self.cachedReadLimit)) {
+            i, key, raw, location in
             try body(i, key, UnsafeRawBufferPointer(rebasing: raw[putValue(raw, at: location, of: key)]))
         }
     }
@@ -168,6 +181,10 @@ public final class Snapshot: Sendable {
     /// Keys from which `rewriteValues` works on two threads.
     static let parallelRewriteKeys = 1 << 16
     static let processors = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+
+    /// The most keys a read of many values (`forEachValue(forKeys:)`) keeps the blocks of in
+    /// the shared block cache unless told otherwise.
+    public static let cachedReadLimit = 8192
 
     /// `rewriteValues` of `keys[positions]` on this thread.
     private func rewriteValues(
@@ -488,12 +505,13 @@ public final class Snapshot: Sendable {
     }
 
     /// The values of many keys copied into one buffer, with each key's span in it (`offset` is
-    /// `UInt32.max` for a key that has no value): a fetch's records in one read.
-    public func copyValues(forKeys keys: [UInt64]) throws -> (bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)])
-    {
+    /// `UInt32.max` for a key that has no value): a fetch's records in one read. `caching` as in `forEachValue(forKeys:caching:_:)`.
+    public func copyValues(forKeys keys: [UInt64], caching: Bool? = nil) throws -> (
+        bytes: [UInt8], spans: [(offset: UInt32, count: UInt32)]
+    ) {
         var bytes: [UInt8] = []
         var spans = [(offset: UInt32, count: UInt32)](repeating: (.max, 0), count: keys.count)
-        try forEachValue(forKeys: keys) { i, _, raw in
+        try forEachValue(forKeys: keys, caching: caching) { i, _, raw in
             if bytes.isEmpty { bytes.reserveCapacity(min(raw.count * keys.count * 5 / 4 + 64, Int(UInt32.max))) }
             guard bytes.count + raw.count < Int(UInt32.max) else {
                 throw EngineError(.invalidArgument, "more than 4 GiB of values in one read")

@@ -161,7 +161,9 @@ extension ManagedObjectContext {
                 throw LogbookError(.cancelled, "the fetch was cancelled after \(done) of \(keys.count) records")
             }
             let chunk = Array(keys[done..<min(done + 2000, keys.count)])
-            for o in try materialize(chunk, layout: layout, snapshot: snapshot) {
+            // Only the first chunk's blocks go to the shared cache (a large fetch reads each
+            // block once: see `FaultStream.flush`).
+            for o in try materialize(chunk, layout: layout, snapshot: snapshot, caching: done == 0 ? nil : false) {
                 if let residual = plan.residual, try !evaluator.test(residual, object: o) { continue }
                 found.keys.append(o.engineKey)
                 for k in sortKeys { found.values.append(o.slots[k.slot]) }

@@ -180,7 +180,8 @@ extension ManagedObjectContext {
         let attributeCount = layout.attributeCount
         let recordWriter = RecordWriter(entity: layout, store: store)
         try RecordCodec.readingRecords(of: layout) {
-            try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+            // Not cached: the records read are the versions the update replaces.
+            try snapshot.forEachValue(forKeys: keys, caching: false) { _, key, raw in
                 var slots = try RecordCodec.decode(raw, layout: layout) { destinations[$0 - attributeCount] }
                 let original = slots
                 // The conditions the index does not settle, and the expressions, on a
@@ -292,7 +293,8 @@ extension ManagedObjectContext {
         updated.reserveCapacity(updated.count + keys.count)
         try RecordCodec.readingRecords(of: layout) {
             try layout.slotKinds.withUnsafeBufferPointer { kinds in
-                try snapshot.forEachValue(forKeys: keys) { _, key, raw in
+                // Not cached: the records read are the versions the update replaces.
+                try snapshot.forEachValue(forKeys: keys, caching: false) { _, key, raw in
                     // A record the update leaves as it was is not written again (no call).
                     _ = try RecordCodec.splice(raw, kinds: kinds, changes: stored, buffer: &buffer) { record in
                         if single {

@@ -611,9 +611,19 @@ package final class ContextModelRun {
         }
         if let parent = specs[i].parent {
             for (key, value) in parentHeld where base[parent][key] == nil { base[parent][key] = value }
-            // A value the parent held before it changed it is no change of the parent's any more.
+            // A value the parent held before it changed it is no change of the parent's any more,
+            // and then nothing to compare with later either: a base kept without a change went
+            // stale when the parent merged another save (checker seed 21008902: the parent held
+            // "c" when a child pushed "c"; it merged another save's "b", the child changed that
+            // "b" to "c" and pushed it, and the reference, comparing with the stale "c", took the
+            // parent's save of "c" for a lost update).
             for (key, value) in changed {
-                dirty[parent][key] = base[parent][key] == value ? nil : value
+                if base[parent][key] == value {
+                    dirty[parent][key] = nil
+                    base[parent][key] = nil
+                } else {
+                    dirty[parent][key] = value
+                }
             }
             undoUnknown[parent] = true
             forgetChanges(of: i)

@@ -1764,4 +1764,47 @@ import Testing
         )
         try container.close()
     }
+
+    /// A child changes a value its parent merged from another save and saves into it; the
+    /// parent's save then writes the child's change, as Core Data's does (checker seed
+    /// 21008902: the reference took this for a lost update, comparing with the value the parent
+    /// held before the merge, which a push of that same value had left behind as its base).
+    @Test func aChildsChangeOfAValueItsParentMergedReachesTheStore() throws {
+        let f = try Fixture()
+        let parent = f.container.newContext(concurrencyType: .privateQueue)
+        let child = parent.newChildContext(concurrencyType: .privateQueue)
+        child.automaticallyMergesChangesFromOtherContexts = false
+        let itemID = try parent.performAndWait {
+            let item = try parent.insertNewObject(forEntityName: "Item")
+            try item.setValue("a", forKey: "name")
+            return item.objectID
+        }
+        try child.performAndWait { try child.existingObject(with: itemID).setValue("c", forKey: "name") }
+        try parent.performAndWait { try parent.save() }
+        // Another context saves "c" (the parent merges it); the child pushes its "c": no change
+        // of the parent's.
+        let other = f.context()
+        try other.existingObject(with: itemID).setValue("c", forKey: "name")
+        try other.save()
+        try child.performAndWait { try child.save() }
+        let pushed = try parent.performAndWait { try parent.existingObject(with: itemID).changedValues() }
+        #expect(pushed["name"] == nil)
+        // A third saves "b"; the parent merges it, and the child reads "b" through it.
+        let last = f.context()
+        try last.existingObject(with: itemID).setValue("b", forKey: "name")
+        try last.save()
+        try child.performAndWait {
+            let item = try child.existingObject(with: itemID)
+            #expect(try item.value(forKey: "name") as? String == "b")
+            try item.setValue("c", forKey: "name")
+            try child.save()
+        }
+        try parent.performAndWait {
+            let item = try parent.existingObject(with: itemID)
+            #expect(item.changedValues()["name"] as? String == "c")
+            try parent.save()
+        }
+        let check = f.context()
+        #expect(try check.existingObject(with: itemID).value(forKey: "name") as? String == "c")
+    }
 }

@@ -177,11 +177,24 @@ import Testing
                 // of a writer start a segment; a checkpoint or compaction comes when it comes).
                 if point == .commitLockTaken || point == .commitWritten { environment["HELPER_PAUSE_AFTER"] = "40" }
                 process.environment = environment
+            } else {
+                // The checkpoint or compaction to stop in is writer 0's to make: the others
+                // making every one of them (which a busy machine allowed, once in the full
+                // suite: writer 0 had not reached its point in 120 s) would leave it none.
+                var environment = ProcessInfo.processInfo.environment
+                switch point {
+                case .checkpointWriting, .checkpointWritten: environment["HELPER_NO_CHECKPOINT"] = "1"
+                case .compactionRewritten, .compactionSwitching: environment["HELPER_NO_COMPACTION"] = "1"
+                case .commitLockTaken, .commitWritten: break
+                }
+                process.environment = environment
             }
             let output = dir.path + "/out\(id)"
-            FileManager.default.createFile(atPath: output, contents: nil)
+            _ = FileManager.default.createFile(atPath: output, contents: nil)
             process.standardOutput = FileHandle(forWritingAtPath: output)
-            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            let errors = dir.path + "/err\(id)"
+            _ = FileManager.default.createFile(atPath: errors, contents: nil)
+            process.standardError = FileHandle(forWritingAtPath: errors)
             try process.run()
             processes.append((process, output))
         }
@@ -195,7 +208,11 @@ import Testing
         }
         let deadline = now() + 120_000_000_000
         while !FileManager.default.fileExists(atPath: marker) && now() < deadline { usleep(10_000) }
-        try #require(FileManager.default.fileExists(atPath: marker), "writer 0 never reached \(point.rawValue)")
+        try #require(
+            FileManager.default.fileExists(atPath: marker),
+            """
+            writer 0 never reached \(point.rawValue) (\(processes[0].process.isRunning ? "running" :             "exited, status \(processes[0].process.terminationStatus)"), \(acknowledgements(0).count) commits;             its errors: \((try? String(contentsOfFile: dir.path + "/err0", encoding: .utf8)) ?? "")
+            """)
         let pausedAt = now()
         let holdsTheLock = [StorePausePoint.commitLockTaken, .commitWritten, .compactionSwitching].contains(point)
         if !holdsTheLock {

@@ -5,7 +5,7 @@
 /// one before (shared length, suffix, primary-key delta); the open's check recorded a
 /// point every `Checkpoint.seekInterval` entries: where the bytes are, and the key and
 /// primary key the coding has reached there. A position in the index is therefore a binary
-/// search over those points plus at most one interval (64 entries) of sequential decoding,
+/// search over those points plus at most one interval (128 entries) of sequential decoding,
 /// and a range is decoded once from its first entry: a query of 100,000 entries decodes
 /// 100,000 entries, not the million that a build would.
 ///
@@ -13,13 +13,16 @@
 /// forwards or reversed) with the same results, so the first indexed query of a process
 /// need not wait for the whole index to be built.
 struct EncodedIndex {
-    /// The checkpoint stream (only the secondary-index section is read).
-    let bytes: [UInt8]
+    /// The checkpoint stream, a chunk at a time (only the secondary-index section is read).
+    let chunks: EncodedChunks
     let section: Checkpoint.IndexSection
     /// Told how many entries each walk decoded (it starts the build when they are many).
     let owner: DeferredIndexes?
 
     var count: Int { section.count }
+
+    /// The most bytes an entry takes: its two lengths, the longest suffix, its primary key's delta.
+    static let maxEntryBytes = 10 + 10 + JournalFormat.maxIndexKeyLength + 10
 
     /// Decodes entries in order from restart point `r`; `body` gets the entry's number, key
     /// and primary key, and returns false to stop. The bytes were checked when the store
@@ -31,40 +34,96 @@ struct EncodedIndex {
     /// four times the encoded section's memory (200 MB against 52 MB for ten million dates)
     /// for as long as the store is open. Walks that a tree does make cheaper (seeks, ranges,
     /// a reversed walk or the last entries of one, which decode from the start) count.
+    ///
+    /// The walk reads the stream a chunk at a time: the entries that begin at least
+    /// `maxEntryBytes` before a chunk's end are decoded where they lie, and those nearer it
+    /// (which may run into the next chunk) from a copy of the chunk's tail joined to the
+    /// beginning of what follows. It keeps (`EncodedChunks`) the chunk it begins in when
+    /// `keep` (not for a walk of the whole index), for the reads after it; the chunks after
+    /// that one it reads once (a seek point every 128 entries, a chunk every 1 MiB: short
+    /// walks seldom reach a second chunk).
     private func walk(
-        from r: Int, wholeCounts: Bool = true, _ body: (Int, UnsafeRawBufferPointer, UInt64) throws -> Bool
+        from r: Int, wholeCounts: Bool = true, keep: Bool = true,
+        _ body: (Int, UnsafeRawBufferPointer, UInt64) throws -> Bool
     ) rethrows {
         guard r < section.seeks.count else { return }
         let restart = section.seeks[r]
-        try bytes.withUnsafeBytes { raw in
-            var reader = ByteReader(raw, offset: restart.offset)
-            let key = UnsafeMutableRawBufferPointer.allocate(
-                byteCount: max(1, 2 * JournalFormat.maxIndexKeyLength), alignment: 8)
-            defer { key.deallocate() }
-            var length = section.seeks.withKey(r) { start in
-                if !start.isEmpty { key.copyMemory(from: start) }
-                return start.count
-            }
-            var primaryKey = restart.primaryKey
-            var decoded = 0
-            var whole = false
-            defer { if !whole || wholeCounts { owner?.noteDecoded(decoded) } }
-            for entry in restart.entry..<section.count {
+        let key = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: max(1, 2 * JournalFormat.maxIndexKeyLength), alignment: 8)
+        defer { key.deallocate() }
+        var length = section.seeks.withKey(r) { start in
+            if !start.isEmpty { key.copyMemory(from: start) }
+            return start.count
+        }
+        var primaryKey = restart.primaryKey
+        var entry = restart.entry
+        var decoded = 0
+        var whole = false
+        defer { if !whole || wholeCounts { owner?.noteDecoded(decoded) } }
+
+        /// Decodes the entries of `raw` that begin before `limit`, from `start`: where the
+        /// next one begins, or nil when the walk ends (every entry read, `body` said stop, or
+        /// bytes that do not decode).
+        func decode(
+            _ raw: UnsafeRawBufferPointer, from start: Int, below limit: Int,
+            _ body: (Int, UnsafeRawBufferPointer, UInt64) throws -> Bool
+        ) rethrows -> Int? {
+            var reader = ByteReader(raw, offset: start)
+            while reader.offset < limit {
+                guard entry < section.count else {
+                    whole = restart.entry == 0
+                    return nil
+                }
                 decoded += 1
                 guard let shared = try? reader.readLength(limit: length),
                     let suffix = try? reader.readLength(limit: JournalFormat.maxIndexKeyLength - shared),
                     let suffixBytes = try? reader.readBytes(suffix),
                     let delta = try? reader.readVarint()
-                else { return }
+                else { return nil }
                 if suffix > 0 {
                     key.baseAddress!.advanced(by: shared).copyMemory(
                         from: suffixBytes.baseAddress!, byteCount: suffix)
                 }
                 length = shared + suffix
                 primaryKey = primaryKey &+ UInt64(bitPattern: unzigzag(delta))
-                if try !body(entry, UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey) { return }
+                if try !body(entry, UnsafeRawBufferPointer(rebasing: key[0..<length]), primaryKey) { return nil }
+                entry += 1
             }
-            whole = restart.entry == 0
+            if entry == section.count {
+                whole = restart.entry == 0
+                return nil
+            }
+            return reader.offset
+        }
+
+        var k = chunks.chunk(containing: restart.offset)
+        var chunk = chunks.bytes(k, keep: keep)
+        var offset = restart.offset - chunks.starts[k]
+        while true {
+            let last = k + 1 == chunks.count
+            // In the last chunk every entry is decoded in place (one cut short ends the walk).
+            let limit = last ? chunk.count : chunk.count - Self.maxEntryBytes
+            guard let next = try chunk.withUnsafeBytes({ try decode($0, from: offset, below: limit, body) })
+            else { return }
+            if last { return }
+            // The entries that begin in the chunk's last `maxEntryBytes`: from its tail and
+            // the bytes after it, from as many chunks as that takes.
+            var joined = Array(chunk[next...])
+            let tail = joined.count
+            var j = k + 1
+            var following: [UInt8] = []
+            while joined.count < tail + Self.maxEntryBytes && j < chunks.count {
+                following = chunks.bytes(j, keep: false)
+                joined += following.prefix(tail + Self.maxEntryBytes - joined.count)
+                j += 1
+            }
+            guard let after = try joined.withUnsafeBytes({ try decode($0, from: 0, below: tail, body) })
+            else { return }
+            // Where the next entry begins, in the stream: on in the chunk that holds it.
+            let position = chunks.starts[k] + next + after
+            k = chunks.chunk(containing: position)
+            chunk = k == j - 1 ? following : chunks.bytes(k, keep: false)
+            offset = position - chunks.starts[k]
         }
     }
 
@@ -110,7 +169,7 @@ struct EncodedIndex {
     ) rethrows {
         guard count > 0 else { return }
         let start = lower.map { seek($0.key, inclusive: !$0.inclusive) } ?? 0
-        try walk(from: start, wholeCounts: wholeCounts) { _, key, pk in
+        try walk(from: start, wholeCounts: wholeCounts, keep: lower != nil || upper != nil) { _, key, pk in
             if let lower {
                 let c = lower.key.withUnsafeBytes { compareBytes(key, $0) }
                 if c < 0 || (c == 0 && !lower.inclusive) { return true }

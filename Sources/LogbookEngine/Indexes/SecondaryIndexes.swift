@@ -76,8 +76,8 @@ struct SecondaryIndexes: Sendable {
     }
 
     /// Each index's entry count and the bytes held for the indexes while they are still
-    /// deferred and not built (their seek points, and the encoded section once a read in
-    /// place has read it), without building them; nil once they are built (or replaced from the journal),
+    /// deferred and not built (their seek points, and the chunks of the encoded section that
+    /// reads in place kept: `EncodedChunks`), without building them; nil once they are built (or replaced from the journal),
     /// or when the check failed. For `Store.statistics()`, which reported memory by building
     /// every index (200 MB at 10,000,000 objects) to count it.
     func unbuiltSummary() -> (entries: [UInt32: Int], bytes: Int)? { deferred?.unbuiltSummary() }
@@ -171,8 +171,12 @@ final class DeferredIndexes: Sendable {
     private let pendingCheck: Locked<(@Sendable () -> Void)?>
     /// The built indexes; the build runs under this lock, once.
     private let built: Locked<[UInt32: OrderedIndex]?>
-    /// The stream, kept from the first in-place read until the build has finished.
-    private let encoded: Locked<[UInt8]?>
+    /// The stream's chunks, as reads in place decompress them (`EncodedChunks`): from the
+    /// checkpoint file's frames (`chunks`), or the stream `stream` gives, as one chunk.
+    private let chunks: EncodedChunks?
+    /// The chunks the reads in place use, from the first such read until the build has
+    /// finished (then let go, with the chunks they kept).
+    private let encoded: Locked<EncodedChunks?>
     /// Entries decoded by reads in place so far, and whether a build on another thread has
     /// been started.
     private let reads = Locked((decoded: 0, started: false))
@@ -182,9 +186,10 @@ final class DeferredIndexes: Sendable {
     /// caller checked the encoded form.
     init(
         sections: [Checkpoint.IndexSection], range: Range<Int>,
-        stream: @escaping @Sendable (Range<Int>) -> [UInt8]
+        stream: @escaping @Sendable (Range<Int>) -> [UInt8], chunks: EncodedChunks? = nil
     ) {
         self.stream = stream
+        self.chunks = chunks
         outcome = Locked(.checked(sections, range))
         built = Locked(nil)
         encoded = Locked(nil)
@@ -198,9 +203,10 @@ final class DeferredIndexes: Sendable {
     init(
         checking check: @escaping @Sendable () throws(Checkpoint.Malformed) -> ([Checkpoint.IndexSection], Range<Int>),
         fallback: @escaping @Sendable (Checkpoint.Malformed) throws(EngineError) -> [UInt32: OrderedIndex],
-        stream: @escaping @Sendable (Range<Int>) -> [UInt8], atOnce: Bool = false
+        stream: @escaping @Sendable (Range<Int>) -> [UInt8], chunks: EncodedChunks? = nil, atOnce: Bool = false
     ) {
         self.stream = stream
+        self.chunks = chunks
         outcome = Locked(nil)
         built = Locked(nil)
         encoded = Locked(nil)
@@ -277,7 +283,7 @@ final class DeferredIndexes: Sendable {
         }
         return built.withLock { built in
             if let built { return built }
-            let bytes = encoded.withLock { $0 } ?? stream(range)
+            let bytes = stream(range)
             let indexes = bytes.withUnsafeBytes { Checkpoint.buildIndexes($0, sections, parallel: parallel) }
             built = indexes
             encoded.withLock { $0 = nil }
@@ -299,13 +305,13 @@ final class DeferredIndexes: Sendable {
             return indexes[id].map(IndexReader.built)
         }
         guard let section = sections.first(where: { $0.id == id }) else { return nil }
-        let bytes = encoded.withLock { bytes in
-            if let bytes { return bytes }
-            let fresh = stream(range)
-            bytes = fresh
+        let source = encoded.withLock { source in
+            if let source { return source }
+            let fresh = chunks ?? EncodedChunks(stream(range))
+            source = fresh
             return fresh
         }
-        return .encoded(EncodedIndex(bytes: bytes, section: section, owner: self))
+        return .encoded(EncodedIndex(chunks: source, section: section, owner: self))
     }
 
     /// See `SecondaryIndexes.unbuiltSummary()` (waits for the check; a build in progress
@@ -313,7 +319,7 @@ final class DeferredIndexes: Sendable {
     func unbuiltSummary() -> (entries: [UInt32: Int], bytes: Int)? {
         guard case .checked(let sections, _) = checked(), built.tryWithLock({ $0 == nil }) == true else { return nil }
         var entries: [UInt32: Int] = [:]
-        var bytes = encoded.withLock { $0?.count ?? 0 }
+        var bytes = encoded.withLock { $0?.keptBytes ?? 0 }
         for section in sections {
             entries[section.id, default: 0] += section.count
             bytes += section.seeks.estimatedBytes

@@ -16,10 +16,14 @@ extension Checkpoint {
     /// (`SecondaryIndexes`), from the stream that `stream` gives again then: it is passed the
     /// range of the secondary-index section, and needs to give only those bytes of the
     /// stream (the rest of the array it returns is never read).
-    static func decode(_ bytes: [UInt8], stream: (@Sendable (Range<Int>) -> [UInt8])? = nil) throws(Malformed) -> Loaded
-    {
+    ///
+    /// `chunks`: how reads in place see the stream (`EncodedChunks`; by default the stream
+    /// `stream` gives, as one chunk).
+    static func decode(
+        _ bytes: [UInt8], chunks: EncodedChunks? = nil, stream: (@Sendable (Range<Int>) -> [UInt8])? = nil
+    ) throws(Malformed) -> Loaded {
         let decoded: Result<Loaded, Malformed> = bytes.withUnsafeBytes { raw in
-            Result { () throws(Malformed) -> Loaded in try decode(raw, stream: stream) }
+            Result { () throws(Malformed) -> Loaded in try decode(raw, stream: stream, chunks: chunks) }
         }
         return try decoded.get()
     }
@@ -135,7 +139,7 @@ extension Checkpoint {
     /// primary index and the sets cost, and no more as the indexes grow.
     static func decode(
         _ raw: UnsafeRawBufferPointer, form: PrimaryForm = .leaves, leaves: LeafSource? = nil,
-        stream: (@Sendable (Range<Int>) -> [UInt8])? = nil,
+        stream: (@Sendable (Range<Int>) -> [UInt8])? = nil, chunks: EncodedChunks? = nil,
         later: LaterCheck? = nil
     ) throws(Malformed) -> Loaded {
         var source = leaves
@@ -169,7 +173,7 @@ extension Checkpoint {
                         return (sections, start..<r.offset)
                     },
                     fallback: { malformed throws(EngineError) in try fallback(version, malformed) },
-                    stream: stream, atOnce: later.atOnce))
+                    stream: stream, chunks: chunks, atOnce: later.atOnce))
             return Loaded(state: state, segment: segment, offset: offset)
         }
         // The primary map is built as it is read, a leaf at a time (no copy of all its
@@ -213,7 +217,7 @@ extension Checkpoint {
             }
             r = after
             state.secondary = SecondaryIndexes(
-                deferred: DeferredIndexes(sections: sections, range: range, stream: stream))
+                deferred: DeferredIndexes(sections: sections, range: range, stream: stream, chunks: chunks))
         } else {
             state.primary = try section("primary index", &r) { r in try decodePrimary(&r, form, &source) }
             if setsFirst { state.sets = try section("sets", &r) { r in try decodeSets(&r) } }
@@ -221,7 +225,8 @@ extension Checkpoint {
                 let start = r.offset
                 let sections = try section("secondary indexes", &r) { r in try skipIndexes(&r) }
                 state.secondary = SecondaryIndexes(
-                    deferred: DeferredIndexes(sections: sections, range: start..<r.offset, stream: stream))
+                    deferred: DeferredIndexes(
+                        sections: sections, range: start..<r.offset, stream: stream, chunks: chunks))
             } else {
                 state.indexes = try section("secondary indexes", &r) { r in try decodeIndexes(&r) }
             }

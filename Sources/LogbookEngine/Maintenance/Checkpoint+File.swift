@@ -235,6 +235,9 @@ extension Checkpoint {
                         fatalError("a checkpoint read at open no longer decodes")
                     }
                     return again
+                },
+                chunks: EncodedChunks(starts: layout.starts, total: layout.total) { [layout] k in
+                    Self.chunk(k, of: image, layout)
                 }, later: fallback.map { LaterCheck(owner: stream, fallback: $0, pending: pending) })
         } catch {
             // The offset is in the decompressed stream (the file's frames are compressed).
@@ -267,6 +270,27 @@ extension Checkpoint {
                 image.raw, layout, into: UnsafeMutableRawBufferPointer(buffer), chunks: 0..<layout.frames.count,
                 only: only, path: path)
             initialized = layout.total
+        }
+    }
+
+    /// Chunk `k` of a checkpoint file's stream, decompressed (for the reads in place of its
+    /// secondary indexes: `EncodedChunks`). The file was checked when it was opened.
+    static func chunk(_ k: Int, of image: FileImage, _ layout: Layout) -> [UInt8] {
+        let count = (k + 1 < layout.starts.count ? layout.starts[k + 1] : layout.total) - layout.starts[k]
+        let frame = layout.frames[k]
+        return [UInt8](unsafeUninitializedCapacity: count) { out, made in
+            let payload = UnsafeRawBufferPointer(rebasing: image.raw[frame.payload])
+            let target = UnsafeMutableRawBufferPointer(out)
+            switch frame.codec {
+            case .raw:
+                guard payload.count == count else { fatalError("a checkpoint read at open no longer decodes") }
+                target.copyMemory(from: payload)
+            case .lz4:
+                guard LZ4.decompress(payload, into: target) else {
+                    fatalError("a checkpoint read at open no longer decodes")
+                }
+            }
+            made = count
         }
     }
 

@@ -282,7 +282,7 @@ extension ManagedObjectContext {
 
     /// The faults of a fetch whose index gives its keys and order (no filter, nothing unsaved),
     /// made as the index is walked, `streamChunk` keys at a time: each chunk's records are
-    /// copied into an arena of their own, each record after its length, and the chunk's
+    /// copied into an arena of their own, packed (`RecordArena`), and the chunk's
     /// objects made from them. No array of every key, every record's span or every record's
     /// location is made, as the general path makes them: 24 bytes an object less at the
     /// fetch's peak, and no arena grown by copying.
@@ -301,6 +301,8 @@ extension ManagedObjectContext {
             if !stream.held { try stream.flush() }
         } catch is FaultStream.TooLarge {
             return .tooLarge
+        } catch is RecordCodec.Malformed {
+            throw LogbookError(.store, "a record of \(layout.name) is malformed", entity: layout.name)
         }
         if stream.held { return .held }
         register(all: stream.objects)
@@ -655,7 +657,7 @@ struct FaultStream {
     /// The chunk's keys, and the offset of each one's record in the chunk's arena.
     var keys: [UInt64] = []
     var offsets: [UInt32]
-    /// The records of the chunk, each after its length; copied into its arena at its size.
+    /// The records of the chunk, packed (`RecordArena.pack`); copied into its arena at its size.
     var scratch: [UInt8] = []
     var skip: Int
     var remaining: Int
@@ -704,21 +706,19 @@ struct FaultStream {
             // More keys than the index counted (it cannot: the snapshot does not change).
             offsets += repeatElement(.max, count: keys.count - offsets.count)
         }
-        scratch.removeAll(keepingCapacity: true)
+        RecordArena.startPacking(&scratch)
         // The first chunk's blocks are cached (as any small read's); the rest are not: a fetch
         // of a whole entity reads each block once, and would push every other out of the
         // shared cache (32 MB at the peak of a fetch of 10,000,000 objects).
         try snapshot.forEachValue(forKeys: keys, caching: objects.isEmpty ? nil : false) { i, _, raw in
-            guard scratch.count + raw.count + 10 <= Int(UInt32.max) else { throw TooLarge() }
-            offsets[i] = UInt32(scratch.count)
-            RecordCodec.appendVarint(UInt64(raw.count), &scratch)
-            scratch.append(contentsOf: raw)
+            guard scratch.count + raw.count <= Int(UInt32.max) else { throw TooLarge() }
+            offsets[i] = UInt32(try RecordArena.pack(raw, into: &scratch))
         }
         // A copy of the chunk's exact size (the scratch buffer is used again).
         let bytes = [UInt8](unsafeUninitializedCapacity: scratch.count) { out, made in
             made = out.initialize(fromContentsOf: scratch)
         }
-        let arena = RecordArena(lengthPrefixed: bytes, version: snapshot.version)
+        let arena = RecordArena(packed: bytes, version: snapshot.version)
         for i in keys.indices where offsets[i] != .max {
             objects.append(
                 ManagedObjectContext.recordFault(

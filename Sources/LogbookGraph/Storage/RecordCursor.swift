@@ -22,10 +22,15 @@ struct RecordCursor {
 
     /// Checks the header of a record of `slotCount` slots (its format byte and bitmap) and
     /// stands before its first value.
+    ///
+    /// `formatChecked`: the format byte was checked before, and `raw[0]` is not it (a record
+    /// packed in a `RecordArena`, whose first byte is the last of the record before).
     @inline(__always)
-    init(_ raw: UnsafeRawBufferPointer, slotCount: Int) throws {
+    init(_ raw: UnsafeRawBufferPointer, slotCount: Int, formatChecked: Bool = false) throws {
         let valuesStart = RecordCursor.valuesStart(slotCount: slotCount)
-        guard raw.count >= valuesStart, raw[0] == RecordCodec.format else { throw RecordCodec.Malformed() }
+        guard raw.count >= valuesStart, formatChecked || raw[0] == RecordCodec.format else {
+            throw RecordCodec.Malformed()
+        }
         self.raw = raw
         self.offset = valuesStart
     }
